@@ -1,0 +1,1 @@
+"""Host software for the DNN accelerator card: card backends, driver, memory manager, runtime."""

@@ -1,0 +1,1 @@
+"""cocotb testbenches for the card's RTL modules."""

@@ -1,0 +1,1 @@
+"""Shared testbench glue: the one simulator runner wrapper and BFM helpers."""
