@@ -204,6 +204,7 @@ def test(b: Build, test_module: str, testcase: str | Sequence[str] | None = None
         runner.test(
             test_module=test_module,
             hdl_toplevel=b.toplevel,
+            hdl_toplevel_lang="verilog",
             testcase=testcase,
             build_dir=str(b.build_dir),
             test_dir=str(run_dir),
