@@ -195,6 +195,10 @@ def test(b: Build, test_module: str, testcase: str | Sequence[str] | None = None
             plusargs.append(f"+dumpfile_path={waves_file}")
         else:
             waves_file = run_dir / "dump.fst"
+    test_filter = None
+    if testcase is not None:  # match parametrized tests (name/param=value) too
+        names = [testcase] if isinstance(testcase, str) else list(testcase)
+        test_filter = r"\.(" + "|".join(re.escape(n) for n in names) + r")(/.*)?$"
     runner = get_runner(b.sim)
     env = dict(extra_env or {})
     env.setdefault("COCOTB_LOG_LEVEL", os.environ.get("COCOTB_LOG_LEVEL", "INFO"))
@@ -205,7 +209,7 @@ def test(b: Build, test_module: str, testcase: str | Sequence[str] | None = None
             test_module=test_module,
             hdl_toplevel=b.toplevel,
             hdl_toplevel_lang="verilog",
-            testcase=testcase,
+            test_filter=test_filter,
             build_dir=str(b.build_dir),
             test_dir=str(run_dir),
             results_xml=str(xml),
