@@ -197,7 +197,7 @@ always @* begin
 
     // The stage takes a request when it is empty or being emptied this cycle.
     if (ar_found && (!m_axi_arvalid_reg || m_axi_arready)) begin
-        ar_last_next = ar_idx;
+        ar_last_next = ar_last_reg;
         m_axi_arvalid_next = 1'b1;
         for (ai = 0; ai < S_COUNT; ai = ai + 1) begin
             if (ar_idx == ai[IDX_WIDTH-1:0]) begin
