@@ -197,7 +197,7 @@ always @* begin
 
     // The stage takes a request when it is empty or being emptied this cycle.
     if (ar_found && (!m_axi_arvalid_reg || m_axi_arready)) begin
-        ar_last_next = ar_last_reg;
+        ar_last_next = ar_idx;
         m_axi_arvalid_next = 1'b1;
         for (ai = 0; ai < S_COUNT; ai = ai + 1) begin
             if (ar_idx == ai[IDX_WIDTH-1:0]) begin
@@ -273,7 +273,7 @@ always @* begin
     s_axi_awready_int = {S_COUNT{1'b0}};
     aw_push = 1'b0;
 
-    if (aw_found && (!m_axi_awvalid_reg || m_axi_awready) && !wfifo_full) begin
+    if (aw_found && (!m_axi_awvalid_reg || m_axi_awready)) begin
         aw_last_next = aw_idx;
         aw_push = 1'b1;
         m_axi_awvalid_next = 1'b1;

@@ -166,16 +166,6 @@ class BusMonitor:
         if any(valid) and (not m_valid or m_ready) and room and not granted:
             self._fail(f"{ch.name}: masters {[i for i in range(n) if valid[i]]} request and the "
                        f"slave port is free, but no grant: got 0 grants, expected 1")
-        # Round robin: while a master holds VALID it sees at most n-1 grants to others.
-        for i in range(n):
-            if valid[i] and not ready[i]:
-                ch.wait[i] += len(granted)
-                ch.max_wait = max(ch.max_wait, ch.wait[i])
-                if ch.wait[i] > n - 1:
-                    self._fail(f"{ch.name}: master {i} has waited through {ch.wait[i]} grants to "
-                               f"others (order {ch.order[-ch.wait[i]:]}), expected at most {n - 1}")
-            else:
-                ch.wait[i] = 0
         for i in granted:
             fields = tuple(_int(h) for h in ch.s_fields[i])
             ch.pending.append((i, *fields))
@@ -186,6 +176,16 @@ class BusMonitor:
             if ch.ch == "aw":
                 self.w_order.append([i, fields[2] + 1])
                 self.w_max_pending = max(self.w_max_pending, len(self.w_order))
+        # Round robin: while a master holds VALID it sees at most n-1 grants to others.
+        for i in range(n):
+            if valid[i] and not ready[i]:
+                ch.wait[i] += len(granted)
+                ch.max_wait = max(ch.max_wait, ch.wait[i])
+                if ch.wait[i] > n - 1:
+                    self._fail(f"{ch.name}: master {i} has waited through {ch.wait[i]} grants to "
+                               f"others (order {ch.order[-ch.wait[i]:]}), expected at most {n - 1}")
+            else:
+                ch.wait[i] = 0
         # The slave port carries the grants in order, with {master index, ID} as its ID.
         m_fields = tuple(_int(h) for h in ch.m_fields)
         if m_valid and m_ready:

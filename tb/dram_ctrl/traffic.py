@@ -56,24 +56,30 @@ class Stats:
         return float(s[min(len(s) - 1, int(q * len(s)))])
 
     def summary(self, line_bytes: int, clk_ns: float) -> dict[str, float | int | str]:
-        lat = self.read_latency or self.write_latency
+        """The figures as a flat dict; latencies in cycles and ns, reads first."""
         hits = self.counters.get("row_hit", 0)
         bursts = hits + self.counters.get("row_miss", 0) + self.counters.get("row_conflict", 0)
-        return {
+        out: dict[str, float | int | str] = {
             "pattern": self.pattern,
             "cycles": self.cycles,
             "read_beats": self.read_beats,
             "write_beats": self.write_beats,
             "bandwidth_fraction": round(self.bandwidth, 4),
             "bandwidth_GBps": round(self.bandwidth * line_bytes / clk_ns, 3),
-            "latency_mean_cycles": round(sum(lat) / len(lat), 2) if lat else 0.0,
-            "latency_p99_cycles": self._pct(lat, 0.99),
-            "latency_mean_ns": round(clk_ns * sum(lat) / len(lat), 1) if lat else 0.0,
-            "latency_p99_ns": round(clk_ns * self._pct(lat, 0.99), 1),
-            "row_hit_rate": round(hits / bursts, 4) if bursts else 0.0,
-            "refreshes": self.counters.get("refresh", 0),
-            "refresh_stall_cycles": self.counters.get("ref_stall", 0),
         }
+        for kind, lat in (("", self.read_latency or self.write_latency),
+                          ("read_", self.read_latency), ("write_", self.write_latency)):
+            if kind and not (self.read_latency and self.write_latency):
+                continue  # separate figures only for mixed traffic
+            mean = sum(lat) / len(lat) if lat else 0.0
+            out[f"{kind}latency_mean_cycles"] = round(mean, 2)
+            out[f"{kind}latency_p99_cycles"] = self._pct(lat, 0.99)
+            out[f"{kind}latency_mean_ns"] = round(clk_ns * mean, 1)
+            out[f"{kind}latency_p99_ns"] = round(clk_ns * self._pct(lat, 0.99), 1)
+        out["row_hit_rate"] = round(hits / bursts, 4) if bursts else 0.0
+        out["refreshes"] = self.counters.get("refresh", 0)
+        out["refresh_stall_cycles"] = self.counters.get("ref_stall", 0)
+        return out
 
 
 COUNTERS = ("rd", "wr", "row_hit", "row_miss", "row_conflict", "refresh", "ref_stall", "busy")

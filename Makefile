@@ -1,0 +1,64 @@
+# DNN accelerator card co-simulation: see README.md.
+#   make sim     the main run (today: the card-memory demo); SIM=verilator|icarus CARD_MEM=1G
+#   make test    unit tests and the RTL regression on Verilator and Icarus
+#   make lint    verilator --lint-only -Wall on every RTL top, ruff, generated-file check
+#   make waves   open the latest FST in GTKWave with its bench's save file
+#   make bench   benchmarks (printed summary + JSON in bench/results/)
+#   make gen     regenerate rtl/include/ from the Python spec
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed
+RUN := tools/venv-run
+JOBS ?= 2
+# Every block's top module (rtl/<block>/<block>.v), linted with all RTL sources visible
+RTL_SRCS := $(wildcard rtl/*/*.v)
+RTL_TOPS := $(foreach d,$(wildcard rtl/*/),$(if $(wildcard $(d)$(notdir $(d:/=)).v),$(notdir $(d:/=))))
+
+.PHONY: all sim test lint waves bench gen venv clean distclean
+
+all: test
+
+# The venv is (re)built when missing or older than the pinned dependency list.
+$(STAMP): pyproject.toml requirements.lock
+	@echo "setting up $(VENV) (pinned: requirements.lock)"
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	@$(VENV)/bin/python -m pip install -c requirements.lock -e . > $(VENV)/install.log 2>&1 \
+	  || { cat $(VENV)/install.log; exit 1; }
+	@touch $@
+
+venv: $(STAMP)
+
+sim: $(STAMP)
+	@tools/ensure-system-deps fst
+	@$(RUN) python -m tb.sim
+
+test: $(STAMP)
+	@$(RUN) python -m pytest -n $(JOBS) tests
+
+lint: $(STAMP)
+	@$(RUN) python -m pyhost.spec.gen --check
+	@for top in $(RTL_TOPS); do \
+	  echo "verilator --lint-only -Wall $$top"; \
+	  $(RUN) verilator --lint-only -Wall -Irtl/include --top-module $$top rtl/lint.vlt \
+	    $(RTL_SRCS) || exit 1; \
+	done
+	@$(RUN) ruff check .
+	@echo "lint clean"
+
+waves: $(STAMP)
+	@tools/ensure-system-deps gtkwave
+	@$(RUN) python -m tb.common.waves
+
+bench: $(STAMP)
+	@$(RUN) python -m bench.dram_bench
+
+gen: $(STAMP)
+	@$(RUN) python -m pyhost.spec.gen
+
+clean:
+	rm -rf sim_build bench/results .pytest_cache .ruff_cache
+
+distclean: clean
+	rm -rf $(VENV) *.egg-info
