@@ -35,7 +35,8 @@ def parse_size(text: str) -> int:
     try:
         n = int(t[:-1] if mult > 1 else t) * mult
     except ValueError:
-        raise SystemExit(f"CARD_MEM={text!r}: expected a byte count such as 1G, 64M or 1048576")
+        raise SystemExit(
+            f"CARD_MEM={text!r}: expected a byte count such as 1G, 64M or 1048576") from None
     if n <= 0 or n & (n - 1):
         raise SystemExit(f"CARD_MEM={text!r}: the card memory size must be a power of two")
     return n

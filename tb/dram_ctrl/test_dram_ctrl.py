@@ -126,8 +126,8 @@ class TB:
             bad = int(wrong[0])
             raise AssertionError(
                 f"read 0x{addr:x}+{length}: first mismatch at 0x{addr + bad:x}: "
-                f"got {got[bad:bad + 8].tobytes().hex()} expected {exp[bad:bad + 8].tobytes().hex()} "
-                f"({wrong.size} bytes wrong)")
+                f"got {got[bad:bad + 8].tobytes().hex()} "
+                f"expected {exp[bad:bad + 8].tobytes().hex()} ({wrong.size} bytes wrong)")
 
     async def worker(self, base: int, span: int, ops: int, max_len: int) -> None:
         """Random reads and writes (lengths, offsets, sizes, IDs) inside [base, base+span)."""

@@ -138,6 +138,7 @@ class AxiTraffic:
         next_rid = 0
         next_wid = 0
         ar_pending = aw_pending = False
+        ar_id = aw_id = 0
         w_queue: list[int] = []        # beats of bursts whose AW was presented, in order
         w_left = 0
         total = p.warmup + p.cycles
