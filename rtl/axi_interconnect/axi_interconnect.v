@@ -99,7 +99,7 @@ localparam integer SEL_WIDTH = $clog2(S_COUNT);                // index bits add
 localparam integer IDX_WIDTH = S_COUNT > 1 ? SEL_WIDTH : 1;    // width of an index signal
 localparam integer STRB_WIDTH = DATA_WIDTH / 8;
 localparam integer FIFO_PTR_WIDTH = W_FIFO_DEPTH > 1 ? $clog2(W_FIFO_DEPTH) : 1;
-localparam integer FIFO_CNT_WIDTH = $clog2(W_FIFO_DEPTH + 1);
+localparam integer FIFO_CNT_WIDTH = W_FIFO_DEPTH > 0 ? $clog2(W_FIFO_DEPTH + 1) : 1;
 localparam integer LAST_IDX_INT = S_COUNT - 1;
 localparam integer FIFO_LAST_INT = W_FIFO_DEPTH - 1;
 localparam integer FIFO_FULL_INT = W_FIFO_DEPTH;
@@ -113,9 +113,9 @@ initial begin
     if (S_ID_WIDTH < 1)
         $fatal(1, "axi_interconnect: S_ID_WIDTH must be at least 1 (got %0d)", S_ID_WIDTH);
     if (M_ID_WIDTH != S_ID_WIDTH + SEL_WIDTH)
-        $fatal(1, "axi_interconnect: M_ID_WIDTH must be S_ID_WIDTH + $clog2(S_COUNT) = %0d (got %0d)",
-               S_ID_WIDTH + SEL_WIDTH, M_ID_WIDTH);
-    if (DATA_WIDTH < 8 || DATA_WIDTH % 8 != 0 || (DATA_WIDTH & (DATA_WIDTH - 1)) != 0)
+        $fatal(1, "axi_interconnect: M_ID_WIDTH is %0d, expected S_ID_WIDTH+$clog2(S_COUNT) = %0d",
+               M_ID_WIDTH, S_ID_WIDTH + SEL_WIDTH);
+    if (DATA_WIDTH < 8 || (DATA_WIDTH & (DATA_WIDTH - 1)) != 0)
         $fatal(1, "axi_interconnect: DATA_WIDTH must be a power of two of at least 8 (got %0d)",
                DATA_WIDTH);
     if (ADDR_WIDTH < 1)
@@ -273,7 +273,7 @@ always @* begin
     s_axi_awready_int = {S_COUNT{1'b0}};
     aw_push = 1'b0;
 
-    if (aw_found && (!m_axi_awvalid_reg || m_axi_awready)) begin
+    if (aw_found && (!m_axi_awvalid_reg || m_axi_awready) && !wfifo_full) begin
         aw_last_next = aw_idx;
         aw_push = 1'b1;
         m_axi_awvalid_next = 1'b1;

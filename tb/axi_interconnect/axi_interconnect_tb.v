@@ -138,7 +138,7 @@ module axi_interconnect_tb #(
 
 initial begin
     if (S_COUNT != 3)
-        $fatal(1, "axi_interconnect_tb: the wrapper has three master ports; S_COUNT must be 3 (got %0d)",
+        $fatal(1, "axi_interconnect_tb: S_COUNT is %0d, expected 3 (the wrapper has three ports)",
                S_COUNT);
 end
 

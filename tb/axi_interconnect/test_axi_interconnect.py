@@ -22,6 +22,7 @@ from cocotbext.axi import AxiBus, AxiMaster, AxiRam, AxiResp
 CLK_NS = 4
 RAM_SIZE = 2**16
 REGION = 2**14  # bytes of the RAM owned by each master in the data tests
+STALL_LIMIT = 1000  # cycles with requests pending but no handshake anywhere: a deadlock
 
 
 class MonitorError(AssertionError):
@@ -132,6 +133,31 @@ class BusMonitor:
         self.w_order: deque[list[int]] = deque()  # [master, beats left] per granted AW
         self.w_max_pending = 0
         self.w_stalled: tuple[int, ...] | None = None
+        self.waiting: Counter[str] = Counter()  # cycles each VALID has waited for READY
+        self.stall_cycles = 0
+        self._pending = self._progress = False
+
+    def _watch(self, port: str, valid: int, ready: int) -> None:
+        """Notes a VALID/READY pair for the deadlock watchdog."""
+        if valid and not ready:
+            self.waiting[port] += 1
+            self._pending = True
+        else:
+            self.waiting[port] = 0
+            self._progress |= bool(valid)
+
+    def _check_progress(self) -> None:
+        """Deadlock watchdog: while any VALID waits, some handshake happens within STALL_LIMIT."""
+        if self._pending and not self._progress:
+            self.stall_cycles += 1
+            if self.stall_cycles > STALL_LIMIT:
+                waiting = {p: c for p, c in self.waiting.items() if c}
+                self._fail(f"no handshake on any port for {self.stall_cycles} cycles while VALID "
+                           f"waits (cycles waited per port: {waiting}), expected progress "
+                           f"within {STALL_LIMIT}")
+        else:
+            self.stall_cycles = 0
+        self._pending = self._progress = False
 
     def _fail(self, msg: str) -> None:
         self.errors.append(msg)
@@ -150,12 +176,16 @@ class BusMonitor:
             self._w_cycle()
             self._resp_cycle(self.r, self.ar)
             self._resp_cycle(self.b, self.aw)
+            self._check_progress()
 
     def _addr_cycle(self, ch: _AddrChannel) -> None:
         n = self.n
         valid = [_bit(h) for h in ch.s_valid]
         ready = [_bit(h) for h in ch.s_ready]
         m_valid, m_ready = _bit(ch.m_valid), _bit(ch.m_ready)
+        for i in range(n):
+            self._watch(f"master {i} {ch.name}", valid[i], ready[i])
+        self._watch(f"slave {ch.name}", m_valid, m_ready)
         granted = [i for i in range(n) if valid[i] and ready[i]]
         if len(granted) > 1:
             self._fail(f"{ch.name}: {len(granted)} grants in one cycle (masters {granted}), "
@@ -209,6 +239,9 @@ class BusMonitor:
         valid = [_bit(h) for h in self.w_s_valid]
         ready = [_bit(h) for h in self.w_s_ready]
         m_valid, m_ready = _bit(self.dut.m_axi_wvalid), _bit(self.dut.m_axi_wready)
+        for i in range(self.n):
+            self._watch(f"master {i} W", valid[i], ready[i])
+        self._watch("slave W", m_valid, m_ready)
         s_hs = [i for i in range(self.n) if valid[i] and ready[i]]
         m_hs = bool(m_valid and m_ready)
         if len(s_hs) > 1 or m_hs != bool(s_hs):
@@ -243,6 +276,9 @@ class BusMonitor:
         valid = [_bit(h) for h in ch.s_valid]
         ready = [_bit(h) for h in ch.s_ready]
         m_valid, m_ready = _bit(ch.m_valid), _bit(ch.m_ready)
+        self._watch(f"slave {ch.name}", m_valid, m_ready)
+        for i in range(n):
+            self._watch(f"master {i} {ch.name}", valid[i], ready[i])
         if m_valid:
             mid = _int(ch.m_id)
             i = mid >> self.s_id_width
@@ -294,7 +330,6 @@ class TB:
         self.log = logging.getLogger("cocotb.tb")
         self.n = next(i for i in itertools.count() if not hasattr(dut, f"s{i:02d}_axi_awvalid"))
         self.s_id_width = len(dut.s00_axi_arid)
-        self.sel_width = len(dut.m_axi_arid) - self.s_id_width
         Clock(dut.clk, CLK_NS, unit="ns").start()
         self.masters = [AxiMaster(AxiBus.from_prefix(dut, f"s{i:02d}_axi"), dut.clk, dut.rst)
                         for i in range(self.n)]
@@ -302,6 +337,7 @@ class TB:
         for bfm in (*self.masters, self.ram):
             bfm.write_if.log.setLevel(logging.WARNING)  # per-transfer logs would dominate run time
             bfm.read_if.log.setLevel(logging.WARNING)
+        # the W routing FIFO depth is read from the model, never copied from the build parameters
         self.monitor = BusMonitor(dut, self.n, self.s_id_width, int(dut.W_FIFO_DEPTH.value))
         assert self.n * REGION <= RAM_SIZE, f"{self.n} regions of {REGION} exceed {RAM_SIZE}"
 
@@ -387,7 +423,7 @@ async def _data_test(dut: HierarchyObject, idle: bool, backpressure: bool, ops: 
                 tb.monitor.ar.grants, tb.monitor.aw.grants, tb.monitor.w_max_pending)
 
 
-@cocotb.test(timeout_time=4, timeout_unit="ms")
+@cocotb.test(timeout_time=2, timeout_unit="ms")
 @cocotb.parametrize(idle=[False, True], backpressure=[False, True])
 async def test_data_integrity(dut: HierarchyObject, idle: bool, backpressure: bool) -> None:
     """Every master writes and reads back random data of random lengths and offsets in its own
@@ -396,7 +432,7 @@ async def test_data_integrity(dut: HierarchyObject, idle: bool, backpressure: bo
     await _data_test(dut, idle=idle, backpressure=backpressure, ops=24)
 
 
-@cocotb.test(timeout_time=2, timeout_unit="ms")
+@cocotb.test(timeout_time=500, timeout_unit="us")
 async def test_every_master_served(dut: HierarchyObject) -> None:
     """All masters keep many reads and writes outstanding at once. Every master completes all
     of them, each got its share of grants, and the monitor fails if any master waits through
@@ -444,7 +480,7 @@ async def test_every_master_served(dut: HierarchyObject) -> None:
         tb.log.info("%s grant order %s", ch.name, "".join(map(str, ch.order)))
 
 
-@cocotb.test(timeout_time=2, timeout_unit="ms")
+@cocotb.test(timeout_time=500, timeout_unit="us")
 async def test_ids_routed(dut: HierarchyObject) -> None:
     """All masters use the same explicit IDs at once. Each response reaches the master that
     asked, with its own ID, and the slave port saw {master index, ID}."""
