@@ -33,7 +33,8 @@ CONFIGS: dict[str, dict[str, object]] = {
 TESTS: dict[str, list[str] | None] = {
     "ddr4": None,
     "stretched": ["test_random_traffic", "test_out_of_range_decerr", "test_wrap_fixed_and_illegal",
-                  "test_same_id_ordering", "test_refresh_during_traffic"],
+                  "test_same_id_ordering", "test_refresh_during_traffic",
+                  "test_long_response_stall"],
     "refresh": ["test_refresh_during_traffic", "test_random_traffic"],
 }
 
