@@ -27,7 +27,7 @@ class Pattern:
     cycles: int = 40000           # measurement window
     warmup: int = 2000            # cycles before the window opens
     max_outstanding: int = 64     # requests in flight per direction
-    span: int = 1 << 28           # bytes of memory the pattern touches
+    span: int = 1 << 30           # bytes of memory the pattern touches
     mix_random: float = 0.0       # for mixed patterns: share of random single-beat requests
 
 
