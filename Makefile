@@ -52,7 +52,7 @@ waves: $(STAMP)
 	@$(RUN) python -m tb.common.waves
 
 bench: $(STAMP)
-	@$(RUN) python -m bench.dram_bench
+	@$(RUN) python -m bench $(BENCH)
 
 gen: $(STAMP)
 	@$(RUN) python -m pyhost.spec.gen
