@@ -17,14 +17,18 @@ def test_generated_includes_are_current() -> None:
 
 
 def test_stale_check_detects_edit(tmp_path, monkeypatch) -> None:
-    """The staleness check really compares contents."""
-    monkeypatch.setattr(gen, "INCLUDE_DIR", tmp_path)
-    assert gen.stale_files(), "empty include dir reported as current"
+    """The staleness check really compares contents, for the includes and the docs."""
+    monkeypatch.setattr(gen, "ROOT", tmp_path)
+    assert gen.stale_files(), "empty tree reported as current"
     assert gen.main([]) == 0
     assert not gen.stale_files()
-    f = tmp_path / "dram_defs.vh"
+    f = tmp_path / "rtl" / "include" / "dram_defs.vh"
     f.write_text(f.read_text().replace("DRAM_T_CL 6", "DRAM_T_CL 7"))
     assert gen.stale_files() == [f]
+    f.write_text(f.read_text().replace("DRAM_T_CL 7", "DRAM_T_CL 6"))
+    doc = tmp_path / "docs" / "registers.md"
+    doc.write_text(doc.read_text().replace("SCRATCH", "SCRATCHPAD"))
+    assert gen.stale_files() == [doc]
 
 
 def test_ddr4_3200_conversion() -> None:
