@@ -1,0 +1,345 @@
+"""ModelCard: a pure-Python functional model of the card's BAR0 registers, DMA engine and memory.
+
+It follows docs/dma.md and the register map of pyhost/spec/regs.py so that host software sees the
+same results and errors as on the RTL, at numpy speed: a chain runs synchronously, inside the
+mmio_write of RUN, with one slice copy per descriptor.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from pyhost.backend import (
+    DEFAULT_HOST_BASE,
+    DEFAULT_HOST_SIZE,
+    CardBackend,
+    HostMemory,
+    check_mmio,
+)
+from pyhost.spec import regs
+from pyhost.spec.dram import DramGeometry
+from pyhost.spec.regs import Access, Channel, DmaError
+
+DEFAULT_MEM_SIZE = 1 << 30
+DEFAULT_BUS_WIDTH = 512
+
+_U32 = (1 << 32) - 1
+_U64 = (1 << 64) - 1
+
+_STATUS = {f.name: f for f in regs.CH_STATUS_FIELDS}
+_CTRL = {f.name: f for f in regs.CH_CTRL_FIELDS}
+_IRQ = {f.name: f for f in regs.IRQ_FIELDS}
+_CAPS = {f.name: f for f in regs.BY_NAME["CAPS"].fields}
+#: Every defined IRQ_STATUS bit; IRQ_MASK holds only these, like the generated CSR.
+IRQ_ALL = sum(f.mask for f in regs.IRQ_FIELDS)
+
+
+def irq_done_bit(ch: Channel) -> int:
+    return _IRQ[f"{Channel(ch).name}_DONE"].mask
+
+
+def irq_err_bit(ch: Channel) -> int:
+    return _IRQ[f"{Channel(ch).name}_ERR"].mask
+
+
+def status_word(*, busy: bool = False, done: bool = False, error: bool = False,
+                code: int = DmaError.NONE) -> int:
+    """A channel STATUS word (also the second word of the status write-back)."""
+    return ((int(busy) << _STATUS["BUSY"].lsb) | (int(done) << _STATUS["DONE"].lsb)
+            | (int(error) << _STATUS["ERROR"].lsb)
+            | ((int(code) << _STATUS["ERR_CODE"].lsb) & _STATUS["ERR_CODE"].mask))
+
+
+@dataclass
+class _ChannelState:
+    busy: bool = False
+    done: bool = False
+    error: bool = False
+    code: DmaError = DmaError.NONE
+    completed: int = 0
+    bytes: int = 0      # since card reset, 64-bit
+    descs: int = 0      # since card reset, 32-bit
+
+    @property
+    def status(self) -> int:
+        return status_word(busy=self.busy, done=self.done, error=self.error, code=self.code)
+
+
+class ModelCard(CardBackend):
+    """Functional model of the card (registers, DMA of docs/dma.md, card memory).
+
+    - Card memory is a numpy uint8 array of `mem_size` bytes, zero-filled, allocated on first use.
+    - A chain runs to its end inside the `mmio_write` that starts it. The channels share one data
+      mover: a RUN that arrives while another chain holds it (only possible when that chain
+      loops, see below) leaves the channel BUSY and waiting; waiting channels are served round
+      robin when the mover is freed.
+    - A chain that comes back to a descriptor address it already visited has no STOP and would
+      run forever on the RTL; the model stops processing it there and leaves the channel BUSY
+      (holding the mover) until RESET aborts it. (A chain that rewrites its own descriptors
+      through C2H could legitimately revisit an address; the model does not support that.)
+    - On an error the model writes nothing of the failing descriptor (the contract allows any
+      partial write). If both the source and the destination of a descriptor are bad, the model
+      reports SRC_READ. If the status write-back fails after an error, the original error code
+      is kept (docs/dma.md names STATUS_WRITE only for a chain that otherwise completed).
+    - A host access fails (like DECERR / SLVERR) outside `host` or where it overlaps a range set
+      by `inject_host_error`; a card access fails if any byte is at or above `mem_size`.
+    - DRAM counters: the model has no DRAM timing. `rd` / `wr` count the 64-byte lines each
+      completed descriptor reads / writes in card memory (the RTL may count a line twice where
+      it splits a descriptor at a point inside a line); row hit / miss / conflict, refresh,
+      ref_stall and busy stay 0.
+    """
+
+    def __init__(self, mem_size: int = DEFAULT_MEM_SIZE, *, host: HostMemory | None = None,
+                 host_size: int = DEFAULT_HOST_SIZE, host_base: int = DEFAULT_HOST_BASE,
+                 bus_width: int = DEFAULT_BUS_WIDTH) -> None:
+        if mem_size <= 0 or mem_size > _U64:
+            raise ValueError(f"card memory size must be 1..2^64-1 bytes, got {mem_size}")
+        self.host = host if host is not None else HostMemory(host_size, host_base)
+        self.mem_size = mem_size
+        self.bus_width = bus_width
+        self._line = DramGeometry(mem_size).line_bytes
+        self._mem: np.ndarray | None = None
+        self._host_errors: list[tuple[int, int]] = []
+        self._reads = self._read_table()
+        self.reset()
+
+    # --- state ----------------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """The card's reset: every register to its reset value, channels idle, counters 0.
+
+        Card memory keeps its contents (DRAM is not cleared by a reset either).
+        """
+        self._rw = {r.offset: r.reset for r in regs.REGISTERS if r.access == Access.RW}
+        self._irq_status = 0
+        self._ch = {ch: _ChannelState() for ch in Channel}
+        self._dram = dict.fromkeys(regs.DRAM_COUNTERS, 0)
+        self._active: Channel | None = None     # channel whose chain holds the data mover
+        self._waiting: list[Channel] = []       # BUSY channels waiting for the mover
+        self._last_served = Channel(len(Channel) - 1)
+
+    @property
+    def card_memory(self) -> np.ndarray:
+        """The card memory array (a backdoor for tests; host software uses DMA)."""
+        if self._mem is None:
+            self._mem = np.zeros(self.mem_size, dtype=np.uint8)
+        return self._mem
+
+    @property
+    def irq(self) -> bool:
+        """The interrupt line."""
+        return bool(self._irq_status & self._rw[regs.offset("IRQ_MASK")])
+
+    # --- CardBackend ----------------------------------------------------------------------------
+
+    def mmio_read(self, offset: int) -> int:
+        check_mmio(offset)
+        if offset in self._rw:
+            return self._rw[offset]
+        read = self._reads.get(offset)
+        return read() & _U32 if read else 0
+
+    def mmio_write(self, offset: int, value: int) -> None:
+        check_mmio(offset, value)
+        if offset == regs.offset("IRQ_MASK"):
+            self._rw[offset] = value & IRQ_ALL
+        elif offset in self._rw:
+            self._rw[offset] = value
+        elif offset == regs.offset("IRQ_STATUS"):
+            self._irq_status &= ~value
+        else:
+            for ch in Channel:
+                if offset == regs.channel_reg(ch, "CTRL"):
+                    self._ctrl(ch, value)
+        # Writes to read-only registers and unknown offsets are ignored, as on the RTL.
+
+    def wait_irq(self, timeout_s: float) -> bool:
+        # Chains run to completion inside mmio_write, so nothing can raise the line while we
+        # wait: answer at once instead of sleeping out the timeout.
+        return self.irq
+
+    def inject_host_error(self, start: int, end: int) -> None:
+        if not 0 <= start < end:
+            raise ValueError(f"error range [{start:#x}, {end:#x}) is empty or negative")
+        self._host_errors.append((start, end))
+
+    def clear_host_errors(self) -> None:
+        self._host_errors.clear()
+
+    # --- registers ------------------------------------------------------------------------------
+
+    def _read_table(self) -> dict[int, Callable[[], int]]:
+        caps = ((len(Channel) << _CAPS["CHANNELS"].lsb) | (regs.MAX_TAGS << _CAPS["TAGS"].lsb)
+                | (0 << _CAPS["ACCEL"].lsb))   # no accelerator yet
+        t: dict[str, Callable[[], int]] = {
+            "CARD_ID": lambda: regs.BY_NAME["CARD_ID"].reset,
+            "VERSION": lambda: regs.BY_NAME["VERSION"].reset,
+            "MEM_SIZE_LO": lambda: self.mem_size,
+            "MEM_SIZE_HI": lambda: self.mem_size >> 32,
+            "BUS_WIDTH": lambda: self.bus_width,
+            "CAPS": lambda: caps,
+            "IRQ_STATUS": lambda: self._irq_status,
+        }
+        for ch in Channel:
+            s = ch.name
+
+            def state(ch: Channel = ch) -> _ChannelState:
+                return self._ch[ch]
+            t[f"{s}_STATUS"] = lambda state=state: state().status
+            t[f"{s}_COMPLETED"] = lambda state=state: state().completed
+            t[f"{s}_BYTES_LO"] = lambda state=state: state().bytes
+            t[f"{s}_BYTES_HI"] = lambda state=state: state().bytes >> 32
+            t[f"{s}_DESCS"] = lambda state=state: state().descs
+        for c in regs.DRAM_COUNTERS:
+            t[f"DRAM_{c.upper()}_LO"] = lambda c=c: self._dram[c]
+            t[f"DRAM_{c.upper()}_HI"] = lambda c=c: self._dram[c] >> 32
+        # A register added to the spec must be added to the model: fail loudly, not read 0.
+        for r in regs.REGISTERS:
+            handled = r.access in (Access.RW, Access.WO) or r.name in t
+            if not handled:
+                raise NotImplementedError(f"ModelCard does not model register {r.name}")
+        return {regs.offset(name): fn for name, fn in t.items()}
+
+    def _reg64(self, lo: str) -> int:
+        return self._rw[regs.offset(lo)] | (self._rw[regs.offset(lo[:-2] + "HI")] << 32)
+
+    def _ctrl(self, ch: Channel, value: int) -> None:
+        # RESET takes precedence: a write with both bits resets the channel and does not start it.
+        if value & _CTRL["RESET"].mask:
+            self._reset_channel(ch)
+        elif value & _CTRL["RUN"].mask and not self._ch[ch].busy:
+            c = self._ch[ch]
+            c.busy, c.done, c.error, c.code, c.completed = True, False, False, DmaError.NONE, 0
+            self._waiting.append(ch)
+            self._serve()
+
+    def _reset_channel(self, ch: Channel) -> None:
+        c = self._ch[ch]
+        if c.busy:
+            # Abort: no new requests (so no status write-back), ERROR + ABORTED, ERR interrupt.
+            if self._active == ch:
+                self._active = None
+            if ch in self._waiting:
+                self._waiting.remove(ch)
+            c.busy, c.done, c.error, c.code = False, False, True, DmaError.ABORTED
+            self._irq_status |= irq_err_bit(ch)
+            self._serve()
+        else:
+            # An idle channel drops the state of its last chain.
+            c.done, c.error, c.code, c.completed = False, False, DmaError.NONE, 0
+
+    # --- the data mover -------------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        """Run waiting chains, round robin from the last channel served, while the mover is free."""
+        while self._active is None and self._waiting:
+            order = [Channel((self._last_served + i) % len(Channel))
+                     for i in range(1, len(Channel) + 1)]
+            ch = next(c for c in order if c in self._waiting)
+            self._waiting.remove(ch)
+            self._last_served = ch
+            self._active = ch
+            self._run_chain(ch)
+
+    def _config_ok(self) -> bool:
+        mps = self._rw[regs.offset("DMA_MPS")]
+        mrrs = self._rw[regs.offset("DMA_MRRS")]
+        tags = self._rw[regs.offset("DMA_TAGS")]
+
+        def pow2_in(v: int, lo: int, hi: int) -> bool:
+            return lo <= v <= hi and v & (v - 1) == 0
+        return (pow2_in(mps, regs.MPS_MIN, regs.MPS_MAX)
+                and pow2_in(mrrs, regs.MRRS_MIN, regs.MRRS_MAX) and 1 <= tags <= regs.MAX_TAGS)
+
+    def _run_chain(self, ch: Channel) -> None:
+        c = self._ch[ch]
+        if not self._config_ok():
+            self._stop(ch, DmaError.BAD_CONFIG)
+            return
+        addr = self._reg64(f"{ch.name}_DESC_LO")
+        visited: set[int] = set()
+        want_irq = False
+        while True:
+            if addr in visited:
+                return  # a loop without STOP: stays BUSY, holding the mover, until RESET
+            visited.add(addr)
+            if not self._host_ok(addr, regs.DESC_SIZE):
+                self._stop(ch, DmaError.DESC_READ)
+                return
+            d = regs.Descriptor.decode(self.host.read(addr, regs.DESC_SIZE))
+            if d.magic != regs.DESC_MAGIC:
+                self._stop(ch, DmaError.BAD_MAGIC)
+                return
+            if d.length == 0:
+                self._stop(ch, DmaError.ZERO_LENGTH)
+                return
+            err = self._move(ch, d.src, d.dst, d.length)
+            if err != DmaError.NONE:
+                self._stop(ch, err)
+                return
+            c.completed += 1
+            c.descs = (c.descs + 1) & _U32
+            c.bytes = (c.bytes + d.length) & _U64
+            want_irq |= d.completed
+            if d.stop:
+                break
+            addr = d.next
+        self._stop(ch, DmaError.NONE, done_irq=want_irq)
+
+    def _stop(self, ch: Channel, code: DmaError, done_irq: bool = False) -> None:
+        """End the chain: status, write-back, then the interrupt (docs/dma.md steps 4, 5, 7)."""
+        c = self._ch[ch]
+        c.busy = False
+        c.error = code != DmaError.NONE
+        c.done = not c.error
+        c.code = code
+        self._active = None
+        wb = self._reg64(f"{ch.name}_WB_LO")
+        if wb and not self._host_write(wb, np.frombuffer(
+                struct.pack(regs.WB_FORMAT, c.completed, c.status), dtype=np.uint8)):
+            if not c.error:
+                c.done, c.error, c.code = False, True, DmaError.STATUS_WRITE
+        if c.error:
+            self._irq_status |= irq_err_bit(ch)
+        elif done_irq:
+            self._irq_status |= irq_done_bit(ch)
+
+    def _move(self, ch: Channel, src: int, dst: int, n: int) -> DmaError:
+        """Move one descriptor's bytes; the error code if a side is out of range."""
+        src_card = ch in (Channel.C2H, Channel.C2C)
+        dst_card = ch in (Channel.H2C, Channel.C2C)
+        if not (self._card_ok(src, n) if src_card else self._host_ok(src, n)):
+            return DmaError.SRC_READ
+        if not (self._card_ok(dst, n) if dst_card else self._host_ok(dst, n)):
+            return DmaError.DST_WRITE
+        mem = self.card_memory
+        data = mem[src:src + n] if src_card else self.host.view(src, n)
+        if dst_card:
+            mem[dst:dst + n] = data   # numpy copies overlapping slices like memmove
+            self._dram["wr"] += self._lines(dst, n)
+        else:
+            self.host.view(dst, n)[:] = data
+        if src_card:
+            self._dram["rd"] += self._lines(src, n)
+        return DmaError.NONE
+
+    def _lines(self, addr: int, n: int) -> int:
+        return (addr + n - 1) // self._line - addr // self._line + 1
+
+    def _card_ok(self, addr: int, n: int) -> bool:
+        return 0 <= addr and addr + n <= self.mem_size
+
+    def _host_ok(self, addr: int, n: int) -> bool:
+        if not self.host.contains(addr, n):
+            return False
+        return not any(s < addr + n and addr < e for s, e in self._host_errors)
+
+    def _host_write(self, addr: int, data: np.ndarray) -> bool:
+        if not self._host_ok(addr, data.size):
+            return False
+        self.host.view(addr, data.size)[:] = data
+        return True
