@@ -1,0 +1,1 @@
+"""The card-level bench: host software (the PcieDriver) driving the whole card."""
