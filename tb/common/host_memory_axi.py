@@ -1,0 +1,235 @@
+"""The host-memory model behind the card's host port: an AXI4 slave serving a HostMemory.
+
+It stands where the PCIe root complex and host DRAM would be: reads come back after a configurable
+latency and, when asked, out of order across IDs (as PCIe completions of different tags may);
+writes are posted (the B response follows the data at once, as a PCIe memory write needs no
+completion). Back-pressure and idle cycles on every channel, and SLVERR on injected address
+ranges, exercise the engine. :class:`HostPortMonitor` checks every burst against the requester
+rules: at most MRRS bytes per read, at most MPS bytes per write, never across 4 KiB.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass, field
+
+import cocotb
+from cocotb.triggers import RisingEdge
+
+from pyhost.backend import HostMemory
+
+PAGE = 4096
+
+
+@dataclass
+class _Read:
+    rid: int
+    addr: int
+    beats: int
+    ready_at: int
+    sent: int = 0
+
+
+@dataclass
+class HostMemoryConfig:
+    """Behaviour of the host memory model."""
+
+    read_latency: int = 20            # cycles from AR to the first R beat
+    jitter: int = 0                   # extra random latency per read, 0..jitter cycles
+    out_of_order: bool = False        # serve ready reads of different IDs in random order
+    ar_pause: list[int] = field(default_factory=list)   # repeating pause patterns (1 = stall)
+    r_pause: list[int] = field(default_factory=list)
+    aw_pause: list[int] = field(default_factory=list)
+    w_pause: list[int] = field(default_factory=list)
+    seed: int = 1
+
+
+class HostMemoryAxiSlave:
+    """Serves ``<prefix>_*`` AXI4 master ports of ``dut`` from ``host``."""
+
+    def __init__(self, dut, prefix: str, host: HostMemory, config: HostMemoryConfig | None = None
+                 ) -> None:
+        self.dut = dut
+        self.clk = dut.clk
+        self.host = host
+        self.cfg = config or HostMemoryConfig()
+        self.rng = random.Random(self.cfg.seed)
+        self.s = {n: getattr(dut, f"{prefix}_{n}") for n in (
+            "arid", "araddr", "arlen", "arvalid", "arready", "rid", "rdata", "rresp", "rlast",
+            "rvalid", "rready", "awid", "awaddr", "awlen", "awvalid", "awready", "wdata", "wstrb",
+            "wlast", "wvalid", "wready", "bid", "bresp", "bvalid", "bready")}
+        self.line = len(self.s["wdata"]) // 8
+        self.error_ranges: list[tuple[int, int]] = []
+        self.cycle = 0
+        self.reads_served = 0
+        self.writes_served = 0
+        self.max_reads_in_flight = 0
+        self.reordered = 0            # reads completed before an older one
+        self.listeners: list = []     # callables(kind, addr, beats) for monitors
+        for n in ("arready", "rvalid", "awready", "wready", "bvalid"):
+            self.s[n].value = 0
+        cocotb.start_soon(self._run())
+
+    # -- configuration ------------------------------------------------------------------------
+    def inject_error(self, start: int, end: int) -> None:
+        self.error_ranges.append((start, end))
+
+    def clear_errors(self) -> None:
+        self.error_ranges.clear()
+
+    def _bad(self, addr: int, n: int) -> bool:
+        return any(addr < e and addr + n > s for s, e in self.error_ranges)
+
+    @staticmethod
+    def _pause(pattern: list[int], cycle: int) -> bool:
+        return bool(pattern) and bool(pattern[cycle % len(pattern)])
+
+    # -- the model ----------------------------------------------------------------------------
+    async def _run(self) -> None:
+        s = self.s
+        cfg = self.cfg
+        lb = self.line
+        reads: list[_Read] = []
+        cur: _Read | None = None
+        writes: deque[tuple[int, int, int]] = deque()     # (id, addr, beats) awaiting W
+        w_beat = 0
+        w_failed = False
+        w_bytes = 0
+        w_lo = w_hi = -1
+        bq: deque[tuple[int, int]] = deque()               # (id, resp)
+        b_out = False
+        r_out = False
+        while True:
+            await RisingEdge(self.clk)
+            self.cycle += 1
+            c = self.cycle
+            # ---- handshakes that happened at this edge
+            if int(s["arvalid"].value) and int(s["arready"].value):
+                addr = int(s["araddr"].value)
+                beats = int(s["arlen"].value) + 1
+                delay = cfg.read_latency + (self.rng.randint(0, cfg.jitter) if cfg.jitter else 0)
+                reads.append(_Read(int(s["arid"].value), addr, beats, c + delay))
+                for fn in self.listeners:
+                    fn("read", addr, beats, None)
+                self.max_reads_in_flight = max(self.max_reads_in_flight, len(reads))
+            if r_out and int(s["rready"].value):
+                cur.sent += 1
+                r_out = False
+                if cur.sent == cur.beats:
+                    self.reads_served += 1
+                    cur = None
+            if int(s["awvalid"].value) and int(s["awready"].value):
+                addr = int(s["awaddr"].value)
+                beats = int(s["awlen"].value) + 1
+                writes.append((int(s["awid"].value), addr, beats))
+            if int(s["wvalid"].value) and int(s["wready"].value):
+                wid, waddr, wbeats = writes[0]
+                line_addr = (waddr // lb + w_beat) * lb
+                strb = int(s["wstrb"].value)
+                if strb:
+                    data = int(s["wdata"].value).to_bytes(lb, "little")
+                    lanes = [i for i in range(lb) if strb >> i & 1]
+                    lo, hi = lanes[0], lanes[-1] + 1
+                    w_bytes += len(lanes)
+                    w_lo = line_addr + lo if w_lo < 0 else w_lo
+                    w_hi = line_addr + hi
+                    if self._bad(line_addr + lo, hi - lo) or not self.host.contains(
+                            line_addr + lo, hi - lo):
+                        w_failed = True
+                    elif hi - lo == len(lanes):
+                        self.host.write(line_addr + lo, data[lo:hi])
+                    else:
+                        for i in lanes:
+                            self.host.write(line_addr + i, data[i:i + 1])
+                w_beat += 1
+                if w_beat == wbeats:
+                    for fn in self.listeners:
+                        fn("write", waddr, wbeats, (w_lo, w_hi, w_bytes))
+                    w_bytes = 0
+                    w_lo = w_hi = -1
+                    bq.append((wid, 2 if w_failed else 0))
+                    writes.popleft()
+                    w_beat = 0
+                    w_failed = False
+                    self.writes_served += 1
+            if b_out and int(s["bready"].value):
+                b_out = False
+                bq.popleft()
+            # ---- drive the next cycle
+            s["arready"].value = 0 if self._pause(cfg.ar_pause, c) else 1
+            s["awready"].value = 0 if self._pause(cfg.aw_pause, c) else 1
+            s["wready"].value = 1 if writes and not self._pause(cfg.w_pause, c) else 0
+            if not b_out and bq:
+                s["bid"].value, s["bresp"].value = bq[0]
+                b_out = True
+            s["bvalid"].value = 1 if b_out else 0
+            if cur is None:
+                ready = [r for r in reads if r.ready_at <= c]
+                if ready:
+                    if cfg.out_of_order:
+                        # any ready read whose ID has no older read pending (AXI: in order per ID)
+                        ok = [r for r in ready
+                              if not any(o.rid == r.rid and o.ready_at < r.ready_at
+                                         for o in reads if o is not r)]
+                        cur = self.rng.choice(ok or ready)
+                    else:
+                        cur = reads[0] if reads[0].ready_at <= c else None
+                    if cur is not None:
+                        if cur is not reads[0]:
+                            self.reordered += 1
+                        reads.remove(cur)
+            if cur is not None and not r_out and not self._pause(cfg.r_pause, c):
+                line_addr = (cur.addr // lb + cur.sent) * lb
+                first = cur.addr if cur.sent == 0 else line_addr
+                n = line_addr + lb - first
+                if self._bad(first, n) or not self.host.contains(first, n):
+                    s["rdata"].value = 0
+                    s["rresp"].value = 2
+                else:
+                    s["rdata"].value = int.from_bytes(
+                        bytes(first - line_addr) + self.host.read(first, n), "little")
+                    s["rresp"].value = 0
+                s["rid"].value = cur.rid
+                s["rlast"].value = 1 if cur.sent == cur.beats - 1 else 0
+                r_out = True
+            s["rvalid"].value = 1 if r_out else 0
+
+
+class HostPortMonitor:
+    """Fails on any host-port burst that is too long or crosses a 4 KiB boundary."""
+
+    def __init__(self, slave: HostMemoryAxiSlave, mps: int, mrrs: int) -> None:
+        self.mps = mps
+        self.mrrs = mrrs
+        self.line = slave.line
+        self.errors: list[str] = []
+        self.bursts = {"read": 0, "write": 0}
+        self.largest = {"read": 0, "write": 0}
+        slave.listeners.append(self._burst)
+
+    def _burst(self, kind: str, addr: int, beats: int,
+               written: tuple[int, int, int] | None) -> None:
+        self.bursts[kind] += 1
+        if kind == "read":
+            # the shortest request that needs these beats still has to fit in MRRS
+            shortest = (beats - 1) * self.line - addr % self.line + 1
+            self.largest[kind] = max(self.largest[kind], shortest)
+            if shortest > self.mrrs:
+                self.errors.append(f"read burst at {addr:#x} of {beats} beats asks for at least "
+                                   f"{shortest} bytes > MRRS {self.mrrs}")
+            last = (addr // self.line + beats) * self.line - 1
+            if beats > 1 and addr // PAGE != last // PAGE:
+                self.errors.append(f"read burst at {addr:#x} of {beats} beats crosses 4 KiB")
+        elif written is not None and written[2]:
+            lo, hi, nbytes = written
+            self.largest[kind] = max(self.largest[kind], hi - lo)
+            if hi - lo > self.mps:
+                self.errors.append(f"write burst at {addr:#x} writes {hi - lo} bytes > MPS "
+                                   f"{self.mps}")
+            if lo // PAGE != (hi - 1) // PAGE:
+                self.errors.append(f"write burst at {addr:#x} writes across 4 KiB "
+                                   f"({lo:#x}..{hi:#x})")
+
+    def check(self) -> None:
+        assert not self.errors, "host port rule violations: " + "; ".join(self.errors[:5])
