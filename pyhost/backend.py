@@ -258,7 +258,9 @@ class CardBackend(abc.ABC):
         """Block until the interrupt line is high; return False if `timeout_s` passes first.
 
         The line is level: high while IRQ_STATUS & IRQ_MASK != 0. If it is already high the call
-        returns True at once. `timeout_s` is wall-clock seconds.
+        returns True at once. `timeout_s` is the caller's bound in seconds; a simulating backend
+        may bound simulated time instead (a simulation's wall-clock speed says nothing about the
+        card), but it must return False rather than wait forever.
         """
 
     def inject_host_error(self, start: int, end: int) -> None:

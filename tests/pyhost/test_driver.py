@@ -20,6 +20,7 @@ from pyhost.driver import (
     DmaTimeout,
     DmaTransferError,
     PcieDriver,
+    RawDescriptor,
     RequestLimitError,
 )
 from pyhost.model_card import ModelCard, irq_done_bit
@@ -300,14 +301,16 @@ def test_descriptor_image_matches_spec() -> None:
 
 
 class SpyCard(ModelCard):
-    """Counts RUN writes and interrupt waits, independently of the driver's own stats."""
+    """Counts RUN / RESET writes and interrupt waits, independently of the driver's stats."""
 
     runs = 0
+    resets = 0
     waits = 0
 
     def mmio_write(self, offset: int, value: int) -> None:
-        if any(offset == regs.channel_reg(ch, "CTRL") for ch in Channel) and value == 1:
-            self.runs += 1
+        if any(offset == regs.channel_reg(ch, "CTRL") for ch in Channel):
+            self.runs += value == 1
+            self.resets += value == 2
         super().mmio_write(offset, value)
 
     def wait_irq(self, timeout_s: float) -> bool:
@@ -349,6 +352,18 @@ def test_error_names_descriptor_across_chains() -> None:
     for i in range(6):
         assert (card.card_memory[1000 * i:1000 * i + 100] == 0x3C).all()
     assert (card.card_memory[6000:6100] == 0).all()
+
+
+def test_error_resets_the_channel() -> None:
+    """After a DMA error the driver RESETs the channel (once) and clears its interrupt bits;
+    the channel's last status is dropped."""
+    card, drv = make(SpyCard)
+    card.resets = 0
+    with pytest.raises(DmaTransferError):
+        drv.run_raw(C2C, [RawDescriptor(64, 0, card.mem_size - 32)])
+    assert card.resets == 1
+    assert card.mmio_read(regs.channel_reg(C2C, "STATUS")) == 0
+    assert card.mmio_read(regs.offset("IRQ_STATUS")) == 0
 
 
 def test_argument_errors() -> None:
