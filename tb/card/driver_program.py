@@ -531,7 +531,8 @@ def check_errors(drv: PcieDriver, *, reduced: bool = False, card_base: int = 0,
 
         # Card side out of range (DECERR): the descriptor before the bad one completes.
         background = _random(rng, 8 * PAGE)
-        for bad_dst in (top - 16, top, top + PAGE, 1 << 40) if not reduced else (top - 16, top):
+        for bad_dst in (top - 16, top, top + PAGE, 1 << 40) if not reduced else (
+                top - 16, top, 1 << 40):
             _card_put(drv, staging, card_base, background)
             d0 = drv.channel_counters(H2C)[1]
             with _expect_dma_error(drv, H2C, DmaError.DST_WRITE, 1, f"H2C to {bad_dst:#x}"):
