@@ -54,9 +54,9 @@ module dma_engine #(
     // host port (index 0) and card port (index 1): read requests / completions
     output wire [1:0]                 rd_req_valid,
     input  wire [1:0]                 rd_req_ready,
-    output wire [63:0]                rd_req_addr,
-    output wire [12:0]                rd_req_len,
-    output wire [5:0]                 rd_req_tag,
+    output wire [2*64-1:0]            rd_req_addr,
+    output wire [2*13-1:0]            rd_req_len,
+    output wire [2*6-1:0]             rd_req_tag,
     input  wire [1:0]                 rd_cpl_valid,
     output wire [1:0]                 rd_cpl_ready,
     input  wire [2*6-1:0]             rd_cpl_tag,
@@ -289,9 +289,10 @@ wire r_take = r_issue && (r_on_host ? (!f_issue && rd_req_ready[HOST]) : rd_req_
 
 assign rd_req_valid[HOST] = f_issue || (r_issue && r_on_host);
 assign rd_req_valid[CARD] = r_issue && !r_on_host;
-assign rd_req_addr = f_issue ? f_req_addr : r_addr;
-assign rd_req_len = f_issue ? 13'd32 : r_len;
-assign rd_req_tag = f_issue ? DESC_TAG : free_tag;
+// The host port carries descriptor fetches and (H2C) data reads; the card port data reads only.
+assign rd_req_addr = {r_addr, f_issue ? f_req_addr : r_addr};
+assign rd_req_len = {r_len, f_issue ? 13'd32 : r_len};
+assign rd_req_tag = {free_tag, f_issue ? DESC_TAG : free_tag};
 
 // Data completions: always accepted (the ring space was reserved at request time).
 assign rd_cpl_ready = 2'b11;

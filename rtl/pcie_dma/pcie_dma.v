@@ -94,9 +94,9 @@ module pcie_dma #(
 
 wire [1:0]              rd_req_valid, rd_req_ready, rd_cpl_valid, rd_cpl_ready, rd_cpl_last,
                         rd_cpl_err;
-wire [63:0]             rd_req_addr;
-wire [12:0]             rd_req_len;
-wire [5:0]              rd_req_tag;
+wire [2*64-1:0]         rd_req_addr;
+wire [2*13-1:0]         rd_req_len;
+wire [2*6-1:0]          rd_req_tag;
 wire [2*6-1:0]          rd_cpl_tag;
 wire [2*DATA_WIDTH-1:0] rd_cpl_data;
 wire [1:0]              wr_req_valid, wr_req_ready, wr_dat_valid, wr_dat_ready, wr_cpl_valid,
@@ -133,8 +133,9 @@ dma_axi_port #(
     .DATA_WIDTH(DATA_WIDTH), .ADDR_WIDTH(64), .TAG_WIDTH(6), .LEN_WIDTH(13)
 ) host_port (
     .clk(clk), .rst(rst),
-    .rd_req_valid(rd_req_valid[0]), .rd_req_ready(rd_req_ready[0]), .rd_req_addr(rd_req_addr),
-    .rd_req_len(rd_req_len), .rd_req_tag(rd_req_tag),
+    .rd_req_valid(rd_req_valid[0]), .rd_req_ready(rd_req_ready[0]),
+    .rd_req_addr(rd_req_addr[0 +: 64]), .rd_req_len(rd_req_len[0 +: 13]),
+    .rd_req_tag(rd_req_tag[0 +: 6]),
     .rd_cpl_valid(rd_cpl_valid[0]), .rd_cpl_ready(rd_cpl_ready[0]),
     .rd_cpl_tag(rd_cpl_tag[0 +: 6]), .rd_cpl_data(rd_cpl_data[0 +: DATA_WIDTH]),
     .rd_cpl_last(rd_cpl_last[0]), .rd_cpl_err(rd_cpl_err[0]),
@@ -177,8 +178,9 @@ dma_axi_port #(
     .DATA_WIDTH(DATA_WIDTH), .ADDR_WIDTH(CARD_ADDR_WIDTH), .TAG_WIDTH(6), .LEN_WIDTH(13)
 ) card_port (
     .clk(clk), .rst(rst),
-    .rd_req_valid(rd_req_valid[1]), .rd_req_ready(rd_req_ready[1]), .rd_req_addr(rd_req_addr),
-    .rd_req_len(rd_req_len), .rd_req_tag(rd_req_tag),
+    .rd_req_valid(rd_req_valid[1]), .rd_req_ready(rd_req_ready[1]),
+    .rd_req_addr(rd_req_addr[64 +: 64]), .rd_req_len(rd_req_len[13 +: 13]),
+    .rd_req_tag(rd_req_tag[6 +: 6]),
     .rd_cpl_valid(rd_cpl_valid[1]), .rd_cpl_ready(rd_cpl_ready[1]),
     .rd_cpl_tag(rd_cpl_tag[6 +: 6]), .rd_cpl_data(rd_cpl_data[DATA_WIDTH +: DATA_WIDTH]),
     .rd_cpl_last(rd_cpl_last[1]), .rd_cpl_err(rd_cpl_err[1]),

@@ -46,8 +46,14 @@ class LiveLimits(HostPortMonitor):
         self.dut = dut
 
     def _burst(self, kind, addr, beats, written) -> None:
-        self.mps = int(self.dut.regs.mps.value)
-        self.mrrs = int(self.dut.regs.mrrs.value)
+        # the limits the engine latched for the running chain; a chain refused for BAD_CONFIG
+        # still writes its status back, and then only the 4 KiB rule applies
+        def valid(v: int) -> bool:
+            return 128 <= v <= 4096 and v & (v - 1) == 0
+        mps = int(self.dut.dma.engine.mps.value)
+        mrrs = int(self.dut.dma.engine.mrrs.value)
+        self.mps = mps if valid(mps) else 4096
+        self.mrrs = mrrs if valid(mrrs) else 4096
         super()._burst(kind, addr, beats, written)
 
 
