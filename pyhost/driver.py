@@ -276,7 +276,7 @@ class PcieDriver:
         self._owned = [*self._pools.values(), self._wb_page]
 
         for ch in Channel:
-            self._wr(regs.channel_reg(ch, "CTRL"), _CTRL["RESET"].mask)
+            self.reset_channel(ch)    # a previous user may have left a chain running
         self._wr(regs.offset("IRQ_STATUS"), _IRQ_ALL)    # W1C: drop anything stale
         self._wr(regs.offset("IRQ_MASK"), _IRQ_ALL)
 
@@ -424,10 +424,32 @@ class PcieDriver:
             self._run_chain(ch, arr, 0, describe, sum(d.length for d in descriptors))
 
     def reset_channel(self, ch: Channel) -> None:
-        """RESET the channel (aborting a running chain) and clear its interrupt bits."""
+        """RESET the channel (aborting a running chain) and clear its interrupt bits.
+
+        An abort drains the requests in flight before the channel goes idle and raises its ERR
+        interrupt, so the bits are cleared only after that, or a stale ERR bit would greet the
+        next chain. The waits poll STATUS and IRQ_STATUS; they only happen after an abort.
+        """
         ch = Channel(ch)
         with self._lock:
             self._wr(regs.channel_reg(ch, "CTRL"), _CTRL["RESET"].mask)
+            deadline = time.monotonic() + self.timeout_s
+            status = self._rd(regs.channel_reg(ch, "STATUS"))
+            while status & _STATUS["BUSY"].mask:
+                if time.monotonic() > deadline:
+                    raise DmaProtocolError(
+                        f"{ch.name} is still BUSY {self.timeout_s} s after RESET (STATUS "
+                        f"{describe_status(status)}); the card does not drain an aborted chain")
+                status = self._rd(regs.channel_reg(ch, "STATUS"))
+            _, err_bit = _irq_bits(ch)
+            if _field(status, _STATUS["ERR_CODE"]) == DmaError.ABORTED:
+                # This RESET aborted a chain (an idle RESET clears the code): its ERR bit
+                # follows BUSY = 0 by a cycle or so.
+                while not self._rd(regs.offset("IRQ_STATUS")) & err_bit:
+                    if time.monotonic() > deadline:
+                        raise DmaProtocolError(
+                            f"{ch.name} reads ABORTED after RESET but IRQ_STATUS never showed "
+                            f"{ch.name}_ERR")
             self._wr(regs.offset("IRQ_STATUS"), sum(_irq_bits(ch)))
 
     # --- internals ----------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from pyhost.driver import (
     RawDescriptor,
     RequestLimitError,
 )
-from pyhost.model_card import ModelCard, irq_done_bit
+from pyhost.model_card import ModelCard, irq_done_bit, status_word
 from pyhost.spec import regs
 from pyhost.spec.regs import Channel, DmaError
 from tb.card import driver_program as program
@@ -364,6 +364,48 @@ def test_error_resets_the_channel() -> None:
     assert card.resets == 1
     assert card.mmio_read(regs.channel_reg(C2C, "STATUS")) == 0
     assert card.mmio_read(regs.offset("IRQ_STATUS")) == 0
+
+
+class SlowAbortCard(ModelCard):
+    """An abort that takes `drain` STATUS reads to finish, like an engine draining reads."""
+
+    drain = 3
+    _pending_abort: Channel | None = None
+
+    def _reset_channel(self, ch: Channel) -> None:
+        if self._ch[ch].busy and self.drain:
+            self._pending_abort, self._left = ch, self.drain
+        else:
+            super()._reset_channel(ch)
+
+    def mmio_read(self, offset: int) -> int:
+        ch = self._pending_abort
+        if ch is not None and offset == regs.channel_reg(ch, "STATUS"):
+            self._left -= 1
+            if self._left < 0:
+                self._pending_abort = None
+                super()._reset_channel(ch)
+        return super().mmio_read(offset)
+
+
+def test_reset_waits_for_the_abort_to_drain() -> None:
+    """After a timeout the driver waits until the aborted channel is idle and its ERR bit has
+    come, then clears it; a card that never drains is a protocol error, not a hang."""
+    card, drv = make(SlowAbortCard, timeout_s=0.05)
+    for drain, ok in ((3, True), (10**9, False)):
+        card.drain = drain
+        if not ok:
+            drv.timeout_s = 0.05
+        loop = drv.descriptor_pool(H2C).address
+        buf = card.host.alloc(64)
+        expected = DmaTimeout if ok else DmaProtocolError
+        with pytest.raises(expected):
+            drv.run_raw(H2C, [RawDescriptor(8, buf.address, 0, stop=False, next=loop)])
+        if ok:
+            assert card.mmio_read(regs.offset("IRQ_STATUS")) == 0
+            assert card.mmio_read(regs.channel_reg(H2C, "STATUS")) == status_word(
+                error=True, code=DmaError.ABORTED)
+            drv.write_data(buf, 64, 0)
 
 
 def test_argument_errors() -> None:
