@@ -1,4 +1,5 @@
-"""Exception classes of the compiler: one per stage, each message says what was wrong and what to do.
+"""Exception classes of the compiler: one per stage; each message says what was wrong and what to
+do.
 
 Every error the compiler raises on purpose derives from :class:`CompilerError`, so a caller (the
 CLI, a test, the runtime) can catch the family and still tell the stages apart.

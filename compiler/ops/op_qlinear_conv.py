@@ -10,7 +10,6 @@ import numpy as np
 
 from compiler.ops.base import OpDef, TensorType, Types, Values, need
 from compiler.ops.op_conv import Conv, conv_nd
-from compiler.ops.op_quantize_linear import per_axis
 from compiler.xir import Op
 
 

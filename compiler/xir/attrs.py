@@ -55,8 +55,10 @@ def normalize_value(value: Any, where: str) -> Any:
 def values_equal(a: Any, b: Any) -> bool:
     """Deep equality that treats arrays as equal when dtype, shape and every element match."""
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype
-                and a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")))
+        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
+            return False
+        return (a.dtype == b.dtype and a.shape == b.shape
+                and bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")))
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(values_equal(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict) and isinstance(b, dict):

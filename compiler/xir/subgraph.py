@@ -90,7 +90,10 @@ class Subgraph:
         return len(self._children or ())
 
     def is_child(self, sub: Subgraph) -> bool:
-        return sub.parent is self and self._children is not None and sub in self._child_set()
+        """Whether ``sub`` is currently one of this subgraph's children."""
+        if sub.parent is not self or self._child_of is None or not sub.ops:
+            return False
+        return self._child_of.get(next(iter(sub.ops))) is sub
 
     def child_of(self, op: Op) -> Subgraph:
         """The child that holds ``op``."""
@@ -115,14 +118,21 @@ class Subgraph:
             self._ops = frozenset(self.graph.ops)  # the root's op set is fixed from now on
         return set(children)
 
-    def merge_children(self, subgraphs: Iterable[Subgraph]) -> Subgraph:
-        """Merge some children of this subgraph into one; refuses a merge that makes a cycle."""
+    def merge_children(self, subgraphs: Iterable[Subgraph],
+                       into: Subgraph | None = None) -> Subgraph:
+        """Merge some children of this subgraph into one; refuses a merge that makes a cycle.
+
+        The result is a new child named ``subgraph_<first op>`` without attributes, unless
+        ``into`` (one of ``subgraphs``) is given: then that child grows and keeps its name and
+        attributes.
+        """
         group = list(dict.fromkeys(subgraphs))
+        if into is not None and into not in group:
+            group.append(into)
         if not group:
             raise XirError(f"merge_children on {self.name!r}: nothing to merge")
-        members = self._child_set()
         for s in group:
-            if s not in members:
+            if not self.is_child(s):
                 raise XirError(f"merge_children on {self.name!r}: {s.name!r} is not one of its "
                                "children (merge only siblings, and only current ones)")
             if s._children is not None:
@@ -137,10 +147,15 @@ class Subgraph:
                            "subgraphs (a path leaves the group and comes back); use "
                            "merge_subgraph(), which merges only as far as is legal")
         ops = frozenset().union(*(s.ops for s in group))
-        pos = self.graph.topo_position
-        first = min(ops, key=pos)
-        name = self._unique_child_name(f"subgraph_{first.name}", exclude=group)
-        merged = Subgraph(self.graph, name, self, ops)
+        if into is not None:
+            merged = into
+            merged._ops = ops
+        else:
+            # name it after its first real op; a weight constant is a poor name for a subgraph
+            named = [o for o in ops if o.type != "const"] or list(ops)
+            first = min(named, key=self.graph.topo_position)
+            name = self._unique_child_name(f"subgraph_{first.name}", exclude=group)
+            merged = Subgraph(self.graph, name, self, ops)
         gone = set(group)
         assert self._children is not None and self._child_of is not None
         at = min(i for i, c in enumerate(self._children) if c in gone)
@@ -150,11 +165,39 @@ class Subgraph:
         for op in ops:
             self._child_of[op] = merged
         for s in group:
-            s.parent = None  # a merged-away subgraph no longer belongs to the tree
+            if s is not merged:
+                s.parent = None  # a merged-away subgraph no longer belongs to the tree
         return merged
 
-    def _child_set(self) -> set[Subgraph]:
-        return set(self._children or ())
+    def _restore_children(self, groups: list[tuple[str, frozenset[Op]]]) -> list[Subgraph]:
+        """Give this leaf exactly these children (used when loading an .xmodel)."""
+        if self._children is not None:
+            raise XirError(f"subgraph {self.name!r} already has children")
+        mine = self.ops
+        child_of: dict[Op, Subgraph] = {}
+        children = []
+        for name, ops in groups:
+            if not ops:
+                raise XirError(f"child {name!r} of {self.name!r} has no ops")
+            child = Subgraph(self.graph, name, self, ops)
+            for op in ops:
+                if op not in mine:
+                    raise XirError(f"child {name!r} holds {op.name!r}, which is not in its "
+                                   f"parent {self.name!r}")
+                if op in child_of:
+                    raise XirError(f"op {op.name!r} is in both {child_of[op].name!r} and "
+                                   f"{name!r}")
+                child_of[op] = child
+            children.append(child)
+        if len(child_of) != len(mine):
+            lost = sorted(op.name for op in mine if op not in child_of)[:5]
+            raise XirError(f"the children of {self.name!r} do not cover {lost}")
+        self._children = children
+        self._child_of = child_of
+        if self._ops is None:
+            self._ops = frozenset(self.graph.ops)
+        self.children_topological_sort()  # raises on a cycle between children
+        return children
 
     def _unique_child_name(self, base: str, exclude: Iterable[Subgraph] = ()) -> str:
         skip = set(exclude)

@@ -1,0 +1,87 @@
+"""Calibration: run the float graph on sample inputs and record every activation's range."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import numpy as np
+
+from compiler.errors import QuantizationError
+from compiler.options import QuantizeOptions
+from compiler.runtime.cpu import CpuRunner
+from compiler.xir import Graph, Tensor
+
+
+def calibration_samples(graph: Graph, opts: QuantizeOptions) -> list[dict[str, np.ndarray]]:
+    """The sample inputs the options ask for (seeded random normals, or an .npz file)."""
+    inputs = graph.inputs
+    if opts.calibration == "random":
+        rng = np.random.default_rng(opts.seed)
+        samples = []
+        for _ in range(opts.samples):
+            feed = {}
+            for op in inputs:
+                if np.dtype(op.output.dtype).kind != "f":
+                    raise QuantizationError(
+                        f"input {op.name!r} is {op.output.dtype}; random calibration makes "
+                        "float inputs only; give real samples as an .npz file")
+                feed[op.name] = rng.standard_normal(op.output.shape).astype(op.output.dtype)
+            samples.append(feed)
+        return samples
+    path = Path(opts.calibration)
+    if not path.is_file():
+        raise QuantizationError(f"calibration file {str(path)!r} does not exist; give an .npz "
+                                'with one array per input, or "random"')
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {}
+        for op in inputs:
+            if op.name not in data:
+                raise QuantizationError(f"calibration file {str(path)!r} has no array for "
+                                        f"input {op.name!r} (it has {sorted(data.files)})")
+            a = data[op.name]
+            shape = op.output.shape
+            if a.shape == shape:
+                a = a[None]
+            if a.shape[1:] != shape:
+                raise QuantizationError(f"calibration array {op.name!r} is {a.shape}; expected "
+                                        f"(samples, *{shape})")
+            arrays[op.name] = a.astype(op.output.dtype)
+    count = min(min(a.shape[0] for a in arrays.values()), opts.samples)
+    return [{k: v[i] for k, v in arrays.items()} for i in range(count)]
+
+
+def collect_ranges(graph: Graph, samples: Iterable[Mapping[str, np.ndarray]],
+                   method: str = "minmax", percentile: float = 99.99
+                   ) -> dict[Tensor, tuple[float, float]]:
+    """(lo, hi) of every float tensor the graph computes (model inputs included).
+
+    ``minmax`` takes the extremes over all samples; ``percentile`` takes, per sample, the
+    ``percentile``-th and (100 - ``percentile``)-th percentiles and averages them over samples,
+    which ignores rare outliers.
+    """
+    per: dict[Tensor, list[tuple[float, float]]] = {}
+
+    def observe(t: Tensor, v: np.ndarray) -> None:
+        if v.dtype.kind != "f" or v.size == 0:
+            return
+        if method == "minmax":
+            lo, hi = float(v.min()), float(v.max())
+        else:
+            lo, hi = (float(x) for x in np.percentile(v, [100 - percentile, percentile]))
+        per.setdefault(t, []).append((lo, hi))
+
+    runner = CpuRunner(graph.root_subgraph, observer=observe)
+    n = 0
+    for feed in samples:
+        runner.run(feed)
+        n += 1
+    if n == 0:
+        raise QuantizationError("calibration needs at least one sample")
+    out = {}
+    for t, rs in per.items():
+        if method == "minmax":
+            out[t] = (min(r[0] for r in rs), max(r[1] for r in rs))
+        else:
+            out[t] = (float(np.mean([r[0] for r in rs])), float(np.mean([r[1] for r in rs])))
+    return out

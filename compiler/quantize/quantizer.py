@@ -1,0 +1,149 @@
+"""Post-training int8 quantization of a float graph, as attributes an integer accelerator uses.
+
+After calibration every float activation tensor gets ``attrs["quant"] = {"dtype": "int8",
+"scale", "zero_point"}`` (per tensor; asymmetric unless symmetric_activations). Ops whose scale
+cannot change (MaxPool, Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Identity) pass their
+input's parameters to their output, so a device needs no requantization there.
+
+Conv, Gemm and MatMul with a constant weight get ``attrs["quant"]`` with: int8 ``weight``
+(per output channel symmetric, [-127, 127]) and float32 ``weight_scale``, ``weight_axis``,
+int32 ``bias`` = round(b / (s_in * s_w)), int32 ``bias_corrected`` = bias - zp_in * sum(w_q)
+(so the datapath may pad with zp_in and skip the zero-point subtraction), and per-channel int32
+``multiplier`` / ``shift`` for M = s_in * s_w / s_out (see :mod:`compiler.quantize.requant`),
+plus the input and output scales and zero points. Add and Sum of two or more tensors get
+per-input multipliers and shifts (M_i = s_i / s_out). A device that fuses an activation into a
+Conv recomputes the requantization against the activation's output with :func:`requant_params`.
+The float graph itself is unchanged, so the CPU path still computes in float.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from compiler.errors import QuantizationError
+from compiler.options import QuantizeOptions
+from compiler.quantize.calibrate import calibration_samples, collect_ranges
+from compiler.quantize.params import ActQuant, activation_params, weight_params
+from compiler.quantize.requant import quantize_multipliers
+from compiler.xir import CONST, Graph, Op, Tensor
+
+SCALE_PRESERVING = frozenset({"MaxPool", "Reshape", "Flatten", "Transpose", "Squeeze",
+                              "Unsqueeze", "Identity", "Dropout"})
+SCHEME = {
+    "activations": "int8 per tensor, real = scale * (q - zero_point)",
+    "weights": "int8 per output channel, symmetric [-127, 127]",
+    "bias": "int32, scale s_in * s_w",
+    "requant": "int32 multiplier m and right shift s: (acc * m + 2**(s-1)) >> s, half up",
+}
+
+
+def requant_params(s_in: float, s_w: np.ndarray, s_out: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel (multiplier, shift) for M = s_in * s_w / s_out."""
+    m = float(s_in) * np.asarray(s_w, np.float64) / float(s_out)
+    return quantize_multipliers(m)
+
+
+def tensor_quant(t: Tensor) -> ActQuant | None:
+    q = t.attrs.get("quant")
+    return ActQuant.from_attr(q) if isinstance(q, dict) else None
+
+
+def quantize_graph(graph: Graph, opts: QuantizeOptions) -> dict[str, Any]:
+    """Calibrate on the options' samples and annotate ``graph``; returns a small report."""
+    samples = calibration_samples(graph, opts)
+    ranges = collect_ranges(graph, samples, opts.method, opts.percentile)
+    params: dict[Tensor, ActQuant] = {}
+    for op in graph.topological_sort():
+        t = op.output
+        if op.type == CONST or t not in ranges:
+            continue
+        src = op.input_tensors()[0] if op.type in SCALE_PRESERVING and op.input_tensors() else None
+        if src is not None and src in params:
+            params[t] = params[src]
+        else:
+            params[t] = activation_params(*ranges[t], opts.symmetric_activations)
+    for t, p in params.items():
+        t.attrs["quant"] = p.to_attr()
+    counts: dict[str, int] = {}
+    for op in graph.topological_sort():
+        done = False
+        if op.type in ("Conv", "Gemm", "MatMul"):
+            done = _quantize_linear_op(op, params)
+        elif op.type in ("Add", "Sum"):
+            done = _quantize_add(op, params)
+        if done:
+            counts[op.type] = counts.get(op.type, 0) + 1
+    graph.attrs["quantization"] = dict(SCHEME)
+    return {"samples": len(samples), "calibration": opts.calibration, "method": opts.method,
+            "tensors": len(params), "ops": dict(sorted(counts.items()))}
+
+
+def _const(t: Tensor | None) -> np.ndarray | None:
+    return t.producer.attrs["data"] if t is not None and t.producer.type == CONST else None
+
+
+def _quantize_linear_op(op: Op, params: dict[Tensor, ActQuant]) -> bool:
+    x = op.input_tensors()[0]
+    w_arg = {"Conv": "W", "Gemm": "B", "MatMul": "B"}[op.type]
+    ws = op.input_tensors(w_arg)
+    w = _const(ws[0]) if ws else None
+    qi, qo = params.get(x), params.get(op.output)
+    if w is None or qi is None or qo is None or w.dtype.kind != "f":
+        return False
+    if op.type == "Conv":
+        axis = 0
+        bias_t = op.input_tensors("B")
+        bias = _const(bias_t[0]) if bias_t else np.zeros(w.shape[0])
+        alpha = 1.0
+    else:
+        if w.ndim != 2 or (op.type == "Gemm" and op.attrs.get("transA", 0)):
+            return False
+        axis = 0 if op.type == "Gemm" and op.attrs.get("transB", 0) else 1
+        n = w.shape[axis]
+        alpha = float(op.attrs.get("alpha", 1.0)) if op.type == "Gemm" else 1.0
+        c_t = op.input_tensors("C") if op.type == "Gemm" else []
+        c = _const(c_t[0]) if c_t else None
+        if c_t and (c is None or c.size not in (1, n)):
+            return False  # a bias that is not a constant vector stays a float op
+        beta = float(op.attrs.get("beta", 1.0)) if op.type == "Gemm" else 1.0
+        bias = (np.broadcast_to(np.asarray(c, np.float64).reshape(-1), (n,)) * beta
+                if c is not None else np.zeros(n))
+    if bias is None:
+        return False
+    w_q, s_w = weight_params(w * alpha if alpha != 1.0 else w, axis)
+    s_acc = qi.scale * s_w.astype(np.float64)
+    b_q = np.rint(np.asarray(bias, np.float64) / s_acc)
+    if np.any(np.abs(b_q) > 2**31 - 1):
+        raise QuantizationError(f"op {op.name!r}: the quantized bias overflows int32; the "
+                                "input or weight scale is too small for this bias")
+    sum_axes = tuple(i for i in range(w_q.ndim) if i != axis)
+    w_sum = w_q.astype(np.int64).sum(axis=sum_axes)
+    corrected = b_q.astype(np.int64) - qi.zero_point * w_sum
+    mult, shift = requant_params(qi.scale, s_w, qo.scale)
+    op.attrs["quant"] = {
+        "weight": w_q, "weight_scale": s_w, "weight_axis": axis,
+        "bias": b_q.astype(np.int32),
+        "bias_corrected": np.clip(corrected, -(2**31), 2**31 - 1).astype(np.int32),
+        "multiplier": mult, "shift": shift,
+        "input_scale": qi.scale, "input_zero_point": qi.zero_point,
+        "output_scale": qo.scale, "output_zero_point": qo.zero_point,
+    }
+    return True
+
+
+def _quantize_add(op: Op, params: dict[Tensor, ActQuant]) -> bool:
+    ins = op.input_tensors()
+    qo = params.get(op.output)
+    qs = [params.get(t) for t in ins]
+    if qo is None or len(ins) < 2 or any(q is None for q in qs):
+        return False
+    ms = np.array([q.scale / qo.scale for q in qs if q is not None])
+    mult, shift = quantize_multipliers(ms)
+    op.attrs["quant"] = {
+        "input_multipliers": mult, "input_shifts": shift,
+        "input_zero_points": [q.zero_point for q in qs if q is not None],
+        "output_scale": qo.scale, "output_zero_point": qo.zero_point,
+    }
+    return True

@@ -1,0 +1,76 @@
+"""The CPU runner: executes a subgraph op by op with the numpy kernels of :mod:`compiler.ops`
+(onnx's reference evaluator for ops without one)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from compiler.errors import CompilerError, RunnerError
+from compiler.ops.base import describe
+from compiler.ops.infer import Kernel, op_kernel
+from compiler.runtime.runner import Runner
+from compiler.xir import CONST, DATA, Op, Subgraph, Tensor
+
+Observer = Callable[[Tensor, np.ndarray], None]
+
+
+class CpuRunner(Runner):
+    """Runs a CPU subgraph. ``observer(tensor, value)``, if given, sees every computed tensor
+    (calibration uses it)."""
+
+    def __init__(self, subgraph: Subgraph, options: Mapping[str, Any] | None = None,
+                 observer: Observer | None = None) -> None:
+        super().__init__(subgraph, options)
+        self.observer = observer
+        self.implementations: dict[str, str] = {}
+        order = subgraph.topological_sort()
+        self._steps: list[tuple[Op, Kernel | None, list[str | None]]] = []
+        for op in order:
+            if op.type in (DATA, CONST):
+                self._steps.append((op, None, []))
+                continue
+            kernel, impl = op_kernel(op)
+            self.implementations[op.name] = impl
+            names = [None if t is None else t.name for t in op.positional_inputs()]
+            self._steps.append((op, kernel, names))
+        # free each intermediate after its last reader, keeping the outputs
+        keep = {t.name for t in self._outputs}
+        last: dict[str, int] = {}
+        for i, (_, _, names) in enumerate(self._steps):
+            for n in names:
+                if n is not None:
+                    last[n] = i
+        self._free_after: list[list[str]] = [[] for _ in self._steps]
+        for n, i in last.items():
+            if n not in keep:
+                self._free_after[i].append(n)
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        env: dict[str, np.ndarray] = self.check_inputs(inputs)
+        for i, (op, kernel, names) in enumerate(self._steps):
+            if op.type == CONST:
+                env[op.name] = op.attrs["data"]
+            elif op.type == DATA:
+                pass  # fed through the inputs
+            else:
+                assert kernel is not None
+                try:
+                    y = kernel(*[None if n is None else env[n] for n in names])
+                except CompilerError:
+                    raise
+                except Exception as e:
+                    raise RunnerError(f"{describe(op)} failed on the CPU: "
+                                      f"{type(e).__name__}: {e}") from e
+                t = op.output
+                if y.shape != t.shape or y.dtype.name != t.dtype:
+                    raise RunnerError(f"{describe(op)}: kernel produced {y.shape}/{y.dtype}, "
+                                      f"the graph says {t.shape}/{t.dtype}")
+                env[op.name] = y
+            if self.observer is not None and op.type != CONST:
+                self.observer(op.output, env[op.name])
+            for n in self._free_after[i]:
+                env.pop(n, None)
+        return {t.name: env[t.name] for t in self._outputs}
