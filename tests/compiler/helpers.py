@@ -1,0 +1,133 @@
+"""Shared test helpers: small ONNX models, XIR graphs by hand, the onnx package's test data."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from compiler.xir import Graph, Op
+
+ONNX_DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
+LIGHT = sorted(p.stem.removeprefix("light_") for p in (ONNX_DATA / "light").glob("light_*.onnx"))
+
+
+def light_path(name: str) -> Path:
+    return ONNX_DATA / "light" / f"light_{name}.onnx"
+
+
+def add(g: Graph, name: str, op_type: str, *inputs: Op | str, arg: str | None = None,
+        **attrs: Any) -> Op:
+    """An op reading ``inputs`` through one (variadic) argument, for partition tests where op
+    semantics do not matter. ``arg`` defaults to ``X`` for one input and ``inputs`` otherwise."""
+    ops = [g.get_op(x) if isinstance(x, str) else x for x in inputs]
+    if not ops:
+        return g.create_op(name, op_type, attrs=attrs, shape=(1,))
+    a = arg or ("X" if len(ops) == 1 else "inputs")
+    return g.create_op(name, op_type, {a: ops}, attrs, shape=(1,))
+
+
+def dag(edges: Mapping[str, Sequence[str]], types: Mapping[str, str] | None = None) -> Graph:
+    """A graph from ``{op: [inputs]}`` (insertion order must be topological)."""
+    g = Graph("dag")
+    for name, ins in edges.items():
+        t = (types or {}).get(name, "data" if not ins else "Op")
+        add(g, name, t, *ins)
+    g.set_outputs([g.get_op(n) for n in edges if not g.get_op(n).fanout_ops])
+    return g
+
+
+def tensor_info(name: str, shape: Sequence[int], dtype: int = TensorProto.FLOAT
+                ) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, dtype, list(shape))
+
+
+def make_model(nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto],
+               outputs: list[onnx.ValueInfoProto], inits: Mapping[str, np.ndarray] | None = None,
+               opset: int = 18, name: str = "test") -> onnx.ModelProto:
+    g = helper.make_graph(nodes, name, inputs, outputs,
+                          initializer=[numpy_helper.from_array(np.asarray(v), k)
+                                       for k, v in (inits or {}).items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+
+
+def conv_net(seed: int = 0, channels: int = 8, with_bn: bool = True) -> onnx.ModelProto:
+    """Conv-BN-Relu, a residual Add, MaxPool, Gemm and Softmax: the ops the accelerator and the
+    softmax IP care about, with real (random) weights."""
+    rng = np.random.default_rng(seed)
+    c = channels
+    inits = {
+        "w1": rng.standard_normal((c, 3, 3, 3)).astype(np.float32) * 0.3,
+        "b1": rng.standard_normal(c).astype(np.float32) * 0.1,
+        "w2": rng.standard_normal((c, c, 3, 3)).astype(np.float32) * 0.2,
+        "b2": rng.standard_normal(c).astype(np.float32) * 0.1,
+        "fc": rng.standard_normal((10, c * 4 * 4)).astype(np.float32) * 0.1,
+        "fcb": rng.standard_normal(10).astype(np.float32) * 0.1,
+        "bn_s": rng.uniform(0.5, 1.5, c).astype(np.float32),
+        "bn_b": rng.standard_normal(c).astype(np.float32) * 0.1,
+        "bn_m": rng.standard_normal(c).astype(np.float32) * 0.1,
+        "bn_v": rng.uniform(0.5, 1.5, c).astype(np.float32),
+        "flat": np.array([1, -1], np.int64),
+    }
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1] * 4)]
+    if with_bn:
+        nodes.append(helper.make_node("BatchNormalization", ["c1", "bn_s", "bn_b", "bn_m",
+                                                             "bn_v"], ["n1"], name="bn1"))
+    else:
+        nodes.append(helper.make_node("Identity", ["c1"], ["n1"], name="id1"))
+    nodes += [
+        helper.make_node("Relu", ["n1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], name="conv2", pads=[1] * 4),
+        helper.make_node("Add", ["c2", "r1"], ["a2"], name="res"),
+        helper.make_node("Relu", ["a2"], ["r2"], name="relu2"),
+        helper.make_node("MaxPool", ["r2"], ["p2"], name="pool", kernel_shape=[2, 2],
+                         strides=[2, 2]),
+        helper.make_node("Reshape", ["p2", "flat"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "fc", "fcb"], ["logits"], name="fc", transB=1),
+        helper.make_node("Softmax", ["logits"], ["prob"], name="softmax"),
+    ]
+    return make_model(nodes, [tensor_info("x", [1, 3, 8, 8])],
+                      [tensor_info("prob", [1, 10])], inits, name="conv_net")
+
+
+def randomize_light(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
+    """Replace the light models' ConstantOfShape weight generators by random initializers.
+
+    Weights get He-style scaling; BatchNormalization scales and variances are drawn from
+    [0.5, 1.5] (a variance must stay positive) so that activations stay in a useful range.
+    """
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    rng = np.random.default_rng(seed)
+    g = m.graph
+    inits = {i.name: i for i in g.initializer}
+    role: dict[str, tuple[str, int]] = {}
+    for n in g.node:
+        for k, i in enumerate(n.input):
+            role.setdefault(i, (n.op_type, k))
+    new = []
+    for n in list(g.node):
+        if n.op_type != "ConstantOfShape" or n.input[0] not in inits:
+            continue
+        shape = tuple(int(d) for d in numpy_helper.to_array(inits[n.input[0]]))
+        op, k = role.get(n.output[0], ("", 0))
+        if op == "BatchNormalization" and k in (1, 4):
+            a = rng.uniform(0.5, 1.5, shape)
+        elif len(shape) > 1:
+            a = rng.standard_normal(shape) * np.sqrt(2.0 / np.prod(shape[1:]))
+        else:
+            a = rng.uniform(-0.1, 0.1, shape)
+        new.append(numpy_helper.from_array(a.astype(np.float32), n.output[0]))
+        g.node.remove(n)
+    g.initializer.extend(new)
+    m.ir_version = max(m.ir_version, 4)  # IR 3 wants every initializer listed as an input
+    return m
+
+
+def real_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    inits = {i.name for i in model.graph.initializer}
+    return [i for i in model.graph.input if i.name not in inits]
