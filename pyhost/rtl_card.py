@@ -14,24 +14,60 @@ from __future__ import annotations
 
 import logging
 
+import cocotb
 from cocotb.task import resume
 from cocotb.triggers import First, RisingEdge, Timer
-from cocotbext.axi import AxiLiteBus, AxiLiteMaster
+from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
 
 from pyhost.backend import CardBackend, HostMemory, check_mmio
 from tb.common.host_memory_axi import HostMemoryAxiSlave, HostMemoryConfig
+
+#: How much simulated time one wall-clock second of a caller's timeout stands for: about what
+#: Verilator simulates of the card in a second. A driver timeout of 10 s is then 1 ms of card
+#: time (400k cycles), and a check that expects a timeout after 0.5 s waits 50 us, not minutes.
+SIM_NS_PER_WALL_S = 100_000
+
+
+class _HostMemoryView:
+    """HostMemory seen as the byte container cocotbext-axi's AxiRam reads and writes."""
+
+    def __init__(self, host: HostMemory) -> None:
+        self.host = host
+
+    def __len__(self) -> int:
+        return self.host.end
+
+    def __getitem__(self, s: slice) -> bytes:
+        return self.host.read(s.start, s.stop - s.start)
+
+    def __setitem__(self, s: slice, data: bytes) -> None:
+        self.host.write(s.start, data)
 
 
 class RtlCard(CardBackend):
     """The card RTL (card_top) as a CardBackend. Construct it inside a cocotb test."""
 
     def __init__(self, dut, host: HostMemory | None = None,
-                 memory: HostMemoryConfig | None = None, irq_timeout_ns: int = 5_000_000) -> None:
+                 memory: HostMemoryConfig | None = None, irq_timeout_ns: int = 5_000_000,
+                 memory_model: str = "native") -> None:
+        """``memory_model``: "native" (HostMemoryAxiSlave: latency, reordering, errors) or
+        "axiram" (a plain cocotbext-axi AxiRam over the same HostMemory, for comparison)."""
         self.dut = dut
         self.host = host or HostMemory()
         self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
         logging.getLogger(f"cocotb.{dut._name}.s_axil").setLevel(logging.WARNING)
-        self.memory = HostMemoryAxiSlave(dut, "m_axi_host", self.host, memory)
+        self.memory: HostMemoryAxiSlave | None = None
+        self.axiram: AxiRam | None = None
+        if memory_model == "native":
+            self.memory = HostMemoryAxiSlave(dut, "m_axi_host", self.host, memory)
+        elif memory_model == "axiram":
+            self.axiram = AxiRam(AxiBus.from_prefix(dut, "m_axi_host"), dut.clk, dut.rst,
+                                 mem=_HostMemoryView(self.host))
+            logging.getLogger(f"cocotb.{dut._name}.m_axi_host").setLevel(logging.WARNING)
+        else:
+            raise ValueError(f"memory_model {memory_model!r}: expected 'native' or 'axiram'")
+        self._cycle = 0
+        cocotb.start_soon(self._count())
         #: simulated-time bound on one wait for the interrupt (a hung card fails, not hangs)
         self.irq_timeout_ns = irq_timeout_ns
         self.mmio_reads = 0
@@ -53,8 +89,13 @@ class RtlCard(CardBackend):
         await RisingEdge(self.dut.clk)
         return bool(int(irq.value))
 
+    async def _count(self) -> None:
+        while True:
+            await RisingEdge(self.dut.clk)
+            self._cycle += 1
+
     async def _cycles(self) -> int:
-        return self.memory.cycle
+        return self._cycle
 
     # -- CardBackend ----------------------------------------------------------------------------
     def mmio_read(self, offset: int) -> int:
@@ -68,15 +109,22 @@ class RtlCard(CardBackend):
         resume(self._write)(offset, value)
 
     def wait_irq(self, timeout_s: float) -> bool:
-        """Wait for the interrupt; the bound is simulated time (``irq_timeout_ns``), since a
-        simulation's wall-clock speed says nothing about the card."""
-        return resume(self._wait_irq)(self.irq_timeout_ns)
+        """Wait for the interrupt. The bound is simulated time, since the simulation's speed says
+        nothing about the card: ``timeout_s`` * SIM_NS_PER_WALL_S, at most ``irq_timeout_ns``."""
+        limit = min(self.irq_timeout_ns, max(1, int(timeout_s * SIM_NS_PER_WALL_S)))
+        return resume(self._wait_irq)(limit)
 
     def inject_host_error(self, start: int, end: int) -> None:
-        self.memory.inject_error(start, end)
+        if self.memory is None:
+            super().inject_host_error(start, end)
+        else:
+            self.memory.inject_error(start, end)
 
     def clear_host_errors(self) -> None:
-        self.memory.clear_errors()
+        if self.memory is None:
+            super().clear_host_errors()
+        else:
+            self.memory.clear_errors()
 
     def cycles(self) -> int:
         """Clock cycles simulated so far."""
