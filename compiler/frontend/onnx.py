@@ -187,7 +187,7 @@ class _Importer:
         self.tensors[vi.name] = self.graph.create_data(vi.name, shape, dtype).output
 
     def _const(self, name: str, data: np.ndarray) -> Tensor:
-        op = self.graph.create_const(name, np.ascontiguousarray(data))
+        op = self.graph.create_const(name, np.array(data, order="C", copy=None))
         self.tensors[name] = op.output
         return op.output
 

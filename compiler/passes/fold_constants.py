@@ -42,7 +42,7 @@ class FoldConstants(Pass):
             if any(t is not None and t.producer.type != CONST for t in ins):
                 continue
             xs = [None if t is None else t.producer.attrs["data"] for t in ins]
-            value = np.ascontiguousarray(evaluate(op, xs))
+            value = np.array(evaluate(op, xs), order="C", copy=None)
             graph.make_const(op, value)
             folded += 1
         return PassResult(folded, {"folded": folded})
