@@ -7,6 +7,7 @@ inputs, Softmax without 2-D coercion, ...). Then:
 - initializers and ``Constant`` nodes become ``const`` ops; graph inputs become ``data`` ops;
 - each node becomes one op of the same type (another domain: ``"<domain>.<OpType>"``), its inputs
   named by the ONNX schema's formal names (``Conv``: ``X``, ``W``, ``B``), attributes as values;
+- a pre-opset-7 PRelu with a (C,) slope (PyTorch's per-channel export) gets a (C, 1, ...) slope;
 - ``Split`` becomes one ``Slice`` per used output, since an XIR op has one output; other
   multi-output nodes are accepted when only their first output is used (Dropout's mask,
   MaxPool's indices, BatchNormalization's training outputs);
@@ -91,6 +92,8 @@ def _upgrade(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, np.ndar
     g.initializer.extend(keep)
     # IR 3 requires every initializer to be a graph input; from IR 4 on they need not be
     light.ir_version = max(light.ir_version, 4)
+    if version < 7:
+        _per_channel_prelu(light, detached)
     try:
         upgraded = version_converter.convert_version(light, CANONICAL_OPSET)
     except Exception as e:
@@ -98,6 +101,43 @@ def _upgrade(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, np.ndar
                             f"{CANONICAL_OPSET} with onnx's version converter: {e}; export it "
                             f"at opset {CANONICAL_OPSET} or newer") from None
     return upgraded, detached
+
+
+def _per_channel_prelu(model: onnx.ModelProto, detached: dict[str, np.ndarray]) -> None:
+    """Before opset 7, exporters (PyTorch, Caffe2) wrote PRelu's per-channel slope as a (C,)
+    vector; from opset 7 on it broadcasts numpy-style, which would apply it to the last axis.
+    Reshape such slopes to (C, 1, ..., 1) so that the upgraded model keeps its meaning."""
+    g = model.graph
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:  # without shapes there is nothing safe to do
+        return
+    ranks: dict[str, list[int]] = {}
+    for vi in [*inferred.input, *inferred.value_info, *inferred.output]:
+        if vi.type.tensor_type.HasField("shape"):
+            ranks[vi.name] = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+    inits = {i.name: i for i in g.initializer}
+    for node in g.node:
+        if node.op_type != "PRelu" or len(node.input) < 2:
+            continue
+        x, slope = node.input[0], node.input[1]
+        xs = ranks.get(x)
+        if not xs or len(xs) < 3:
+            continue
+        arr = detached.get(slope)
+        if arr is None and slope in inits:
+            arr = numpy_helper.to_array(inits[slope])
+        if arr is None or arr.ndim != 1 or arr.size != xs[1]:
+            continue
+        new = arr.reshape((arr.size,) + (1,) * (len(xs) - 2))
+        if slope in detached:
+            detached[slope] = new
+        else:
+            inits[slope].CopyFrom(numpy_helper.from_array(new, slope))
+        for vi in g.input:
+            if vi.name == slope:
+                vi.CopyFrom(helper.make_tensor_value_info(slope, vi.type.tensor_type.elem_type,
+                                                          list(new.shape)))
 
 
 def attribute_value(attr: AttributeProto, where: str) -> Any:

@@ -78,4 +78,5 @@ def evaluate(op: Op, xs: list[np.ndarray | None], values: Values | None = None) 
     """Run ``op`` once on concrete inputs (constant folding, value propagation)."""
     kernel, _ = op_kernel(op, [None if x is None else TensorType(x.shape, x.dtype.name)
                                for x in xs])
-    return np.asarray(kernel(*xs))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        return np.asarray(kernel(*xs))

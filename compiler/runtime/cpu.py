@@ -49,6 +49,12 @@ class CpuRunner(Runner):
                 self._free_after[i].append(n)
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        # IEEE results (NaN from sqrt(-1), inf from exp overflow) are the model's semantics,
+        # exactly as ONNX Runtime computes them; numpy's warnings about them are noise here
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+            return self._run(inputs)
+
+    def _run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         env: dict[str, np.ndarray] = self.check_inputs(inputs)
         for i, (op, kernel, names) in enumerate(self._steps):
             if op.type == CONST:

@@ -131,3 +131,34 @@ def randomize_light(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
 def real_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     inits = {i.name for i in model.graph.initializer}
     return [i for i in model.graph.input if i.name not in inits]
+
+
+def assert_graphs_equal(a: Graph, b: Graph) -> None:
+    """Everything an .xmodel stores: graph, ops, tensors, attributes, the subgraph tree."""
+    from compiler.xir import Subgraph, values_equal
+
+    assert a.name == b.name
+    assert values_equal(a.attrs.copy(), b.attrs.copy()), "graph attrs differ"
+    assert [op.name for op in a.topological_sort()] == [op.name for op in b.topological_sort()]
+    for x in a.ops:
+        y = b.get_op(x.name)
+        assert x.type == y.type, x.name
+        assert values_equal(x.attrs.copy(), y.attrs.copy()), f"attrs of {x.name} differ"
+        assert [(k, [t.name for t in v]) for k, v in x.inputs.items()] == \
+            [(k, [t.name for t in v]) for k, v in y.inputs.items()], x.name
+        assert (x.output.shape, x.output.dtype) == (y.output.shape, y.output.dtype), x.name
+        assert values_equal(x.output.attrs.copy(), y.output.attrs.copy()), x.name
+    assert [t.name for t in a.outputs] == [t.name for t in b.outputs]
+
+    def tree(s: Subgraph) -> Any:
+        return (s.name, sorted(op.name for op in s.ops),
+                [tree(c) for c in s.children_topological_sort()])
+
+    def attrs(s: Subgraph, t: Subgraph) -> None:
+        assert values_equal(s.attrs.copy(), t.attrs.copy()), f"attrs of {s.name} differ"
+        for c, d in zip(s.children_topological_sort(), t.children_topological_sort(),
+                        strict=True):
+            attrs(c, d)
+
+    assert tree(a.root_subgraph) == tree(b.root_subgraph)
+    attrs(a.root_subgraph, b.root_subgraph)
