@@ -1,0 +1,247 @@
+"""Card-memory allocator: best-fit placement with aligned starts, and compaction by moving down.
+
+The allocator only plans: it keeps the map of blocks (resident tensors) and holes in card memory
+and returns the moves a compaction needs; the manager turns them into card-to-card copies. Every
+move goes to a lower address (a block slides down into the hole below it), so a move never needs
+the driver's piecewise split for an overlapping move up, and the moves of one compaction, issued
+in ascending order, never read bytes an earlier move of the same compaction wrote.
+
+Alignment is a preference, never a reason to fail: a block starts at a multiple of `align` when
+the hole has room for that, otherwise at the hole's first byte, and compaction packs without
+padding when padding would leave the hole too small.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Move:
+    """Block `key` relocated from `src` to `dst` (< src); `copy` is False for an empty block."""
+
+    key: Hashable
+    src: int
+    size: int
+    dst: int
+    copy: bool
+
+
+class AllocatorInvariantError(AssertionError):
+    """The block / hole map is inconsistent (a bug in the allocator; see `check`)."""
+
+
+class CardAllocator:
+    """Blocks and holes of card memory [0, capacity)."""
+
+    def __init__(self, capacity: int, align: int = 64) -> None:
+        if capacity <= 0:
+            raise ValueError(f"card capacity must be positive, got {capacity}")
+        if align <= 0 or align & (align - 1):
+            raise ValueError(f"alignment must be a power of two, got {align}")
+        self.capacity = capacity
+        self.align = align
+        self.used = 0
+        self._bstarts: list[int] = []                    # block starts, sorted
+        self._blocks: dict[int, tuple[int, Hashable]] = {}   # start -> (size, key)
+        self._hstarts: list[int] = [0]                   # hole starts, sorted
+        self._holes: dict[int, int] = {0: capacity}      # start -> length
+        self._bysize: list[tuple[int, int]] = [(capacity, 0)]   # (length, start), sorted
+
+    # --- queries ------------------------------------------------------------------------------
+
+    @property
+    def free(self) -> int:
+        return self.capacity - self.used
+
+    def largest_hole(self) -> int:
+        return self._bysize[-1][0] if self._bysize else 0
+
+    def blocks(self) -> list[tuple[int, int, Hashable]]:
+        """(start, size, key) of every block, in address order."""
+        return [(s, *self._blocks[s]) for s in self._bstarts]
+
+    def holes(self) -> list[tuple[int, int]]:
+        return [(s, self._holes[s]) for s in self._hstarts]
+
+    # --- holes --------------------------------------------------------------------------------
+
+    def _add_hole(self, start: int, length: int) -> None:
+        if length <= 0:
+            return
+        bisect.insort(self._hstarts, start)
+        self._holes[start] = length
+        bisect.insort(self._bysize, (length, start))
+
+    def _del_hole(self, start: int) -> int:
+        length = self._holes.pop(start)
+        del self._hstarts[bisect.bisect_left(self._hstarts, start)]
+        del self._bysize[bisect.bisect_left(self._bysize, (length, start))]
+        return length
+
+    def _fit(self, start: int, length: int, size: int) -> int | None:
+        """Where a block of `size` goes in the hole: aligned if there is room, else its start."""
+        a = -(-start // self.align) * self.align
+        if a + size <= start + length:
+            return a
+        return start if size <= length else None
+
+    def _take(self, hole: int, at: int, size: int, key: Hashable) -> None:
+        length = self._del_hole(hole)
+        self._add_hole(hole, at - hole)
+        self._add_hole(at + size, hole + length - at - size)
+        bisect.insort(self._bstarts, at)
+        self._blocks[at] = (size, key)
+        self.used += size
+
+    # --- allocation ---------------------------------------------------------------------------
+
+    def alloc(self, size: int, key: Hashable) -> int | None:
+        """Best fit: the smallest hole that holds `size` (aligned if any such hole allows)."""
+        if size <= 0:
+            raise ValueError(f"block size must be positive, got {size}")
+        i = bisect.bisect_left(self._bysize, (size, -1))
+        fallback = None
+        for length, start in self._bysize[i:i + 8]:   # a few candidates for an aligned fit
+            at = self._fit(start, length, size)
+            if at is not None and at % self.align == 0:
+                self._take(start, at, size, key)
+                return at
+            if fallback is None:
+                fallback = start
+        if fallback is None:
+            return None
+        self._take(fallback, fallback, size, key)
+        return fallback
+
+    def alloc_run(self, sizes: Sequence[int], keys: Sequence[Hashable]) -> list[int] | None:
+        """Place blocks back to back in one hole (so one transfer can move them all), or None."""
+        total = sum(sizes)
+        i = bisect.bisect_left(self._bysize, (total, -1))
+        if i == len(self._bysize):
+            return None
+        length, start = self._bysize[i]
+        at = self._fit(start, length, total)
+        assert at is not None
+        out = []
+        for size, key in zip(sizes, keys, strict=True):
+            self._take(self._hole_at(at), at, size, key)
+            out.append(at)
+            at += size
+        return out
+
+    def _hole_at(self, addr: int) -> int:
+        """Start of the hole containing `addr`."""
+        i = bisect.bisect_right(self._hstarts, addr) - 1
+        start = self._hstarts[i]
+        assert start <= addr < start + self._holes[start]
+        return start
+
+    def free_block(self, start: int) -> None:
+        """Return a block to the holes, merging with its neighbours."""
+        size, _ = self._blocks.pop(start)
+        del self._bstarts[bisect.bisect_left(self._bstarts, start)]
+        self.used -= size
+        end = start + size
+        i = bisect.bisect_left(self._hstarts, start)
+        if i < len(self._hstarts) and self._hstarts[i] == end:
+            end += self._del_hole(end)
+        if i > 0:
+            prev = self._hstarts[i - 1]
+            if prev + self._holes[prev] == start:
+                start = prev
+                self._del_hole(prev)
+        self._add_hole(start, end - start)
+
+    # --- compaction ---------------------------------------------------------------------------
+
+    def compact_for(self, size: int, loaded: Callable[[Hashable], bool]) -> list[Move]:
+        """Slide blocks down so a hole of at least `size` bytes exists; the moves, in order.
+
+        The window is the address range, starting at a hole, whose holes add up to `size` and
+        whose blocks (those that hold data: `loaded(key)`) are the fewest bytes to copy. Inside it
+        every block slides down to the window's start, so its holes become one at its top.
+        """
+        if size > self.free:
+            raise ValueError(f"compaction cannot make a {size}-byte hole with {self.free} bytes "
+                             "free; evict first")
+        # Address-ordered segments: holes and blocks.
+        segs = sorted([(s, self._holes[s], None) for s in self._hstarts]
+                      + [(s, self._blocks[s][0], self._blocks[s][1]) for s in self._bstarts],
+                      key=lambda x: x[0])
+        n = len(segs)
+        free = np.zeros(n + 1, dtype=np.int64)
+        cost = np.zeros(n + 1, dtype=np.int64)
+        free[1:] = np.cumsum([ln if k is None else 0 for _, ln, k in segs])
+        cost[1:] = np.cumsum([ln if k is not None and loaded(k) else 0 for _, ln, k in segs])
+        hole_idx = np.array([i for i, (_, _, k) in enumerate(segs) if k is None], dtype=np.int64)
+        # For the window starting at hole j: the first segment k where holes j..k add up.
+        ends = np.searchsorted(free, free[hole_idx] + size, side="left") - 1
+        ok = ends < n
+        hole_idx, ends = hole_idx[ok], ends[ok]
+        costs = cost[ends + 1] - cost[hole_idx + 1]
+        best = int(np.argmin(costs))          # ties: the lowest window
+        j, k = int(hole_idx[best]), int(ends[best])
+        lo = segs[j][0]
+        hi = segs[k][0] + segs[k][1]
+        inside = [(s, ln, key) for s, ln, key in segs[j:k + 1] if key is not None]
+        moves = self._pack(lo, hi, inside, size, loaded)
+        assert self.largest_hole() >= size, "compaction left no hole large enough"
+        return moves
+
+    def _pack(self, lo: int, hi: int, inside: list[tuple[int, int, Hashable]], size: int,
+              loaded: Callable[[Hashable], bool]) -> list[Move]:
+        def layout(align: int) -> list[int]:
+            cur, out = lo, []
+            for s, ln, _ in inside:
+                a = -(-cur // align) * align
+                at = a if a <= s else s          # never move up; padding only if it fits
+                out.append(at)
+                cur = at + ln
+            return out
+        new = layout(self.align)
+        top = new[-1] + inside[-1][1] if inside else lo
+        if hi - top < size:
+            new = layout(1)
+        # Rebuild the window: drop its holes and blocks, then add them back packed.
+        for s in [h for h in self._hstarts if lo <= h < hi]:
+            self._del_hole(s)
+        moves = []
+        for (s, ln, key), at in zip(inside, new, strict=True):
+            del self._blocks[s]
+            del self._bstarts[bisect.bisect_left(self._bstarts, s)]
+            if at != s:
+                moves.append(Move(key, s, ln, at, loaded(key)))
+        cur = lo
+        for (_, ln, key), at in zip(inside, new, strict=True):
+            self._add_hole(cur, at - cur)
+            bisect.insort(self._bstarts, at)
+            self._blocks[at] = (ln, key)
+            cur = at + ln
+        self._add_hole(cur, hi - cur)
+        return moves
+
+    # --- checking -----------------------------------------------------------------------------
+
+    def check(self) -> None:
+        """Raise AllocatorInvariantError unless blocks and holes tile [0, capacity) exactly."""
+        segs = sorted([(s, self._holes[s], True) for s in self._hstarts]
+                      + [(s, self._blocks[s][0], False) for s in self._bstarts])
+        cur, prev_hole = 0, False
+        for s, ln, is_hole in segs:
+            if s != cur or ln <= 0:
+                raise AllocatorInvariantError(f"segment at {s:#x} (+{ln}) does not start at "
+                                              f"{cur:#x}: overlap or gap")
+            if is_hole and prev_hole:
+                raise AllocatorInvariantError(f"adjacent holes at {s:#x} were not merged")
+            cur, prev_hole = s + ln, is_hole
+        if cur != self.capacity:
+            raise AllocatorInvariantError(f"segments end at {cur:#x}, capacity {self.capacity:#x}")
+        if sorted(self._bysize) != self._bysize or len(self._bysize) != len(self._holes):
+            raise AllocatorInvariantError("size index out of step with the holes")
+        if self.used != sum(ln for ln, _ in self._blocks.values()):
+            raise AllocatorInvariantError("used bytes out of step with the blocks")

@@ -1,0 +1,216 @@
+"""How the manager moves bytes: batched, coalesced driver calls, counted in one place.
+
+`Transport` is the only code that calls the driver. It coalesces transfers that are adjacent on
+both sides into one, sends each direction's transfers of a manager call as one batched driver call
+(or, with batching off, one call per transfer, to measure what batching saves) and counts bytes,
+transfers, driver calls and the time spent in the driver. The real PcieDriver and `DryRunDriver`
+get exactly the same calls, so a dry run accounts exactly like a real one.
+
+`DryRunDriver` has PcieDriver's transfer interface and statistics without a card: it validates
+arguments and splits transfers into descriptors and chains with PcieDriver's own code, and moves
+no payload.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pyhost.driver import (
+    DEFAULT_CHUNK_BYTES,
+    DEFAULT_POOL_DESCRIPTORS,
+    DriverStats,
+    PcieDriver,
+)
+from pyhost.spec import regs
+from pyhost.spec.regs import Channel
+
+#: MMIO accesses PcieDriver makes per chain: DESC_LO/HI, WB_LO/HI, CTRL, IRQ_STATUS clear; and
+#: IRQ_STATUS, STATUS, COMPLETED. tests/memory checks DryRunDriver against the real driver.
+_MMIO_WRITES_PER_CHAIN = 6
+_MMIO_READS_PER_CHAIN = 3
+
+
+class Driver(Protocol):
+    """The part of PcieDriver the manager uses."""
+
+    mem_size: int
+    stats: DriverStats
+
+    def write_batch(self, transfers: Sequence[tuple[int, int, int]]) -> None: ...
+    def read_batch(self, transfers: Sequence[tuple[int, int, int]]) -> None: ...
+    def copy_batch(self, transfers: Sequence[tuple[int, int, int]]) -> None: ...
+    def write_data(self, host: int, size: int, card_addr: int) -> None: ...
+    def read_data(self, card_addr: int, size: int, host: int) -> None: ...
+    def copy_on_card(self, src: int, size: int, dst: int) -> None: ...
+
+
+class DryRunDriver:
+    """PcieDriver's transfer calls and DriverStats, without a card or payload."""
+
+    def __init__(self, mem_size: int, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                 pool_descriptors: int = DEFAULT_POOL_DESCRIPTORS) -> None:
+        if mem_size <= 0:
+            raise ValueError(f"card memory size must be positive, got {mem_size}")
+        self.mem_size = mem_size
+        self.chunk_bytes = chunk_bytes
+        self.pool_descriptors = pool_descriptors
+        self.stats = DriverStats()
+
+    # PcieDriver's argument checks and descriptor split, shared rather than copied.
+    _check_size = staticmethod(PcieDriver._check_size)
+    _check_card = PcieDriver._check_card
+    _split = PcieDriver._split
+
+    def write_batch(self, transfers: Sequence[tuple[int, int, int]]) -> None:
+        pieces = []
+        for i, (_, size, card) in enumerate(transfers):
+            size = self._check_size(size, i)
+            self._check_card(card, size, i, "destination")
+            pieces += self._split(0, card, size, i)
+        self._count(Channel.H2C, pieces)
+
+    def read_batch(self, transfers: Sequence[tuple[int, int, int]]) -> None:
+        pieces = []
+        for i, (card, size, _) in enumerate(transfers):
+            size = self._check_size(size, i)
+            self._check_card(card, size, i, "source")
+            pieces += self._split(card, 0, size, i)
+        self._count(Channel.C2H, pieces)
+
+    def copy_batch(self, transfers: Sequence[tuple[int, int, int]]) -> None:
+        pieces = []
+        for i, (src, size, dst) in enumerate(transfers):
+            size = self._check_size(size, i)
+            self._check_card(src, size, i, "source")
+            self._check_card(dst, size, i, "destination")
+            if src < dst < src + size:
+                raise NotImplementedError(
+                    "DryRunDriver does not model an overlapping move up (PcieDriver splits it "
+                    "into many descriptors); the memory manager never asks for one")
+            pieces += self._split(src, dst, size, i)
+        self._count(Channel.C2C, pieces)
+
+    def write_data(self, host: int, size: int, card_addr: int) -> None:
+        self.write_batch([(host, size, card_addr)])
+
+    def read_data(self, card_addr: int, size: int, host: int) -> None:
+        self.read_batch([(card_addr, size, host)])
+
+    def copy_on_card(self, src: int, size: int, dst: int) -> None:
+        self.copy_batch([(src, size, dst)])
+
+    def _count(self, ch: Channel, pieces: list) -> None:
+        s = self.stats
+        s.calls += 1
+        start = 0
+        while start < len(pieces):
+            end = min(len(pieces), start + self.pool_descriptors)
+            if ch == Channel.C2C:
+                end = PcieDriver._hazard_free_end(pieces, start, end)
+            s.descriptors += end - start
+            s.doorbells += 1
+            s.interrupts += 1
+            s.mmio_writes += _MMIO_WRITES_PER_CHAIN
+            s.mmio_reads += _MMIO_READS_PER_CHAIN
+            nbytes = sum(p.length for p in pieces[start:end])
+            setattr(s, f"bytes_{ch.name.lower()}", s.bytes(ch) + nbytes)
+            start = end
+
+
+assert regs.DESC_SIZE == 32   # the pool arithmetic above assumes PcieDriver's descriptor size
+
+
+@dataclass
+class TransportStats:
+    """What the manager asked the driver for."""
+
+    bytes_h2c: int = 0
+    bytes_c2h: int = 0
+    bytes_c2c: int = 0
+    transfers_h2c: int = 0     # tensor transfers before coalescing
+    transfers_c2h: int = 0
+    transfers_c2c: int = 0
+    descriptors_saved: int = 0  # transfers merged into a neighbour by coalescing
+    driver_calls: int = 0
+    driver_time_s: float = 0.0
+    calls_by_channel: dict[str, int] = field(default_factory=lambda: {c.name: 0 for c in Channel})
+
+
+class Transport:
+    """Batched, coalesced transfers through a driver, with accounting."""
+
+    def __init__(self, driver: Driver, *, batching: bool = True) -> None:
+        self.driver = driver
+        self.batching = batching
+        self.stats = TransportStats()
+
+    @staticmethod
+    def _coalesce(items: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int]]:
+        """(a, size, b, chunk) sorted by a; merge runs contiguous in a and b within one chunk."""
+        out: list[list[int]] = []
+        last_chunk = None
+        for a, n, b, chunk in items:
+            if out and chunk == last_chunk and out[-1][0] + out[-1][1] == a \
+                    and out[-1][2] + out[-1][1] == b:
+                out[-1][1] += n
+            else:
+                out.append([a, n, b])
+            last_chunk = chunk
+        return [(a, n, b) for a, n, b in out]
+
+    def upload(self, items: list[tuple[int, int, int, int]]) -> None:
+        """(host, size, card, host chunk) transfers host -> card."""
+        if not items:
+            return
+        st = self.stats
+        st.bytes_h2c += sum(n for _, n, _, _ in items)
+        st.transfers_h2c += len(items)
+        if self.batching:
+            merged = self._coalesce(sorted(items, key=lambda x: (x[3], x[0])))
+            st.descriptors_saved += len(items) - len(merged)
+            self._call(Channel.H2C, self.driver.write_batch, merged)
+        else:
+            for h, n, c, _ in items:
+                self._call(Channel.H2C, self.driver.write_batch, [(h, n, c)])
+
+    def download(self, items: list[tuple[int, int, int, int]]) -> None:
+        """(card, size, host, host chunk) transfers card -> host."""
+        if not items:
+            return
+        st = self.stats
+        st.bytes_c2h += sum(n for _, n, _, _ in items)
+        st.transfers_c2h += len(items)
+        if self.batching:
+            # coalesce on the host side (sorted by host address), keeping card adjacency
+            flipped = sorted(((h, n, c, k) for c, n, h, k in items), key=lambda x: (x[3], x[0]))
+            merged = [(c, n, h) for h, n, c in self._coalesce(flipped)]
+            st.descriptors_saved += len(items) - len(merged)
+            self._call(Channel.C2H, self.driver.read_batch, merged)
+        else:
+            for c, n, h, _ in items:
+                self._call(Channel.C2H, self.driver.read_batch, [(c, n, h)])
+
+    def move(self, items: list[tuple[int, int, int]]) -> None:
+        """(src, size, dst) card-to-card copies, in order (compaction)."""
+        if not items:
+            return
+        st = self.stats
+        st.bytes_c2c += sum(n for _, n, _ in items)
+        st.transfers_c2c += len(items)
+        if self.batching:
+            self._call(Channel.C2C, self.driver.copy_batch, list(items))
+        else:
+            for it in items:
+                self._call(Channel.C2C, self.driver.copy_batch, [it])
+
+    def _call(self, ch: Channel, fn, arg: list[tuple[int, int, int]]) -> None:
+        t0 = time.perf_counter()
+        try:
+            fn(arg)
+        finally:
+            self.stats.driver_time_s += time.perf_counter() - t0
+            self.stats.driver_calls += 1
+            self.stats.calls_by_channel[ch.name] += 1
