@@ -377,6 +377,7 @@ assign wr_dat_strb = wb_phase ? (wb_beat ? wb_pstrb[LB +: LB] : wb_pstrb[0 +: LB
                               : (s_go_dead ? {LB{1'b0}} : s_strb);
 assign wr_dat_last = wb_phase ? (wb_beat || !wb_two) : (s_left == 9'd1);
 wire s_take = !wb_phase && s_ready_data && wr_dat_ready[dst_port];
+wire s_load = wq_count != 0 && !wb_phase && (!s_active || (s_take && s_left == 9'd1));
 
 // Write completions: in order, one per request (or the write-back).
 wire a_valid = wr_cpl_valid[dst_port] && state != S_WB_CPL;
@@ -597,13 +598,8 @@ always @(posedge clk) begin
         aq_wp <= aq_wp + 1'b1;
     end
 
-    // --- write stage: stream beats
-    if (!s_active && wq_count != 0 && !wb_phase) begin
-        s_active <= 1'b1;
-        s_left <= wq_beats[wq_rp];
-        s_dead <= wq_dead[wq_rp];
-        wq_rp <= wq_rp + 1'b1;
-    end
+    // --- write stage: stream beats (the next request loads as the last beat of one goes out,
+    // so back-to-back requests stream without a bubble)
     if (s_take) begin
         s_left <= s_left - 9'd1;
         if (s_left == 9'd1) s_active <= 1'b0;
@@ -616,6 +612,12 @@ always @(posedge clk) begin
         end else if (s_b_in) begin
             free_abs <= s_abs0 + 1'b1;
         end
+    end
+    if (s_load) begin
+        s_active <= 1'b1;
+        s_left <= wq_beats[wq_rp];
+        s_dead <= wq_dead[wq_rp];
+        wq_rp <= wq_rp + 1'b1;
     end
 
     // --- write completions
@@ -643,7 +645,7 @@ always @(posedge clk) begin
     j_icount <= j_icount + {2'd0, job_start && d_code == `DMA_ERR_NONE && !d_src_bad && !d_dst_bad}
                 - {2'd0, w_take && w_last_req};
     df_count <= df_count + {1'b0, h_cpl_desc && f_last_beat && !stopping} - {1'b0, job_start};
-    wq_count <= wq_count + {{WB{1'b0}}, w_take} - {{WB{1'b0}}, !s_active && wq_count != 0 && !wb_phase};
+    wq_count <= wq_count + {{WB{1'b0}}, w_take} - {{WB{1'b0}}, s_load};
     aq_count <= aq_count + {{WB{1'b0}}, w_take} - {{WB{1'b0}}, a_valid};
 
     if (state == S_IDLE) begin
