@@ -1,0 +1,264 @@
+"""A lower bound on the bytes any memory manager must move for a trace: the interval LP.
+
+Model (docs/memory-manager.md has the derivation). Steps are the trace's need calls. Between two
+consecutive needs a and b of a tensor (with no host write in between) lies a *reuse interval*;
+a manager either keeps the tensor on the card for the whole interval or drops it at some point,
+and then pays the reload (its size) at b, plus one write-back per dirty version that is dropped
+while its bytes are still needed. Every other transfer is compulsory: the first upload of each
+host-written version, and the write-back of every card-updated version the host reads.
+
+    minimise   sum_i s_i d_i + sum_v s_v y_v                       (+ compulsory bytes)
+    subject to sum_{i spans k} s_i (1 - d_i) + need_k <= C         for every step k
+               y_v >= d_i                                          for i in version v
+               0 <= d_i, y_v <= 1
+
+where `i spans k` means a < k < b, need_k is the bytes of the distinct tensors of step k and v
+ranges over dirty versions that the host never reads. With d, y integer this is the exact
+optimum over managers that move whole tensors (`interval_milp`); the LP relaxation
+(`lower_bound`, HiGHS through scipy) is a lower bound on it. `exact_optimum` finds the optimum
+by exhaustive search for small traces, to test both.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from functools import cache
+
+import numpy as np
+from scipy import sparse
+from scipy.optimize import Bounds, LinearConstraint, linprog, milp
+
+from pyhost.memory.trace import Trace
+
+
+class BoundError(ValueError):
+    """The trace cannot run at this capacity (one need call is larger), or the solver failed."""
+
+
+@dataclass
+class IntervalModel:
+    """The trace reduced to reuse intervals; sizes are card bytes."""
+
+    steps: int
+    need_bytes: np.ndarray                 # per step
+    compulsory: int                        # bytes every manager moves
+    start: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))   # interval a
+    end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))     # interval b
+    size: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    version: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # -1: clean
+    version_size: dict[int, int] = field(default_factory=dict)   # unread dirty versions
+
+
+def interval_model(trace: Trace, card_sizes: dict[int, int] | None = None) -> IntervalModel:
+    """Reuse intervals, versions and compulsory bytes of `trace` (card_sizes: encoded sizes)."""
+    sizes = dict(trace.sizes())
+    if card_sizes:
+        sizes.update(card_sizes)
+    prev: dict[int, int] = {}            # tensor -> step of its previous need (chain intact)
+    content: set[int] = set()            # tensors whose bytes matter (written or updated)
+    dirty: dict[int, int] = {}           # tensor -> its current unread card version
+    read_versions: set[int] = set()
+    vsize: dict[int, int] = {}
+    starts, ends, isz, iver, need_bytes = [], [], [], [], []
+    compulsory = 0
+    nver = 0
+    step = -1
+    for op, t, size, _ in trace.records:
+        if op == "need":
+            step += 1
+            ids = dict.fromkeys(t)
+            need_bytes.append(sum(sizes[x] for x in ids))
+            for x in ids:
+                if not sizes[x]:
+                    continue
+                p = prev.get(x)
+                if x not in content:
+                    pass                          # no bytes to keep yet: dropping is free
+                elif p is None:
+                    compulsory += sizes[x]
+                else:
+                    starts.append(p)
+                    ends.append(step)
+                    isz.append(sizes[x])
+                    iver.append(dirty.get(x, -1))
+                prev[x] = step
+        elif op == "updated":
+            content.add(t)
+            if sizes[t]:
+                dirty[t] = nver
+                vsize[nver] = sizes[t]
+                nver += 1
+        elif op == "write":
+            if size < trace.sizes()[t] and t in dirty:
+                read_versions.add(dirty[t])
+                compulsory += sizes[t]
+            content.add(t)
+            dirty.pop(t, None)
+            prev.pop(t, None)
+        elif op == "read":
+            if t in dirty:
+                v = dirty.pop(t)
+                read_versions.add(v)
+                compulsory += sizes[t]
+        elif op == "free":
+            prev.pop(t, None)
+            dirty.pop(t, None)
+            content.discard(t)
+        # "alloc" changes nothing on the card
+    ver = np.array(iver, dtype=np.int64)
+    if ver.size:
+        ver[np.isin(ver, list(read_versions))] = -1
+    used = set(ver[ver >= 0].tolist())
+    return IntervalModel(step + 1, np.array(need_bytes, dtype=np.int64), compulsory,
+                         np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64),
+                         np.array(isz, dtype=np.int64), ver,
+                         {v: vsize[v] for v in used})
+
+
+@dataclass(frozen=True)
+class BoundResult:
+    bound: float            # bytes: compulsory + solver objective
+    compulsory: int
+    variables: int
+    constraints: int
+    seconds: float
+    integer: bool
+
+
+def _program(m: IntervalModel, capacity: int):
+    """(c, A, lb, ub-rows, bounds, n_d) of the program in units of `capacity` bytes."""
+    if m.steps and int(m.need_bytes.max()) > capacity:
+        k = int(np.argmax(m.need_bytes))
+        raise BoundError(f"need call {k} needs {int(m.need_bytes[k])} bytes, more than the "
+                         f"capacity {capacity}: the trace cannot run")
+    long = np.flatnonzero(m.end - m.start >= 2)       # intervals that span at least one step
+    a, b = m.start[long], m.end[long]
+    s = m.size[long].astype(np.float64) / capacity
+    ver = m.version[long]
+    n_d = long.size
+    # occupancy of kept intervals per step: difference array over (a, b)
+    occ = np.zeros(m.steps + 1)
+    np.add.at(occ, a + 1, s)
+    np.add.at(occ, b, -s)
+    spanned = np.cumsum(occ)[:m.steps]
+    rhs = m.need_bytes / capacity + spanned - 1.0      # bytes that must be dropped at step k
+    steps = np.flatnonzero(rhs > 1e-12)
+    vers = sorted(set(ver[ver >= 0].tolist()))
+    vidx = {v: n_d + j for j, v in enumerate(vers)}
+    n = n_d + len(vers)
+    c = np.concatenate([s, np.array([m.version_size[v] / capacity for v in vers])])
+    # capacity rows: sum_{i spans k} s_i d_i >= rhs_k
+    rows, cols, vals = [], [], []
+    row_of = {int(k): r for r, k in enumerate(steps)}
+    lengths = b - a - 1
+    if n_d and steps.size:
+        rep = np.repeat(np.arange(n_d), lengths)
+        offs = np.arange(rep.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        ks = a[rep] + 1 + offs
+        keep = np.isin(ks, steps)
+        rows = [row_of[int(k)] for k in ks[keep]]
+        cols = rep[keep].tolist()
+        vals = s[rep[keep]].tolist()
+    ncap = steps.size
+    A_cap = sparse.csr_matrix((vals, (rows, cols)), shape=(ncap, n))
+    # version rows: y_v - d_i >= 0
+    dv = np.flatnonzero(ver >= 0)
+    A_ver = sparse.csr_matrix(
+        (np.concatenate([np.ones(dv.size), -np.ones(dv.size)]),
+         (np.concatenate([np.arange(dv.size)] * 2),
+          np.concatenate([[vidx[int(v)] for v in ver[dv]], dv]).astype(np.int64))),
+        shape=(dv.size, n))
+    A = sparse.vstack([A_cap, A_ver]).tocsr()
+    lb = np.concatenate([rhs[steps], np.zeros(dv.size)])
+    return c, A, lb, n_d, n
+
+
+def lower_bound(trace: Trace, capacity: int, *, integer: bool = False,
+                card_sizes: dict[int, int] | None = None,
+                time_limit: float | None = None) -> BoundResult:
+    """The interval LP bound (or, with integer=True, the MILP optimum) in bytes."""
+    t0 = time.perf_counter()
+    m = interval_model(trace, card_sizes)
+    c, A, lb, n_d, n = _program(m, capacity)
+    if n == 0 or A.shape[0] == 0:
+        return BoundResult(float(m.compulsory), m.compulsory, n, 0,
+                           time.perf_counter() - t0, integer)
+    if integer:
+        opts = {"time_limit": time_limit} if time_limit else {}
+        res = milp(c, constraints=LinearConstraint(A, lb, np.inf), integrality=np.ones(n),
+                   bounds=Bounds(0, 1), options=opts)
+        if res.x is None:
+            raise BoundError(f"MILP failed: {res.message}")
+        obj = float(res.fun)
+    else:
+        res = linprog(c, A_ub=-A, b_ub=-lb, bounds=(0, 1), method="highs")
+        if res.status != 0:
+            raise BoundError(f"LP failed: {res.message}")
+        obj = float(res.fun)
+    return BoundResult(m.compulsory + obj * capacity, m.compulsory, n, A.shape[0],
+                       time.perf_counter() - t0, integer)
+
+
+def exact_optimum(trace: Trace, capacity: int) -> int:
+    """The fewest bytes any whole-tensor manager moves, by exhaustive search (small traces only).
+
+    Independent of the interval model: it simulates residency and dirtiness call by call, lets
+    the manager evict any subset of resident tensors before each need, and knows the future (a
+    dirty tensor whose bytes are never needed again is dropped without a write-back).
+    """
+    recs = trace.records
+    sizes = trace.sizes()
+    n = len(recs)
+
+    def bytes_needed_later(t: int, i: int) -> bool:
+        for op, x, size, _ in recs[i + 1:]:
+            ids = x if op == "need" else (x,)
+            if t not in ids:
+                continue
+            if op in ("need", "read"):
+                return True
+            if op == "write":
+                return size < sizes[t]
+            if op == "free":
+                return False
+        return False
+
+    inf = float("inf")
+
+    @cache
+    def best(i: int, res: frozenset[int], dirty: frozenset[int], content: frozenset[int]
+             ) -> float:
+        if i == n:
+            return 0
+        op, t, size, _ = recs[i]
+        if op == "alloc":
+            return best(i + 1, res, dirty, content)
+        if op == "updated":
+            return best(i + 1, res, dirty | {t} if sizes[t] else dirty, content | {t})
+        if op == "read":
+            cost = sizes[t] if t in dirty else 0
+            return cost + best(i + 1, res, dirty - {t}, content)
+        if op == "write":
+            cost = sizes[t] if t in dirty and size < sizes[t] else 0
+            return cost + best(i + 1, res - {t}, dirty - {t}, content | {t})
+        if op == "free":
+            return best(i + 1, res - {t}, dirty - {t}, content - {t})
+        need = {x for x in t if sizes[x]}
+        load = sum(sizes[x] for x in need - res if x in content)
+        others = sorted(res - need)
+        out = inf
+        for mask in range(1 << len(others)):
+            evict = {others[j] for j in range(len(others)) if mask >> j & 1}
+            keep = res - evict
+            if sum(sizes[x] for x in keep | need) > capacity:
+                continue
+            wb = sum(sizes[x] for x in evict & dirty if bytes_needed_later(x, i))
+            out = min(out, load + wb + best(i + 1, frozenset(keep | need), dirty - evict,
+                                            content))
+        return out
+
+    r = best(0, frozenset(), frozenset(), frozenset())
+    if r == inf:
+        raise BoundError("the trace cannot run at this capacity")
+    return int(r)
