@@ -94,6 +94,8 @@ async def test_driver_program(dut, check: str) -> None:
     fn = next(c.fn for c in driver_program.ALL_CHECKS if c.name == check)
     await tb.host(fn, reduced=True)
     tb.monitor.check()
+    assert tb.card.memory.undefined_writes == 0, (
+        f"{tb.card.memory.undefined_writes} host write beats carried undefined (X) bytes")
     assert tb.monitor.bursts["read"] > 0 or check in ("check_card_info", "check_validation"), \
         "no host traffic seen by the monitor"
     if os.environ.get("CARD_TB_MEMORY") == "ooo" and tb.card.memory.reads_served > 8:

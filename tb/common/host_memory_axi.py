@@ -22,6 +22,27 @@ from pyhost.backend import HostMemory
 PAGE = 4096
 
 
+def _data(sig, strb: int, lanes: int) -> tuple[int, bool]:
+    """Write data as an integer, X/Z taken as 0 (Icarus: lanes the engine never filled); the
+    flag is False when a byte whose strobe is set is not fully defined."""
+    v = sig.value
+    try:
+        return int(v), True
+    except ValueError:
+        bits = v.binstr[::-1]                       # bit i at index i
+        ok = all(c in "01" for i in range(lanes) if strb >> i & 1
+                 for c in bits[8 * i:8 * i + 8])
+        return v.resolve("zeros").to_unsigned(), ok
+
+
+def _on(sig) -> int:
+    """A control bit's value; X or Z (Icarus before reset) count as 0."""
+    try:
+        return int(sig.value)
+    except ValueError:
+        return 0
+
+
 @dataclass
 class _Read:
     rid: int
@@ -66,6 +87,7 @@ class HostMemoryAxiSlave:
         self.writes_served = 0
         self.max_reads_in_flight = 0
         self.reordered = 0            # reads completed before an older one
+        self.undefined_writes = 0     # write beats with X/Z in a byte whose strobe is set
         self.listeners: list = []     # callables(kind, addr, beats) for monitors
         for n in ("arready", "rvalid", "awready", "wready", "bvalid"):
             self.s[n].value = 0
@@ -105,7 +127,7 @@ class HostMemoryAxiSlave:
             self.cycle += 1
             c = self.cycle
             # ---- handshakes that happened at this edge
-            if int(s["arvalid"].value) and int(s["arready"].value):
+            if _on(s["arvalid"]) and _on(s["arready"]):
                 addr = int(s["araddr"].value)
                 beats = int(s["arlen"].value) + 1
                 delay = cfg.read_latency + (self.rng.randint(0, cfg.jitter) if cfg.jitter else 0)
@@ -113,22 +135,25 @@ class HostMemoryAxiSlave:
                 for fn in self.listeners:
                     fn("read", addr, beats, None)
                 self.max_reads_in_flight = max(self.max_reads_in_flight, len(reads))
-            if r_out and int(s["rready"].value):
+            if r_out and _on(s["rready"]):
                 cur.sent += 1
                 r_out = False
                 if cur.sent == cur.beats:
                     self.reads_served += 1
                     cur = None
-            if int(s["awvalid"].value) and int(s["awready"].value):
+            if _on(s["awvalid"]) and _on(s["awready"]):
                 addr = int(s["awaddr"].value)
                 beats = int(s["awlen"].value) + 1
                 writes.append((int(s["awid"].value), addr, beats))
-            if int(s["wvalid"].value) and int(s["wready"].value):
+            if _on(s["wvalid"]) and _on(s["wready"]):
                 wid, waddr, wbeats = writes[0]
                 line_addr = (waddr // lb + w_beat) * lb
                 strb = int(s["wstrb"].value)
                 if strb:
-                    data = int(s["wdata"].value).to_bytes(lb, "little")
+                    value, defined = _data(s["wdata"], strb, lb)
+                    if not defined:
+                        self.undefined_writes += 1
+                    data = value.to_bytes(lb, "little")
                     lanes = [i for i in range(lb) if strb >> i & 1]
                     lo, hi = lanes[0], lanes[-1] + 1
                     w_bytes += len(lanes)
@@ -153,7 +178,7 @@ class HostMemoryAxiSlave:
                     w_beat = 0
                     w_failed = False
                     self.writes_served += 1
-            if b_out and int(s["bready"].value):
+            if b_out and _on(s["bready"]):
                 b_out = False
                 bq.popleft()
             # ---- drive the next cycle

@@ -1,7 +1,11 @@
 """System regression: the shared driver program on the RTL card (card_top), each simulator.
 
 Two host-memory behaviours: in order with back-pressure and idle cycles on every channel, and
-long jittered latency with read data returned out of order across tags.
+long jittered latency with read data returned out of order across tags. Verilator runs every
+check in both; Icarus, about 25x slower on this design, runs the in-order behaviour with the
+checks that cover registers, request limits, chains of 1 to 256 descriptors, every error code and
+the abort (alignment, card copies and batched calls are Verilator-only to keep `make test`
+short).
 """
 
 from __future__ import annotations
@@ -24,9 +28,25 @@ def run_card(sim: str, memory: str, tests: list[str] | None = None,
                                  "CARD_TB_MEMORY": memory, "SIM": sim})
 
 
+ICARUS_CHECKS = ("check_card_info", "check_validation", "check_request_limits", "check_chains",
+                 "check_errors", "check_abort")
+
+
+def _selection(sim: str) -> list[str] | None:
+    from tb.card.driver_program import ALL_CHECKS
+
+    if sim == "verilator":
+        return None
+    return [f"test_driver_program/check={i}" for i, c in enumerate(ALL_CHECKS)
+            if c.name in ICARUS_CHECKS]
+
+
 @pytest.mark.rtl
 @pytest.mark.parametrize("memory", ["inorder", "ooo"])
 def test_card_top(sim: str, memory: str) -> None:
-    """Every driver check passes on the RTL card with this host-memory behaviour."""
-    res = run_card(sim, memory)
-    assert res.tests >= 9
+    """The driver checks pass on the RTL card with this host-memory behaviour."""
+    if sim == "icarus" and memory == "ooo":
+        pytest.skip("Icarus runs the in-order host memory only (Verilator runs both)")
+    selection = _selection(sim)
+    res = run_card(sim, memory, selection)
+    assert res.tests == (len(selection) if selection else 9)
