@@ -74,12 +74,20 @@ def _upgrade(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, np.ndar
     detached: dict[str, np.ndarray] = {}
     if version >= CANONICAL_OPSET:
         return proto, detached
-    light = onnx.ModelProto()
-    light.CopyFrom(proto)
+    # Copy everything but the large initializers: copying the weights just to drop them
+    # would cost more than the conversion itself.
+    light = _without_graph(proto)
     g = light.graph
+    for fd, value in proto.graph.ListFields():
+        if fd.name != "initializer":
+            if fd.is_repeated:
+                getattr(g, fd.name).extend(value)
+            elif fd.message_type is not None:
+                getattr(g, fd.name).CopyFrom(value)
+            else:
+                setattr(g, fd.name, value)
     declared = {i.name for i in g.input}
-    keep = []
-    for init in g.initializer:
+    for init in proto.graph.initializer:
         n = int(np.prod(init.dims, dtype=np.int64))
         if n >= DETACH_ELEMENTS:
             detached[init.name] = numpy_helper.to_array(init)
@@ -87,9 +95,7 @@ def _upgrade(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, np.ndar
                 g.input.append(helper.make_tensor_value_info(init.name, init.data_type,
                                                              list(init.dims)))
         else:
-            keep.append(init)
-    del g.initializer[:]
-    g.initializer.extend(keep)
+            g.initializer.append(init)
     # IR 3 requires every initializer to be a graph input; from IR 4 on they need not be
     light.ir_version = max(light.ir_version, 4)
     if version < 7:
@@ -138,6 +144,21 @@ def _per_channel_prelu(model: onnx.ModelProto, detached: dict[str, np.ndarray]) 
             if vi.name == slope:
                 vi.CopyFrom(helper.make_tensor_value_info(slope, vi.type.tensor_type.elem_type,
                                                           list(new.shape)))
+
+
+def _without_graph(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of the model's top-level fields (opsets, IR version, metadata), no graph."""
+    out = onnx.ModelProto()
+    for fd, value in proto.ListFields():
+        if fd.name == "graph":
+            continue
+        if fd.is_repeated:
+            getattr(out, fd.name).extend(value)
+        elif fd.message_type is not None:
+            getattr(out, fd.name).CopyFrom(value)
+        else:
+            setattr(out, fd.name, value)
+    return out
 
 
 def attribute_value(attr: AttributeProto, where: str) -> Any:

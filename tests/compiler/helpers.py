@@ -97,7 +97,7 @@ def conv_net(seed: int = 0, channels: int = 8, with_bn: bool = True) -> onnx.Mod
 def randomize_light(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
     """Replace the light models' ConstantOfShape weight generators by random initializers.
 
-    Weights get He-style scaling; BatchNormalization scales and variances are drawn from
+    Weights are He-uniform; BatchNormalization scales and variances are drawn from
     [0.5, 1.5] (a variance must stay positive) so that activations stay in a useful range.
     """
     m = onnx.ModelProto()
@@ -116,12 +116,15 @@ def randomize_light(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
         shape = tuple(int(d) for d in numpy_helper.to_array(inits[n.input[0]]))
         op, k = role.get(n.output[0], ("", 0))
         if op == "BatchNormalization" and k in (1, 4):
-            a = rng.uniform(0.5, 1.5, shape)
+            a = rng.uniform(0.5, 1.5, shape).astype(np.float32)
         elif len(shape) > 1:
-            a = rng.standard_normal(shape) * np.sqrt(2.0 / np.prod(shape[1:]))
+            # He-uniform, drawn as float32 and scaled in place: VGG-19 has 143 M weights
+            a = rng.random(shape, dtype=np.float32)
+            a -= np.float32(0.5)
+            a *= np.float32(2 * np.sqrt(6.0 / np.prod(shape[1:])))
         else:
-            a = rng.uniform(-0.1, 0.1, shape)
-        new.append(numpy_helper.from_array(a.astype(np.float32), n.output[0]))
+            a = rng.uniform(-0.1, 0.1, shape).astype(np.float32)
+        new.append(numpy_helper.from_array(a, n.output[0]))
         g.node.remove(n)
     g.initializer.extend(new)
     m.ir_version = max(m.ir_version, 4)  # IR 3 wants every initializer listed as an input
