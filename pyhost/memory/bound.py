@@ -21,7 +21,11 @@ by exhaustive search for small traces, to test both.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -118,12 +122,33 @@ def interval_model(trace: Trace, card_sizes: dict[int, int] | None = None) -> In
 
 @dataclass(frozen=True)
 class BoundResult:
-    bound: float            # bytes: compulsory + solver objective
+    """A lower bound in bytes. With integer=True, `bound` is the MILP's proven dual bound (its
+    optimum when `optimal`), never below the LP relaxation `lp`; `schedule` is the cost of the
+    best integer solution HiGHS found (an achievable cost in the model, ignoring fragmentation)."""
+
+    bound: float            # bytes: compulsory + proven lower bound on the objective
     compulsory: int
     variables: int
     constraints: int
     seconds: float
     integer: bool
+    lp: float = 0.0
+    optimal: bool = True
+    schedule: float | None = None
+
+
+@contextlib.contextmanager
+def _quiet_stdout() -> Iterator[None]:
+    """HiGHS's MIP solver prints a few diagnostics from C++ to file descriptor 1; hide them."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _program(m: IntervalModel, capacity: int):
@@ -177,27 +202,36 @@ def _program(m: IntervalModel, capacity: int):
 def lower_bound(trace: Trace, capacity: int, *, integer: bool = False,
                 card_sizes: dict[int, int] | None = None,
                 time_limit: float | None = None) -> BoundResult:
-    """The interval LP bound (or, with integer=True, the MILP optimum) in bytes."""
+    """The interval LP bound in bytes; with integer=True the MILP's proven bound (>= the LP).
+
+    A MILP stopped by `time_limit` still gives a valid lower bound (HiGHS's dual bound).
+    """
     t0 = time.perf_counter()
     m = interval_model(trace, card_sizes)
     c, A, lb, n_d, n = _program(m, capacity)
+    comp = m.compulsory
     if n == 0 or A.shape[0] == 0:
-        return BoundResult(float(m.compulsory), m.compulsory, n, 0,
-                           time.perf_counter() - t0, integer)
-    if integer:
-        opts = {"time_limit": time_limit} if time_limit else {}
-        res = milp(c, constraints=LinearConstraint(A, lb, np.inf), integrality=np.ones(n),
-                   bounds=Bounds(0, 1), options=opts)
-        if res.x is None:
-            raise BoundError(f"MILP failed: {res.message}")
-        obj = float(res.fun)
-    else:
-        res = linprog(c, A_ub=-A, b_ub=-lb, bounds=(0, 1), method="highs")
-        if res.status != 0:
-            raise BoundError(f"LP failed: {res.message}")
-        obj = float(res.fun)
-    return BoundResult(m.compulsory + obj * capacity, m.compulsory, n, A.shape[0],
-                       time.perf_counter() - t0, integer)
+        return BoundResult(float(comp), comp, n, 0, time.perf_counter() - t0, integer,
+                           float(comp), True, float(comp))
+    res = linprog(c, A_ub=-A, b_ub=-lb, bounds=(0, 1), method="highs")
+    if res.status != 0:
+        raise BoundError(f"LP failed: {res.message}")
+    lp = comp + float(res.fun) * capacity
+    if not integer:
+        return BoundResult(lp, comp, n, A.shape[0], time.perf_counter() - t0, False, lp)
+    opts = {"time_limit": time_limit} if time_limit else {}
+    with _quiet_stdout():
+        r = milp(c, constraints=LinearConstraint(A, lb, np.inf), integrality=np.ones(n),
+                 bounds=Bounds(0, 1), options=opts)
+    dual = getattr(r, "mip_dual_bound", None)
+    optimal = r.status == 0 and r.x is not None
+    obj = float(r.fun) if optimal else float(dual) if dual is not None and np.isfinite(dual) \
+        else 0.0
+    # A MILP stopped early may not even have solved its root LP: keep the LP bound then.
+    bound = max(lp, comp + obj * capacity)
+    sched = comp + float(r.fun) * capacity if r.x is not None else None
+    return BoundResult(bound, comp, n, A.shape[0], time.perf_counter() - t0, True, lp,
+                       optimal, sched)
 
 
 def exact_optimum(trace: Trace, capacity: int) -> int:
