@@ -1,0 +1,263 @@
+"""int8 quantization: integer requantization, per-channel weights, calibration, and integer
+kernels that match the float reference within 1 LSB."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import helper
+
+from compiler.driver import compile_model
+from compiler.errors import OptionsError, QuantizationError
+from compiler.ops.op_conv import conv_nd
+from compiler.quantize import (
+    ActQuant,
+    activation_params,
+    qadd,
+    qconv,
+    qgemm,
+    quantize_multiplier,
+    quantize_multipliers,
+    requantize,
+    requantize_reference,
+    tensor_quant,
+    weight_params,
+)
+from compiler.xir import Graph
+from tests.compiler.helpers import make_model, tensor_info
+
+
+# ---- requantization ----------------------------------------------------------------------------
+@pytest.mark.parametrize("m, mult, shift", [
+    (0.5, 2**30, 31), (1.0, 2**30, 30), (0.75, 3 * 2**29, 31), (2.0**-20, 2**30, 50),
+    (1 - 2.0**-40, 2**30, 30),  # the fraction rounds up to 1.0: renormalized
+])
+def test_quantize_multiplier_known_values(m: float, mult: int, shift: int) -> None:
+    assert quantize_multiplier(m) == (mult, shift)
+
+
+@given(st.floats(min_value=2.0**-31, max_value=2.0**30, allow_nan=False))
+def test_quantize_multiplier_is_a_q31_fraction(m: float) -> None:
+    mult, shift = quantize_multiplier(m)
+    assert 2**30 <= mult < 2**31 and 0 <= shift <= 62
+    assert abs(mult * 2.0**-shift - m) <= m * 2.0**-31
+
+
+def test_quantize_multiplier_errors_and_underflow() -> None:
+    for bad in (0.0, -0.1, float("inf"), float("nan")):
+        with pytest.raises(QuantizationError, match="must be finite and > 0"):
+            quantize_multiplier(bad)
+    with pytest.raises(QuantizationError, match=">= 2\\*\\*31"):
+        quantize_multiplier(2.0**31)
+    assert quantize_multiplier(2.0**-40) == (0, 0)  # maps every int32 accumulator to 0
+
+
+@settings(max_examples=400)
+@given(st.integers(-(2**31) + 1, 2**31 - 1), st.floats(min_value=1e-9, max_value=0.999),
+       st.integers(-128, 127))
+def test_requantize_within_one_lsb_of_float(acc: int, m: float, zp: int) -> None:
+    mult, shift = quantize_multiplier(m)
+    got = int(requantize(np.array([acc], np.int32), mult, shift, zp)[0])
+    want = int(requantize_reference(np.array([acc]), m, zp)[0])
+    assert abs(got - want) <= 1
+
+
+def test_requantize_is_exact_away_from_ties() -> None:
+    """Only exact .5 ties may differ (half up vs half even): a mismatch rate near zero."""
+    rng = np.random.default_rng(0)
+    acc = rng.integers(-(2**20), 2**20, 100_000).astype(np.int32)
+    m = rng.uniform(1e-5, 2e-4, 100_000)
+    mult, shift = quantize_multipliers(m)
+    got = requantize(acc, mult, shift, 3).astype(np.int64)
+    want = requantize_reference(acc, m, 3)
+    assert np.abs(got - want).max() <= 1
+    assert np.count_nonzero(got != want) <= 10
+    ties = np.array([-5, -3, -1, 1, 3, 5], np.int32)  # acc * 0.5 = k + 0.5
+    np.testing.assert_array_equal(requantize(ties, 2**30, 31), [-2, -1, 0, 1, 2, 3])
+
+
+def test_requantize_refuses_float_and_out_of_range_accumulators() -> None:
+    with pytest.raises(QuantizationError, match="integer accumulators"):
+        requantize(np.array([1.5]), 2**30, 31)
+    with pytest.raises(QuantizationError, match="int32 range"):
+        requantize(np.array([2**33], np.int64), 2**30, 31)
+
+
+# ---- parameters --------------------------------------------------------------------------------
+def test_activation_params_represent_zero_exactly() -> None:
+    for lo, hi in [(-1.0, 3.0), (0.2, 5.0), (-7.0, -1.0), (0.0, 0.0)]:
+        for sym in (False, True):
+            p = activation_params(lo, hi, sym)
+            assert p.dequantize(p.quantize(np.zeros(1)))[0] == 0.0
+            assert -128 <= p.zero_point <= 127
+            if sym:
+                assert p.zero_point == 0
+    p = activation_params(0.0, 2.55, False)
+    assert p.zero_point == -128 and p.scale == pytest.approx(0.01)
+    q = p.quantize(np.array([0.0, 2.55, 3.0, -1.0]))
+    np.testing.assert_array_equal(q, [-128, 127, 127, -128])
+
+
+def test_weight_params_per_channel() -> None:
+    w = np.array([[[[1.0, -2.0]]], [[[0.5, 0.25]]], [[[0.0, 0.0]]]], np.float32)
+    q, s = weight_params(w, 0)
+    np.testing.assert_allclose(s, [2 / 127, 0.5 / 127, 1.0], rtol=1e-6)
+    np.testing.assert_array_equal(q.reshape(3, 2), [[64, -127], [127, 64], [0, 0]])
+    q1, s1 = weight_params(np.array([[1.0, 4.0], [-2.0, 0.5]], np.float32), 1)
+    np.testing.assert_array_equal(q1, [[64, 127], [-127, 16]])
+    assert q1.dtype == np.int8 and s1.shape == (2,)
+
+
+# ---- integer kernels against the float reference -----------------------------------------------
+def _quantized_layer(tmp_path: Path, nodes: list[onnx.NodeProto], x: np.ndarray,
+                     out_shape: list[int], inits: dict[str, np.ndarray]) -> Graph:
+    """Compile a one-layer model, calibrated on exactly ``x``."""
+    m = make_model(nodes, [tensor_info("x", list(x.shape))], [tensor_info("y", out_shape)],
+                   inits)
+    np.savez(tmp_path / "calib.npz", x=x[None])
+    r = compile_model(m, {"quantize": {"calibration": str(tmp_path / "calib.npz"),
+                                       "samples": 1}})
+    return r.graph
+
+
+def _float_reference(acc_float: np.ndarray, out: ActQuant) -> np.ndarray:
+    return out.quantize(acc_float).astype(np.int64)
+
+
+@pytest.mark.parametrize("attrs, w_shape, positive_input", [
+    ({"pads": [1, 1, 1, 1]}, (6, 4, 3, 3), False),
+    ({"pads": [2, 0, 1, 1], "strides": [2, 1]}, (5, 4, 3, 2), True),
+    ({"group": 4, "pads": [1, 1, 1, 1]}, (8, 1, 3, 3), True),
+    ({"group": 2, "dilations": [2, 2], "pads": [2, 2, 2, 2]}, (6, 2, 3, 3), False),
+])
+def test_qconv_within_one_lsb(tmp_path: Path, attrs: dict[str, Any], w_shape: tuple[int, ...],
+                              positive_input: bool) -> None:
+    rng = np.random.default_rng(sum(w_shape))
+    x = rng.standard_normal((1, 4, 9, 9)).astype(np.float32)
+    if positive_input:  # post-ReLU data: zero point -128, so padding must use it
+        x = np.abs(x)
+    w = (rng.standard_normal(w_shape) * 0.3).astype(np.float32)
+    b = rng.standard_normal(w_shape[0]).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)]
+    g = _quantized_layer(tmp_path, nodes, x, [], {"w": w, "b": b})
+    conv = g.get_op("y")
+    q = conv.attrs["quant"]
+    qi, qo = tensor_quant(g.get_tensor("x")), tensor_quant(g.get_tensor("y"))
+    assert qi is not None and qo is not None
+    assert (qi.zero_point == -128) == positive_input
+    a = conv.attrs
+    x_q = qi.quantize(x)
+    got = qconv(x_q, q, a["strides"], a["pads"], a["dilations"], a["group"]).astype(np.int64)
+    # float reference on the same integers: dequantized input, weights and bias
+    s_w = q["weight_scale"].astype(np.float64)
+    w_deq = q["weight"].astype(np.float64) * s_w.reshape(-1, 1, 1, 1)
+    acc = conv_nd(qi.dequantize(x_q).astype(np.float64), w_deq, a["strides"], a["pads"],
+                  a["dilations"], a["group"])
+    acc += (q["bias"] * qi.scale * s_w).reshape(1, -1, 1, 1)
+    want = _float_reference(acc, qo)
+    assert np.abs(got - want).max() <= 1
+    assert np.mean(got == want) > 0.99
+    # and the int8 result is close to the original float layer (quantization error only)
+    y = conv_nd(x.astype(np.float64), w.astype(np.float64), a["strides"], a["pads"],
+                a["dilations"], a["group"]) + b.reshape(1, -1, 1, 1)
+    assert np.abs(qo.dequantize(got.astype(np.int8)) - y).max() <= 4 * qo.scale
+
+
+@pytest.mark.parametrize("op", ["Gemm", "MatMul"])
+def test_qgemm_within_one_lsb(tmp_path: Path, op: str) -> None:
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 16)).astype(np.float32)
+    if op == "Gemm":
+        w = rng.standard_normal((10, 16)).astype(np.float32) * 0.2
+        nodes = [helper.make_node("Gemm", ["x", "w", "c"], ["y"], transB=1, alpha=0.5)]
+        inits = {"w": w, "c": rng.standard_normal(10).astype(np.float32)}
+        w_kn = w.T * 0.5
+    else:
+        w = rng.standard_normal((16, 10)).astype(np.float32) * 0.2
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["y"])]
+        inits = {"w": w}
+        w_kn = w
+    g = _quantized_layer(tmp_path, nodes, x, [3, 10], inits)
+    q = g.get_op("y").attrs["quant"]
+    assert q["weight_axis"] == (0 if op == "Gemm" else 1)
+    qi, qo = tensor_quant(g.get_tensor("x")), tensor_quant(g.get_tensor("y"))
+    assert qi is not None and qo is not None
+    x_q = qi.quantize(x)
+    got = qgemm(x_q, q).astype(np.int64)
+    wq = q["weight"].astype(np.float64)
+    w_deq = (wq * q["weight_scale"].reshape(-1, 1)).T if op == "Gemm" else \
+        wq * q["weight_scale"].reshape(1, -1)
+    acc = qi.dequantize(x_q).astype(np.float64) @ w_deq + q["bias"] * qi.scale * \
+        q["weight_scale"].astype(np.float64)
+    assert np.abs(got - _float_reference(acc, qo)).max() <= 1
+    y = x.astype(np.float64) @ w_kn + inits.get("c", np.zeros(10))
+    assert np.abs(qo.dequantize(got.astype(np.int8)) - y).max() <= 4 * qo.scale
+
+
+def test_qadd_within_one_lsb(tmp_path: Path) -> None:
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((1, 4, 5, 5)).astype(np.float32)
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("Mul", ["x", "k"], ["s"]),
+             helper.make_node("Add", ["r", "s"], ["y"])]
+    g = _quantized_layer(tmp_path, nodes, x, [1, 4, 5, 5], {"k": np.array(3.0, np.float32)})
+    q = g.get_op("y").attrs["quant"]
+    qr, qs, qo = (tensor_quant(g.get_tensor(n)) for n in "rsy")
+    assert qr is not None and qs is not None and qo is not None
+    assert qr.scale != qs.scale
+    r_q, s_q = qr.quantize(np.maximum(x, 0)), qs.quantize(3 * x)
+    got = qadd([r_q, s_q], q).astype(np.int64)
+    want = _float_reference(qr.dequantize(r_q).astype(np.float64)
+                            + qs.dequantize(s_q).astype(np.float64), qo)
+    assert np.abs(got - want).max() <= 1
+
+
+# ---- the quantizer on a whole graph ------------------------------------------------------------
+def test_quantize_graph_annotates_the_accelerator_ops(conv_model: onnx.ModelProto) -> None:
+    r = compile_model(conv_model, {"quantize": {"samples": 3, "seed": 1}})
+    g = r.graph
+    assert r.report["quantize"]["ops"] == {"Add": 1, "Conv": 2, "Gemm": 1}
+    assert "quantization" in g.attrs
+    for name in ("n1", "c2", "logits"):
+        q = g.get_op(name).attrs["quant"]
+        assert q["weight"].dtype == np.int8 and q["bias_corrected"].dtype == np.int32
+        assert np.all((q["multiplier"] >= 2**30) & (q["multiplier"] < 2**31))
+    # scale-preserving ops hand their input's parameters on: no requantization needed there
+    assert g.get_tensor("p2").attrs["quant"] == g.get_tensor("r2").attrs["quant"]
+    assert g.get_tensor("f").attrs["quant"] == g.get_tensor("p2").attrs["quant"]
+    assert g.get_tensor("r1").attrs["quant"]["zero_point"] == -128  # post-ReLU: all >= 0
+
+
+def test_quantize_options(conv_model: onnx.ModelProto, tmp_path: Path) -> None:
+    sym = compile_model(conv_model, {"quantize": {"symmetric_activations": True}}).graph
+    assert all(t.attrs["quant"]["zero_point"] == 0 for t in sym.tensors if "quant" in t.attrs)
+    mm = compile_model(conv_model, {"quantize": {"samples": 2}}).graph
+    pc = compile_model(conv_model, {"quantize": {"samples": 2, "method": "percentile",
+                                                 "percentile": 90.0}}).graph
+    assert pc.get_tensor("c2").attrs["quant"]["scale"] < mm.get_tensor("c2").attrs["quant"]["scale"]
+    with pytest.raises(OptionsError, match="unknown \"quantize\" option"):
+        compile_model(conv_model, {"quantize": {"bits": 4}})
+    with pytest.raises(OptionsError, match="minmax"):
+        compile_model(conv_model, {"quantize": {"method": "kl"}})
+    with pytest.raises(QuantizationError, match="does not exist"):
+        compile_model(conv_model, {"quantize": {"calibration": str(tmp_path / "none.npz")}})
+    np.savez(tmp_path / "wrong.npz", y=np.zeros((1, 3, 8, 8), np.float32))
+    with pytest.raises(QuantizationError, match="no array for input 'x'"):
+        compile_model(conv_model, {"quantize": {"calibration": str(tmp_path / "wrong.npz")}})
+    np.savez(tmp_path / "shape.npz", x=np.zeros((2, 3, 8, 9), np.float32))
+    with pytest.raises(QuantizationError, match="expected \\(samples, \\*\\(1, 3, 8, 8\\)\\)"):
+        compile_model(conv_model, {"quantize": {"calibration": str(tmp_path / "shape.npz")}})
+
+
+def test_random_calibration_needs_float_inputs() -> None:
+    nodes = [helper.make_node("Cast", ["i"], ["y"], to=onnx.TensorProto.FLOAT)]
+    m = make_model(nodes, [tensor_info("i", [2], onnx.TensorProto.INT64)],
+                   [tensor_info("y", [2])])
+    with pytest.raises(QuantizationError, match="give real samples as an .npz"):
+        compile_model(m, {"quantize": True})
