@@ -83,6 +83,13 @@ class Subgraph:
         :meth:`children_topological_sort`."""
         return set(self._children or ())
 
+    @property
+    def leaves(self) -> list[Subgraph]:
+        """Leaf descendants (itself, if a leaf), children first in topological order."""
+        if self._children is None:
+            return [self]
+        return [leaf for c in self.children_topological_sort() for leaf in c.leaves]
+
     def get_children(self) -> set[Subgraph]:  # XIR spelling
         return self.children
 
