@@ -110,6 +110,7 @@ class MemoryManager:
         self._sched_pos = 0       # index of the next expected call in the schedule
         self._positions: dict[str, list[int]] = {}
         self._staging = 0         # chunk ids for staging buffers (negative, unique)
+        self._will_read: set[str] = set()
         self._record = record
         if record is not None:
             self._rec({"op": "header", "format": "dnncard-memory-trace", "version": 1,
@@ -210,7 +211,8 @@ class MemoryManager:
             raise NeverWrittenError(f"{tensor!r} was never written by the host nor updated on "
                                     "the card; write_tensor (or tensor_updated) it first")
         if e.dirty:
-            self._writeback([e])
+            self._writeback([e, *self._read_ahead(e)])
+        self._will_read.discard(e.key)
         if self.payload and size:
             dst = self._destination(host_dst, size)
             assert e.home is not None
@@ -309,8 +311,13 @@ class MemoryManager:
         self._account("free", t0, d0)
 
     # the seed's names
-    def allocateTensorOnDevice(self, pointer: HostBuffer | int, size: int | None = None,  # noqa: N802
-                               ) -> Tensor:
+    def allocateTensorOnDevice(self, pointer: HostBuffer | int | None,  # noqa: N802
+                               size: int | None = None) -> Tensor:
+        """The seed's allocateTensorOnDevice(HostMem* pointer, size): pointer may be None."""
+        if pointer is None:
+            if size is None:
+                raise TensorSizeError("allocateTensorOnDevice(None, size) needs a size")
+            return self.allocate_tensor(size)
         return self.allocate_tensor(pointer, size)
 
     def writeTensorToDevice(self, dest_pointer: Tensor, size: int,  # noqa: N802
@@ -333,13 +340,17 @@ class MemoryManager:
 
     # --- schedule hint ------------------------------------------------------------------------
 
-    def set_schedule(self, needs: Iterable[Sequence[Tensor | str]] | None) -> None:
+    def set_schedule(self, needs: Iterable[Sequence[Tensor | str]] | None,
+                     reads: Iterable[Tensor | str] = ()) -> None:
         """The upcoming need_in_device calls, in order (handles, or names given at allocation).
 
         The next need calls are matched against it; a call that is not the next entry (nor one
         of the few after it) drops the schedule and the policy falls back to recency. None
-        clears it.
+        clears it. `reads` names tensors the host will read: when one read needs a write-back,
+        the others that are dirty and not needed on the card again are written back in the
+        same batch (their write-back is due anyway).
         """
+        self._will_read = {t if isinstance(t, str) else self._entry(t).key for t in reads}
         if needs is None:
             self._sched = None
             self._positions = {}
@@ -382,6 +393,17 @@ class MemoryManager:
         self._now = self._epoch
         self.policy.rekey([e for e in self._entries.values() if e.addr is not None
                            and e.card_size], self._now)
+
+    def _read_ahead(self, first: _Entry) -> list[_Entry]:
+        """Dirty tensors the schedule says the host reads and the card no longer needs."""
+        if self._sched is None or not self._will_read or not self.transport.batching:
+            return []
+        out = []
+        for k in self._will_read:
+            e = self._by_key.get(k)
+            if e is not None and e is not first and e.dirty and self._next_use(e) == INF:
+                out.append(e)
+        return out
 
     def _next_use(self, e: _Entry) -> float:
         lst = self._positions.get(e.key)

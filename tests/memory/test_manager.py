@@ -1,0 +1,385 @@
+"""The memory manager on the functional card: semantics, edge cases, errors, accounting."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+from pyhost.driver import PcieDriver
+from pyhost.memory import (
+    CardCapacityError,
+    DoubleFreeError,
+    FreedTensorError,
+    HostAllocationError,
+    MemoryManager,
+    NeverWrittenError,
+    NotOnCardError,
+    OutOfMemoryError,
+    TensorSizeError,
+    UnknownTensorError,
+)
+from pyhost.memory.trace import Trace, replay
+from pyhost.model_card import ModelCard
+
+KiB = 1 << 10
+
+
+def data(n: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8)
+
+
+def on_card(card: ModelCard, addr: int, n: int) -> np.ndarray:
+    return card.card_memory[addr:addr + n]
+
+
+def card_update(card: ModelCard, mgr: MemoryManager, t, new: np.ndarray) -> None:
+    """Stand-in for an accelerator kernel: new bytes at the tensor's card address, then
+    tensor_updated."""
+    (addr,) = mgr.need_in_device(t)
+    card.card_memory[addr:addr + new.size] = new
+    mgr.tensor_updated(t)
+
+
+def bytes_moved(mgr: MemoryManager) -> tuple[int, int, int]:
+    s = mgr.transport.stats
+    return s.bytes_h2c, s.bytes_c2h, s.bytes_c2c
+
+
+# --- semantics ----------------------------------------------------------------------------------
+
+def test_capacity_comes_from_the_card() -> None:
+    card = ModelCard(768 * KiB + 64, host_size=4 << 20)
+    assert MemoryManager(PcieDriver(card)).capacity == 768 * KiB + 64
+
+
+def test_round_trip_and_lazy_transfers(card: ModelCard, driver: PcieDriver) -> None:
+    mgr = MemoryManager(driver)
+    t = mgr.allocate_tensor(10_000)
+    x = data(10_000)
+    mgr.write_tensor(t, t.size, x)
+    assert bytes_moved(mgr) == (0, 0, 0), "a write must reach the card only when needed"
+    out = np.empty(10_000, np.uint8)
+    mgr.read_tensor(t, t.size, out)
+    assert bytes_moved(mgr) == (0, 0, 0), "reading a current host copy moves nothing"
+    assert np.array_equal(out, x)
+    (addr,) = mgr.need_in_device(t)
+    assert np.array_equal(on_card(card, addr, 10_000), x)
+    assert bytes_moved(mgr) == (10_000, 0, 0)
+    mgr.need_in_device(t)
+    assert bytes_moved(mgr) == (10_000, 0, 0), "a resident tensor is not uploaded again"
+    mgr.read_tensor(t, t.size, out)
+    assert bytes_moved(mgr) == (10_000, 0, 0), "a clean tensor is not read back"
+    y = data(10_000, 1)
+    card_update(card, mgr, t, y)
+    mgr.read_tensor(t, 5000, out)
+    assert bytes_moved(mgr) == (10_000, 10_000, 0)
+    assert np.array_equal(out[:5000], y[:5000])
+    mgr.read_tensor(t, t.size, out)
+    assert bytes_moved(mgr) == (10_000, 10_000, 0), "written back once, then clean"
+    assert np.array_equal(out, y)
+    mgr.check()
+
+
+def test_dirty_versus_clean_eviction(card: ModelCard, driver: PcieDriver) -> None:
+    """Evicting a clean tensor moves nothing; a dirty one is written back exactly once."""
+    mgr = MemoryManager(driver, policy="lru")
+    n = 400 * KiB
+    a, b, c = (mgr.allocate_tensor(n) for _ in range(3))
+    for i, t in enumerate((a, b, c)):
+        mgr.write_tensor(t, n, data(n, i))
+    mgr.need_in_device(a)
+    mgr.need_in_device(b)
+    new_b = data(n, 9)
+    card_update(card, mgr, b, new_b)
+    h2c, c2h, _ = bytes_moved(mgr)
+    mgr.need_in_device(c)                      # evicts a (least recent, clean): no write-back
+    assert mgr.address(a) is None and bytes_moved(mgr)[1] == c2h
+    mgr.need_in_device(a)                      # evicts b (dirty): one write-back
+    assert mgr.address(b) is None
+    assert bytes_moved(mgr)[:2] == (h2c + 2 * n, c2h + n)
+    out = np.empty(n, np.uint8)
+    mgr.read_tensor(b, n, out)
+    assert np.array_equal(out, new_b)
+    assert bytes_moved(mgr)[1] == c2h + n, "the written-back copy is current: no second read"
+    mgr.check()
+
+
+def test_partial_write_of_a_dirty_tensor_keeps_the_rest(card: ModelCard,
+                                                        driver: PcieDriver) -> None:
+    mgr = MemoryManager(driver)
+    t = mgr.allocate_tensor(8192)
+    mgr.write_tensor(t, 8192, data(8192))
+    new = data(8192, 5)
+    card_update(card, mgr, t, new)
+    mgr.write_tensor(t, 100, np.zeros(100, np.uint8))
+    out = np.empty(8192, np.uint8)
+    mgr.read_tensor(t, 8192, out)
+    assert np.array_equal(out[:100], np.zeros(100, np.uint8))
+    assert np.array_equal(out[100:], new[100:])
+    (addr,) = mgr.need_in_device(t)
+    assert np.array_equal(on_card(card, addr, 8192), out)
+
+
+def test_duplicates_in_one_call(card: ModelCard, driver: PcieDriver) -> None:
+    """The same tensor three times is one tensor: one upload, counted once against capacity."""
+    mgr = MemoryManager(driver)
+    t = mgr.allocate_tensor(mgr.capacity // 2 + 1)
+    mgr.write_tensor(t, t.size, data(t.size))
+    a1, a2, a3 = mgr.need_in_device(t, t, t)
+    assert a1 == a2 == a3
+    assert bytes_moved(mgr)[0] == t.size
+    assert np.array_equal(on_card(card, a1, t.size), data(t.size))
+
+
+def test_tensors_summing_to_exactly_the_capacity(card: ModelCard, driver: PcieDriver) -> None:
+    """Odd sizes that add up to the capacity fit: alignment never causes an out-of-memory."""
+    mgr = MemoryManager(driver)
+    cap = mgr.capacity
+    sizes = [cap // 3 + 1, cap // 3 - 7, cap - (cap // 3 + 1) - (cap // 3 - 7)]
+    small = mgr.allocate_tensor(1000)
+    mgr.write_tensor(small, 1000, data(1000, 7))
+    mgr.need_in_device(small)                  # something resident, in the way
+    ts = [mgr.allocate_tensor(n) for n in sizes]
+    for i, t in enumerate(ts):
+        mgr.write_tensor(t, t.size, data(t.size, i))
+    addrs = mgr.need_in_device(*ts)
+    mgr.check()
+    assert sorted(addrs) == sorted(set(addrs)) and mgr.resident_bytes == cap
+    for i, (t, a) in enumerate(zip(ts, addrs, strict=True)):
+        assert np.array_equal(on_card(card, a, t.size), data(t.size, i))
+    with pytest.raises(CardCapacityError):
+        mgr.need_in_device(ts[0], ts[1], mgr.allocate_tensor(ts[2].size + 1))
+
+
+def test_zero_size_tensors(driver: PcieDriver) -> None:
+    mgr = MemoryManager(driver)
+    z = mgr.allocate_tensor(0)
+    with pytest.raises(NeverWrittenError):
+        mgr.read_tensor(z, 0, np.empty(0, np.uint8))
+    mgr.write_tensor(z, 0, None)
+    mgr.read_tensor(z, 0, np.empty(0, np.uint8))
+    big = mgr.allocate_tensor(mgr.capacity)
+    assert mgr.need_in_device(big, z) == (0, 0)     # a zero-size tensor takes no room
+    mgr.tensor_updated(z)
+    mgr.free_tensor(z)
+    assert bytes_moved(mgr) == (0, 0, 0)
+    mgr.check()
+
+
+def test_tensor_larger_than_the_card_exists_until_needed(driver: PcieDriver) -> None:
+    mgr = MemoryManager(driver)
+    huge = mgr.allocate_tensor(mgr.capacity + 1)
+    mgr.write_tensor(huge, huge.size, data(huge.size))
+    out = np.empty(huge.size, np.uint8)
+    mgr.read_tensor(huge, huge.size, out)
+    assert np.array_equal(out, data(huge.size))
+    with pytest.raises(CardCapacityError, match="capacity"):
+        mgr.need_in_device(huge)
+    assert isinstance(CardCapacityError("x"), OutOfMemoryError)
+
+
+def test_fragmentation_forces_compaction_not_failure(card: ModelCard,
+                                                     driver: PcieDriver) -> None:
+    """Free space scattered in small holes is gathered by card-to-card moves, downward only."""
+    mgr = MemoryManager(driver, policy="lru")
+    n = mgr.capacity // 8
+    ts = [mgr.allocate_tensor(n) for _ in range(8)]
+    for i, t in enumerate(ts):
+        mgr.write_tensor(t, n, data(n, i))
+        mgr.need_in_device(t)
+    for t in ts[1::2]:
+        mgr.free_tensor(t)                      # four holes of n bytes, none adjacent
+    big = mgr.allocate_tensor(4 * n)
+    mgr.write_tensor(big, big.size, data(big.size, 99))
+    h2c0 = bytes_moved(mgr)[0]
+    (addr,) = mgr.need_in_device(big)
+    assert mgr.stats.compactions == 1 and mgr.stats.evictions == 0
+    h2c, c2h, c2c = bytes_moved(mgr)
+    assert (h2c - h2c0, c2h) == (4 * n, 0), "compaction moved no PCIe bytes besides the upload"
+    assert c2c == 3 * n
+    assert np.array_equal(on_card(card, addr, big.size), data(big.size, 99))
+    for i, t in enumerate(ts[0::2]):
+        a = mgr.address(t)
+        assert np.array_equal(on_card(card, a, n), data(n, 2 * i)), "a moved tensor lost data"
+    mgr.check()
+
+
+def test_tensors_of_one_call_never_evict_each_other(card: ModelCard,
+                                                    driver: PcieDriver) -> None:
+    mgr = MemoryManager(driver, policy="lru")
+    n = mgr.capacity // 3
+    ts = [mgr.allocate_tensor(n) for _ in range(3)]
+    for i, t in enumerate(ts):
+        mgr.write_tensor(t, n, data(n, i))
+    for _ in range(3):
+        addrs = mgr.need_in_device(*ts)
+        for i, (t, a) in enumerate(zip(ts, addrs, strict=True)):
+            assert mgr.address(t) == a
+            assert np.array_equal(on_card(card, a, n), data(n, i))
+
+
+def test_user_host_buffer_is_the_host_copy(card: ModelCard, driver: PcieDriver) -> None:
+    mgr = MemoryManager(driver)
+    buf = card.host.alloc(4096)
+    buf.write(data(4096))
+    t = mgr.allocate_tensor(buf)
+    mgr.write_tensor(t, 4096, buf)              # the host copy itself: no CPU copy needed
+    new = data(4096, 3)
+    card_update(card, mgr, t, new)
+    mgr.read_tensor(t, 4096, buf)
+    assert np.array_equal(buf.view(), new)
+    mgr.free_tensor(t)
+    assert card.host.is_allocated(buf.address, 4096), "the user's buffer is the user's to free"
+
+
+def test_seed_aliases(card: ModelCard, driver: PcieDriver) -> None:
+    mgr = MemoryManager(driver)
+    t = mgr.allocateTensorOnDevice(None, 256)
+    assert mgr.allocateTensorOnDevice(128).size == 128
+    mgr.writeTensorToDevice(t, 256, data(256))
+    (addr,) = mgr.needInDevice(t)
+    card.card_memory[addr:addr + 256] = 7
+    mgr.tensorUpdated(t)
+    out = np.empty(256, np.uint8)
+    mgr.readTensorFromDevice(t, 256, out)
+    assert (out == 7).all()
+    mgr.freeTensor(t)
+
+
+# --- bad calls --------------------------------------------------------------------------------
+
+def test_bad_calls_raise_specific_errors(driver: PcieDriver) -> None:
+    mgr = MemoryManager(driver)
+    other = MemoryManager(driver)
+    t = mgr.allocate_tensor(100)
+    with pytest.raises(UnknownTensorError, match="not a tensor handle of this"):
+        mgr.write_tensor(other.allocate_tensor(100), 100, data(100))
+    with pytest.raises(UnknownTensorError):
+        mgr.need_in_device("t0")               # type: ignore[arg-type]
+    with pytest.raises(TensorSizeError, match="larger than"):
+        mgr.write_tensor(t, 101, data(101))
+    with pytest.raises(TensorSizeError):
+        mgr.read_tensor(t, -1, np.empty(1, np.uint8))
+    with pytest.raises(TensorSizeError):
+        mgr.write_tensor(t, 100, data(50))      # the source is too short
+    with pytest.raises(NeverWrittenError, match="never written"):
+        mgr.read_tensor(t, 100, np.empty(100, np.uint8))
+    with pytest.raises(NotOnCardError, match="need_in_device"):
+        mgr.tensor_updated(t)
+    mgr.write_tensor(t, 100, data(100))
+    mgr.need_in_device(t)
+    mgr.write_tensor(t, 100, data(100, 1))      # the card copy is stale now
+    with pytest.raises(NotOnCardError):
+        mgr.tensor_updated(t)
+    mgr.free_tensor(t)
+    with pytest.raises(DoubleFreeError, match="already freed"):
+        mgr.free_tensor(t)
+    for call in (lambda: mgr.need_in_device(t), lambda: mgr.read_tensor(t, 1, bytearray(1)),
+                 lambda: mgr.tensor_updated(t), lambda: mgr.write_tensor(t, 1, b"x")):
+        with pytest.raises(FreedTensorError):
+            call()
+    with pytest.raises(TensorSizeError):
+        mgr.allocate_tensor(-1)
+
+
+def test_host_allocation_failure_is_out_of_memory() -> None:
+    card = ModelCard(1 << 20, host_size=1 << 20)
+    mgr = MemoryManager(PcieDriver(card))
+    mgr.allocate_tensor(512 * KiB)
+    with pytest.raises(HostAllocationError) as e:
+        mgr.allocate_tensor(512 * KiB)
+    assert isinstance(e.value, OutOfMemoryError)
+
+
+# --- accounting, batching, dry run, record / replay ---------------------------------------------
+
+def small_tensor_trace() -> Trace:
+    tr = Trace()
+    for i in range(40):
+        tr.alloc(i, 256 + 64 * (i % 5))
+        tr.write(i, 256 + 64 * (i % 5))
+    tr.alloc(40, 300_000)
+    tr.write(40, 300_000)
+    for i in range(0, 40, 2):
+        tr.need(i, i + 1, 40)
+        tr.updated(i + 1)
+    for i in range(1, 40, 2):
+        tr.read(i, 256 + 64 * (i % 5))
+    return tr
+
+
+@pytest.mark.parametrize("policy,schedule", [("naive", False), ("lru", False), ("gds", False),
+                                             ("belady", True)])
+def test_dry_run_accounts_exactly_like_the_card(policy: str, schedule: bool) -> None:
+    """Same trace, real card vs dry run: identical manager and driver counters."""
+    tr = small_tensor_trace()
+    card = ModelCard(512 * KiB, host_size=16 << 20)
+    drv = PcieDriver(card)
+    base = drv.stats.copy()                   # the driver's own start-up MMIO
+    real = MemoryManager(drv, policy=policy)
+    kernel_calls = []
+
+    def kernel(addr: int, new: np.ndarray) -> None:
+        kernel_calls.append(addr)
+        card.card_memory[addr:addr + new.size] = new
+    res = replay(tr, real, schedule=schedule, kernel=kernel)
+    assert res.reads_checked == 20 and kernel_calls
+    dry = MemoryManager.dry_run(512 * KiB, policy=policy)
+    replay(tr, dry, schedule=schedule)
+    rs, ds = real.transport.stats, dry.transport.stats
+    for f in ("bytes_h2c", "bytes_c2h", "bytes_c2c", "transfers_h2c", "transfers_c2h",
+              "driver_calls", "descriptors_saved"):
+        assert getattr(rs, f) == getattr(ds, f), f
+    for f in ("calls", "descriptors", "doorbells", "interrupts", "bytes_h2c", "bytes_c2h",
+              "bytes_c2c", "mmio_reads", "mmio_writes"):
+        assert getattr(drv.stats, f) - getattr(base, f) == getattr(dry.driver.stats, f), f
+    assert [(e.handle.id, e.addr) for e in real._entries.values()] == \
+        [(e.handle.id, e.addr) for e in dry._entries.values()], "placement differs"
+
+
+def test_batching_and_coalescing_cut_driver_calls() -> None:
+    tr = small_tensor_trace()
+    on = MemoryManager.dry_run(512 * KiB, policy="belady")
+    off = MemoryManager.dry_run(512 * KiB, policy="belady", batching=False)
+    replay(tr, on, schedule=True)
+    replay(tr, off, schedule=True)
+    assert on.transport.stats.bytes_h2c == off.transport.stats.bytes_h2c
+    assert off.transport.stats.driver_calls >= 5 * on.transport.stats.driver_calls
+    assert on.stats.prefetched > 0 and on.transport.stats.descriptors_saved > 0
+
+
+def test_record_and_replay_reproduce_a_session(card: ModelCard, driver: PcieDriver) -> None:
+    f = io.StringIO()
+    mgr = MemoryManager(driver, record=f, policy="lru")
+    ts = [mgr.allocate_tensor(100_000 + i, name=f"w{i}") for i in range(12)]
+    for t in ts:
+        mgr.write_tensor(t, t.size, data(t.size))
+    for i in range(30):
+        a, b = ts[i % 12], ts[(i * 5 + 1) % 12]
+        mgr.need_in_device(a, b)
+        mgr.tensor_updated(b)
+    mgr.read_tensor(ts[0], 10, bytearray(10))
+    mgr.free_tensor(ts[3])
+    tr = Trace.parse(io.StringIO(f.getvalue()))
+    tr.validate()
+    assert [r[0] for r in tr.records].count("need") == 30
+    again = MemoryManager.dry_run(card.mem_size, policy="lru")
+    replay(tr, again)
+    assert again.transport.stats.bytes_h2c == mgr.transport.stats.bytes_h2c
+    assert again.transport.stats.bytes_c2h == mgr.transport.stats.bytes_c2h
+    out = io.StringIO()
+    tr.dump(out)
+    assert Trace.parse(io.StringIO(out.getvalue())).records == tr.records
+
+
+def test_schedule_mismatch_falls_back_to_recency() -> None:
+    mgr = MemoryManager.dry_run(1 << 20, policy="belady")
+    a, b = mgr.allocate_tensor(10), mgr.allocate_tensor(10)
+    mgr.set_schedule([[a], [b], [a]])
+    mgr.need_in_device(a)
+    assert mgr._sched is not None
+    mgr.need_in_device(a, b)                    # not in the schedule: dropped
+    assert mgr._sched is None
+    mgr.need_in_device(b)
