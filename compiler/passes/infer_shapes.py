@@ -16,7 +16,7 @@ from compiler.ops.infer import evaluate, infer_op, known_value
 from compiler.ops.op_shape import shape_slice
 from compiler.ops.registry import get_opdef
 from compiler.passes.base import Pass, PassResult
-from compiler.xir import CONST, DATA, Graph, Tensor
+from compiler.xir import CONST, DATA, Graph, Op, Tensor
 
 #: Largest tensor (elements) that value propagation computes; shape math is far smaller.
 PROPAGATE_MAX_ELEMENTS = 4096
@@ -48,10 +48,11 @@ class InferShapes(Pass):
         return PassResult(changed, {"propagated_values": propagated})
 
     @staticmethod
-    def _propagate(op, values, shape: tuple[int, ...]) -> np.ndarray | None:  # type: ignore[no-untyped-def]
+    def _propagate(op: Op, values: dict[Tensor, np.ndarray], shape: tuple[int, ...]
+                   ) -> np.ndarray | None:
         if op.type == "Shape":
             src = op.input_tensors()[0]
-            return shape_slice(op, src.shape)
+            return None if src.shape is None else shape_slice(op, src.shape)
         if int(np.prod(shape, dtype=np.int64)) > PROPAGATE_MAX_ELEMENTS:
             return None
         opdef = get_opdef(op.type)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 
 from compiler.errors import PartitionError
 from compiler.plugin import filter, filter_by_name, filter_by_template, filter_by_type
-from compiler.xir import Graph, GraphTemplate
+from compiler.xir import Graph, GraphTemplate, Op, Subgraph
 from tests.compiler.helpers import add
 
 
-def _names(subs: set) -> set[frozenset[str]]:  # type: ignore[type-arg]
+def _names(subs: set[Subgraph]) -> set[frozenset[str]]:
     return {frozenset(op.name for op in s.ops) for s in subs}
 
 
@@ -74,7 +76,7 @@ def test_match_filter_sees_each_role_assignment() -> None:
     t.add_op("add", "Add", {p: None, q: None})
     seen = []
 
-    def only_c2_as_p(m):  # type: ignore[no-untyped-def]
+    def only_c2_as_p(m: Mapping[str, Op]) -> bool:
         seen.append(m["p"].name)
         return m["p"].name == "c2"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -101,7 +102,7 @@ def _best_by_brute_force(g: Graph, names: list[str]) -> int:
     return best
 
 
-def _partitions(items: list[str]):  # type: ignore[no-untyped-def]
+def _partitions(items: list[str]) -> Iterator[list[list[str]]]:
     if not items:
         yield []
         return
@@ -129,8 +130,11 @@ def _acyclic(nodes: set[str], succ: dict[str, set[str]]) -> bool:
     return seen == len(nodes)
 
 
+Case = tuple[dict[str, list[str]], list[str], int]
+
+
 @st.composite
-def dags_and_members(draw):  # type: ignore[no-untyped-def]
+def dags_and_members(draw: st.DrawFn) -> Case:
     n = draw(st.integers(3, 9))
     edges: dict[str, list[str]] = {"n0": []}
     for i in range(1, n):
@@ -144,7 +148,7 @@ def dags_and_members(draw):  # type: ignore[no-untyped-def]
 
 @settings(max_examples=120, deadline=None)
 @given(dags_and_members())
-def test_merge_is_optimal_legal_and_order_independent(case) -> None:  # type: ignore[no-untyped-def]
+def test_merge_is_optimal_legal_and_order_independent(case: Case) -> None:
     """Against brute force on small random DAGs: as few groups as any legal grouping, no cycle,
     and the same groups whatever order the members are given in."""
     edges, members, seed = case
