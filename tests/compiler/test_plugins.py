@@ -182,3 +182,26 @@ def test_device_subgraphs_are_leaves_of_the_root(conv_model: onnx.ModelProto) ->
     subs: list[Subgraph] = root.children_topological_sort()
     assert all(s.is_leaf and s.parent is root for s in subs)
     assert sum(len(s.ops) for s in subs) == len(g)
+
+
+def test_shared_weights_stay_outside_and_arrive_as_inputs() -> None:
+    """Two Convs reading one weight, split by a CPU op: the weight is not absorbed into either
+    device subgraph (it would have to be in both) and reaches them as an input tensor."""
+    from onnx import helper
+
+    from tests.compiler.helpers import make_model, tensor_info
+
+    w = np.random.default_rng(0).standard_normal((3, 3, 1, 1)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c1"]),
+             helper.make_node("Sigmoid", ["c1"], ["s"]),
+             helper.make_node("Conv", ["s", "w"], ["y"])]
+    m = make_model(nodes, [helper.make_tensor_value_info("x", 1, [1, 3, 4, 4])],
+                   [tensor_info("y", [1, 3, 4, 4])], {"w": w})
+    g = partitioned(m, [sp.ConvOnlyPlugin()])
+    accel = [s for s in g.root_subgraph.children_topological_sort() if s.device == "TEST_ACCEL"]
+    assert len(accel) == 2
+    assert all("w" in [t.name for t in s.input_tensors] for s in accel)
+    assert g.root_subgraph.child_of(g.get_op("w")).device == "CPU"
+    x = feeds(g)
+    want = run(prepared(m), x)["y"]
+    np.testing.assert_allclose(run(g, x)["y"], want, rtol=1e-6)
