@@ -284,10 +284,12 @@ class MemoryManager:
                 f"{tensor!r} is not on the card (never needed, evicted by a later call, or "
                 "overwritten by write_tensor); call need_in_device for it, run the operation, "
                 "then tensor_updated before the next need_in_device")
-        e.written, e.host_valid = True, False
+        e.written = True
         if e.card_size:
-            e.dirty = True
+            e.dirty, e.host_valid = True, False
             self.policy.recost(e, self._now)
+        else:
+            e.host_valid = True         # no bytes: the host copy is trivially current
         if self._record is not None:
             self._rec({"op": "updated", "t": e.id})
         self._account("updated", t0, d0)
@@ -425,10 +427,9 @@ class MemoryManager:
                     f"internal error: policy {self.policy.name} freed {got} of {short} bytes "
                     "although the call fits the card; please report with a recorded trace")
             self._evict(victims)
-        prefetch = self._prefetch_candidates(need) if self._sched is not None else []
         placing = {e.id for e in missing}
         moves = self._place(missing, placing)
-        for e in prefetch:
+        for e in self._prefetch_candidates() if self._sched is not None else ():
             a = self.alloc.alloc(e.card_size, e.id)
             if a is None:
                 break
@@ -444,11 +445,11 @@ class MemoryManager:
         self._upload([self._entries[i] for i in placing
                       if self._entries[i].written and self._entries[i].host_valid])
 
-    def _prefetch_candidates(self, need: int) -> list[_Entry]:
-        """Small tensors of the next scheduled calls that fit the free space left after this one."""
+    def _prefetch_candidates(self) -> list[_Entry]:
+        """Small tensors of the next scheduled calls that fit half the free space left."""
         if not self.prefetch_calls or not self.policy.uses_schedule or self._sched is None:
             return []
-        budget = (self.alloc.free - need) // 2
+        budget = self.alloc.free // 2
         out: list[_Entry] = []
         seen: set[int] = set()
         sched = self._sched

@@ -198,10 +198,12 @@ class ReplayResult:
 
 
 def replay(trace: Trace, mgr: MemoryManager, *, schedule: bool = False, seed: int = 0,
-           kernel: CardKernel | None = None, verify: bool = True) -> ReplayResult:
+           kernel: CardKernel | None = None, verify: bool = True,
+           after: Callable[[int], None] | None = None) -> ReplayResult:
     """Run `trace` on `mgr`. With payload, writes deterministic data; with `kernel`, every
     updated tensor gets new bytes on the card first; `verify` checks every read against what
-    was last written or updated (AssertionError on a mismatch)."""
+    was last written or updated (AssertionError on a mismatch); `after(i)` runs after record i
+    (e.g. `lambda i: mgr.check()`)."""
     payload = mgr.payload
     handles: dict[int, Tensor] = {}
     expected: dict[int, np.ndarray] = {}
@@ -257,4 +259,6 @@ def replay(trace: Trace, mgr: MemoryManager, *, schedule: bool = False, seed: in
             expected.pop(t, None)
         else:
             raise TraceError(f"record {i}: unknown op {op!r}")
+        if after is not None:
+            after(i)
     return res

@@ -215,20 +215,5 @@ def many_small_trace(layers: int = 2000, *, seed: int = 0, lo: int = 256,
     return tr
 
 
-def repeat(trace: Trace, times: int) -> Trace:
-    """The trace's need/update calls repeated (e.g. several inference batches on one model):
-    allocations, host writes and frees stay where they are in the first and last copy."""
-    recs = trace.records
-    first = next(i for i, r in enumerate(recs) if r[0] == "need")
-    last = max(i for i, r in enumerate(recs) if r[0] in ("need", "updated"))
-    body = [r for r in recs[first:last + 1] if r[0] in ("need", "updated")]
-    out = Trace(records=list(recs[:last + 1]), meta={**trace.meta,
-                                                     "name": f"{trace.name}-x{times}"})
-    for _ in range(times - 1):
-        out.records += body
-    out.records += recs[last + 1:]
-    return out
-
-
 def iter_light_models() -> Iterator[str]:
     yield from LIGHT_MODELS
