@@ -383,3 +383,13 @@ def test_schedule_mismatch_falls_back_to_recency() -> None:
     mgr.need_in_device(a, b)                    # not in the schedule: dropped
     assert mgr._sched is None
     mgr.need_in_device(b)
+
+
+def test_rtl_bench_program_on_the_functional_card() -> None:
+    """The host program of the RTL bench, on the model of the same 256 KiB card."""
+    from tb.card_top.test_card_memory_manager import manager_program
+
+    card = ModelCard(256 * KiB, host_size=8 << 20)
+    for policy in ("gds", "lru", "belady"):
+        stats = manager_program(PcieDriver(card), policy=policy)
+        assert stats["evictions"] > 0 and stats["writebacks"] > 0 and stats["c2c"] > 0, stats
