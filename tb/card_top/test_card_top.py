@@ -100,3 +100,14 @@ async def test_driver_program(dut, check: str) -> None:
         "no host traffic seen by the monitor"
     if os.environ.get("CARD_TB_MEMORY") == "ooo" and tb.card.memory.reads_served > 8:
         assert tb.card.memory.reordered > 0, "host memory never returned data out of order"
+
+
+@cocotb.test(timeout_time=200, timeout_unit="ms")
+async def test_alignment_edges(dut) -> None:
+    """Host offsets 0, 3, 4093, 4095 x card offsets 0, 4095 x lengths around a line and a page,
+    both directions, guard bytes checked: the alignment check sized for the slower simulator."""
+    tb = TB(dut)
+    await tb.reset()
+    await tb.host(driver_program.check_alignment, lengths=(1, 3, 65, 4097),
+                  host_offsets=(0, 3, 4093, 4095), card_offsets=(0, 4095))
+    tb.monitor.check()
