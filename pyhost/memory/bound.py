@@ -51,6 +51,7 @@ class IntervalModel:
     end: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))     # interval b
     size: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     version: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # -1: clean
+    tensor: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))   # trace id
     version_size: dict[int, int] = field(default_factory=dict)   # unread dirty versions
 
 
@@ -64,7 +65,7 @@ def interval_model(trace: Trace, card_sizes: dict[int, int] | None = None) -> In
     dirty: dict[int, int] = {}           # tensor -> its current unread card version
     read_versions: set[int] = set()
     vsize: dict[int, int] = {}
-    starts, ends, isz, iver, need_bytes = [], [], [], [], []
+    starts, ends, isz, iver, itensor, need_bytes = [], [], [], [], [], []
     compulsory = 0
     nver = 0
     step = -1
@@ -86,6 +87,7 @@ def interval_model(trace: Trace, card_sizes: dict[int, int] | None = None) -> In
                     ends.append(step)
                     isz.append(sizes[x])
                     iver.append(dirty.get(x, -1))
+                    itensor.append(x)
                 prev[x] = step
         elif op == "updated":
             content.add(t)
@@ -117,7 +119,8 @@ def interval_model(trace: Trace, card_sizes: dict[int, int] | None = None) -> In
     return IntervalModel(step + 1, np.array(need_bytes, dtype=np.int64), compulsory,
                          np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64),
                          np.array(isz, dtype=np.int64), ver,
-                         {v: vsize[v] for v in used})
+                         tensor=np.array(itensor, dtype=np.int64),
+                         version_size={v: vsize[v] for v in used})
 
 
 @dataclass(frozen=True)
@@ -232,6 +235,30 @@ def lower_bound(trace: Trace, capacity: int, *, integer: bool = False,
     sched = comp + float(r.fun) * capacity if r.x is not None else None
     return BoundResult(bound, comp, n, A.shape[0], time.perf_counter() - t0, True, lp,
                        optimal, sched)
+
+
+def plan_drops(trace: Trace, capacity: int, *, time_limit: float = 5.0) -> set[tuple[int, int]]:
+    """(tensor id, start step) of the reuse intervals an optimal schedule drops.
+
+    From the MILP's best integer solution within `time_limit`, or, if it has none, the LP
+    relaxation rounded at 1/2 (then only a preference order for the policy, not a plan).
+    """
+    m = interval_model(trace)
+    c, A, lb, n_d, n = _program(m, capacity)
+    long = np.flatnonzero(m.end - m.start >= 2)
+    if n == 0 or A.shape[0] == 0:
+        return set()
+    with _quiet_stdout():
+        r = milp(c, constraints=LinearConstraint(A, lb, np.inf), integrality=np.ones(n),
+                 bounds=Bounds(0, 1), options={"time_limit": time_limit})
+    x = r.x
+    if x is None:
+        lp = linprog(c, A_ub=-A, b_ub=-lb, bounds=(0, 1), method="highs")
+        if lp.status != 0:
+            return set()
+        x = lp.x
+    drop = long[np.flatnonzero(x[:n_d] > 0.5)]
+    return {(int(m.tensor[i]), int(m.start[i])) for i in drop}
 
 
 def exact_optimum(trace: Trace, capacity: int) -> int:

@@ -22,11 +22,12 @@ accounted by the same `Transport`.
 from __future__ import annotations
 
 import bisect
+import collections
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -49,6 +50,9 @@ from pyhost.memory.policies import INF, EvictionPolicy, make_policy
 from pyhost.memory.tensor import Tensor, _Entry
 from pyhost.memory.transport import Driver, DryRunDriver, Transport
 
+if TYPE_CHECKING:
+    from pyhost.memory.trace import Trace
+
 #: Default preferred alignment of card addresses: one 512-bit AXI beat / DRAM line.
 DEFAULT_ALIGN = 64
 #: The default policy: the best online policy measured by bench/memory_bench.py (see
@@ -69,6 +73,7 @@ class ManagerStats:
     writebacks: int = 0         # dirty tensors written back (eviction or read)
     compactions: int = 0
     prefetched: int = 0
+    plan_s: float = 0.0         # time spent planning a schedule (set_schedule_trace)
     time_s: dict[str, float] = field(default_factory=dict)   # manager time, driver time excluded
     need_times_s: list[float] = field(default_factory=list)  # per need call, driver excluded
 
@@ -110,7 +115,8 @@ class MemoryManager:
         self._sched_pos = 0       # index of the next expected call in the schedule
         self._positions: dict[str, list[int]] = {}
         self._staging = 0         # chunk ids for staging buffers (negative, unique)
-        self._will_read: set[str] = set()
+        self._will_read: collections.Counter[str] = collections.Counter()
+        self._complete_hint = False   # the schedule is the whole future (set_schedule_trace)
         self._record = record
         if record is not None:
             self._rec({"op": "header", "format": "dnncard-memory-trace", "version": 1,
@@ -197,7 +203,7 @@ class MemoryManager:
             dst = self.host.view(e.home.address, size)
             if dst.__array_interface__["data"][0] != src.__array_interface__["data"][0]:
                 dst[:] = src
-        e.written, e.host_valid, e.dirty = True, True, False
+        e.written, e.host_valid, e.dirty, e.discarded = True, True, False, False
         if self._record is not None:
             self._rec({"op": "write", "t": e.id, "size": size})
         self._account("write", t0, d0)
@@ -210,9 +216,15 @@ class MemoryManager:
         if not e.written:
             raise NeverWrittenError(f"{tensor!r} was never written by the host nor updated on "
                                     "the card; write_tensor (or tensor_updated) it first")
+        if e.discarded:
+            raise ScheduleError(
+                f"{tensor!r} was dropped from the card without a write-back because the "
+                "schedule given to set_schedule_trace never reads or needs it again; pass the "
+                "complete upcoming trace, or use set_schedule, which never discards data")
         if e.dirty:
             self._writeback([e, *self._read_ahead(e)])
-        self._will_read.discard(e.key)
+        if self._will_read[e.key] > 0:
+            self._will_read[e.key] -= 1
         if self.payload and size:
             dst = self._destination(host_dst, size)
             assert e.home is not None
@@ -240,6 +252,11 @@ class MemoryManager:
             e = self._entry(t)
             if e not in ents:
                 ents.append(e)
+                if e.discarded:
+                    raise ScheduleError(
+                        f"{t!r} was dropped from the card without a write-back because the "
+                        "schedule given to set_schedule_trace never needs it again; pass the "
+                        "complete upcoming trace")
         total = sum(e.card_size for e in ents)
         if total > self.capacity:
             raise CardCapacityError(
@@ -284,7 +301,7 @@ class MemoryManager:
                 f"{tensor!r} is not on the card (never needed, evicted by a later call, or "
                 "overwritten by write_tensor); call need_in_device for it, run the operation, "
                 "then tensor_updated before the next need_in_device")
-        e.written = True
+        e.written, e.discarded = True, False
         if e.card_size:
             e.dirty, e.host_valid = True, False
             self.policy.recost(e, self._now)
@@ -352,7 +369,9 @@ class MemoryManager:
         the others that are dirty and not needed on the card again are written back in the
         same batch (their write-back is due anyway).
         """
-        self._will_read = {t if isinstance(t, str) else self._entry(t).key for t in reads}
+        self._will_read = collections.Counter(
+            t if isinstance(t, str) else self._entry(t).key for t in reads)
+        self._complete_hint = False
         if needs is None:
             self._sched = None
             self._positions = {}
@@ -378,6 +397,29 @@ class MemoryManager:
         self.policy.rekey([e for e in self._entries.values() if e.addr is not None
                            and e.card_size], self._now)
 
+    def set_schedule_trace(self, trace: Trace, key_of: Callable[[int], str] = "t{}".format
+                           ) -> None:
+        """The upcoming calls as a whole trace (sizes, writes, reads): the need sequence and
+        reads as in `set_schedule`, plus, for a planning policy ("planned"), its plan. `key_of`
+        maps the trace's tensor ids to the names given to allocate_tensor."""
+        self.set_schedule([[key_of(t) for t in ts] for ts in trace.needs()],
+                          reads=[key_of(r[1]) for r in trace.records if r[0] == "read"])
+        self._complete_hint = True
+        set_plan = getattr(self.policy, "set_plan", None)
+        if set_plan is not None:
+            from pyhost.memory.bound import BoundError, plan_drops  # bound imports trace
+
+            t0 = time.perf_counter()
+            try:
+                drops = plan_drops(trace, self.capacity,
+                                   time_limit=getattr(self.policy, "plan_seconds", 5.0))
+            except BoundError:
+                drops = set()           # a call larger than the card: no plan, Belady order
+            set_plan({(key_of(t), s) for t, s in drops})
+            self.stats.plan_s += time.perf_counter() - t0
+            self.policy.rekey([e for e in self._entries.values() if e.addr is not None
+                               and e.card_size], self._now)
+
     def _advance_schedule(self, ents: list[_Entry]) -> None:
         sched = self._sched
         if sched is None:
@@ -401,8 +443,8 @@ class MemoryManager:
         if self._sched is None or not self._will_read or not self.transport.batching:
             return []
         out = []
-        for k in self._will_read:
-            e = self._by_key.get(k)
+        for k, n in self._will_read.items():
+            e = self._by_key.get(k) if n > 0 else None
             if e is not None and e is not first and e.dirty and self._next_use(e) == INF:
                 out.append(e)
         return out
@@ -446,25 +488,28 @@ class MemoryManager:
                       if self._entries[i].written and self._entries[i].host_valid])
 
     def _prefetch_candidates(self) -> list[_Entry]:
-        """Small tensors of the next scheduled calls that fit half the free space left."""
+        """Small tensors of the next scheduled calls, if everything those calls still lack
+        fits the free space now: then no eviction comes before their use, and prefetching
+        them changes when they move (in this call's batch), never how many bytes move."""
         if not self.prefetch_calls or not self.policy.uses_schedule or self._sched is None:
             return []
-        budget = self.alloc.free // 2
         out: list[_Entry] = []
         seen: set[int] = set()
+        lacking = 0
         sched = self._sched
         for j in range(self._sched_pos, min(self._sched_pos + self.prefetch_calls, len(sched))):
             for k in sched[j]:
                 e = self._by_key.get(k)
-                if e is None or e.addr is not None or e.id in seen or not e.written \
-                        or not e.host_valid or not e.card_size \
-                        or e.card_size > self.prefetch_max_tensor:
+                if e is None:                     # allocated later: size unknown, stop here
+                    return out if lacking <= self.alloc.free else []
+                if e.addr is not None or e.id in seen:
                     continue
-                if e.card_size > budget:
-                    return out
-                budget -= e.card_size
                 seen.add(e.id)
-                out.append(e)
+                lacking += e.card_size
+                if lacking > self.alloc.free:
+                    return []
+                if e.written and e.host_valid and 0 < e.card_size <= self.prefetch_max_tensor:
+                    out.append(e)
         return out
 
     def _place(self, missing: list[_Entry], placing: set[int]) -> list:
@@ -502,6 +547,13 @@ class MemoryManager:
 
     def _evict(self, victims: list[_Entry]) -> None:
         dirty = [v for v in victims if v.dirty]
+        if dirty and self._complete_hint and self._sched is not None:
+            # The whole future is known: bytes that are never needed nor read again need no
+            # write-back (a later read would contradict the schedule; see read_tensor).
+            dead = [v for v in dirty if self._next_use(v) == INF and not self._will_read[v.key]]
+            for v in dead:
+                v.dirty, v.host_valid, v.discarded = False, False, True
+            dirty = [v for v in dirty if not v.discarded]
         if dirty:
             self._writeback(dirty)
         for v in victims:
@@ -672,7 +724,8 @@ class MemoryManager:
         for e in self._entries.values():
             assert not e.dirty or (e.addr is not None and not e.host_valid), \
                 f"{e.handle!r} dirty but not resident or host copy current"
-            assert not e.written or e.host_valid or e.dirty, f"{e.handle!r} lost its bytes"
+            assert not e.written or e.host_valid or e.dirty or e.discarded, \
+                f"{e.handle!r} lost its bytes"
         assert self.alloc.used <= self.capacity
 
     def close(self) -> None:

@@ -28,6 +28,7 @@ class Resident(Protocol):
     """What a policy may read of a resident tensor."""
 
     id: int
+    key: str
     card_size: int
     dirty: bool
     pin: int
@@ -277,8 +278,61 @@ class BeladyPolicy(EvictionPolicy):
         return [e for _, e in out]
 
 
+class PlannedPolicy(BeladyPolicy):
+    """Schedule-aware with a plan: Belady's order, but reuse intervals that the optimal
+    solution of the interval program (bound.py) drops are evicted first.
+
+    The plan needs the whole upcoming trace with sizes (`MemoryManager.set_schedule_trace`);
+    with only a need sequence it is exactly `belady`. Planning solves the MILP once, with a time
+    limit, when the schedule is set; a plan that cannot be solved in time falls back to the LP
+    relaxation rounded (a preference order only) and Belady's order covers every other choice.
+    """
+
+    name = "planned"
+    plan_seconds: float = 5.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.drops: set[tuple[str, int]] = set()
+        self._since: dict[int, int] = {}      # tensor id -> position of its last need
+
+    def set_plan(self, drops: set[tuple[str, int]]) -> None:
+        self.drops = drops
+
+    def _put(self, e: Resident, now: int) -> None:
+        nu = self.next_use(e)
+        since = self._since.get(e.id, now)
+        if nu == INF:
+            key = -1e18 + now
+        elif (e.key, since) in self.drops:      # type: ignore[attr-defined]
+            key = -1e16 - nu                    # planned drop: before every kept tensor
+        else:
+            key = -nu
+        (self._dirty if e.dirty else self._clean).put(e, key)
+        (self._clean if e.dirty else self._dirty).drop(e)
+
+    def touch(self, e: Resident, now: int) -> None:
+        self._since[e.id] = now
+        self._put(e, now)
+
+    def insert(self, e: Resident, now: int) -> None:
+        self._since[e.id] = now
+        self._put(e, now)
+
+    def remove(self, e: Resident) -> None:
+        super().remove(e)
+        self._since.pop(e.id, None)
+
+    @staticmethod
+    def _score(key: float, now: int, dirty: bool) -> float:
+        if -1e17 <= key <= -1e16:               # planned drops, farthest next use first
+            return 1e15 + (-key - 1e16 - now) / (2.0 if dirty else 1.0)
+        return BeladyPolicy._score(key, now, dirty)
+
+
 POLICIES: dict[str, type[EvictionPolicy]] = {
-    p.name: p for p in (NaivePolicy, LruPolicy, GreedyDualSizePolicy, BeladyPolicy)}
+    p.name: p for p in (NaivePolicy, LruPolicy, GreedyDualSizePolicy, BeladyPolicy,
+                        PlannedPolicy)}
 
 
 def make_policy(policy: str | EvictionPolicy) -> EvictionPolicy:

@@ -37,7 +37,7 @@ class _Entry:
     """
 
     __slots__ = ("id", "key", "size", "card_size", "home", "codec", "addr", "written",
-                 "host_valid", "dirty", "pin", "report", "handle")
+                 "host_valid", "dirty", "pin", "report", "handle", "discarded")
 
     def __init__(self, handle: Tensor, key: str, card_size: int, home: HostHome | None,
                  codec: Codec | None) -> None:
@@ -54,6 +54,7 @@ class _Entry:
         self.dirty = False
         self.pin = -1
         self.report: PrecisionReport | None = None
+        self.discarded = False    # dropped dirty as dead (complete schedule): bytes are gone
 
     @property
     def resident(self) -> bool:

@@ -212,8 +212,7 @@ def replay(trace: Trace, mgr: MemoryManager, *, schedule: bool = False, seed: in
     rng = np.random.default_rng(seed)
     res = ReplayResult(handles)
     if schedule:
-        mgr.set_schedule(schedule_of(trace),
-                         reads=[f"t{r[1]}" for r in trace.records if r[0] == "read"])
+        mgr.set_schedule_trace(trace)
     for i, (op, t, size, extra) in enumerate(trace.records):
         if op == "alloc":
             prec = codec_from_json(extra.get("precision")) if extra else None
