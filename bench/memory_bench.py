@@ -24,9 +24,11 @@ from pyhost.memory.traces import LIGHT_MODELS, many_small_trace, onnx_trace
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 
-#: (policy, schedule hint given). "belady" is the schedule-aware policy.
-POLICY_RUNS = (("naive", False), ("lru", False), ("gds", False), ("belady", True))
-SCHEDULE_AWARE = "belady"
+#: (policy, schedule hint given). With the hint (the upcoming trace), "planned" is the
+#: schedule-aware policy the targets are checked on; "belady" is the plain next-use rule.
+POLICY_RUNS = (("naive", False), ("lru", False), ("gds", False), ("belady", True),
+               ("planned", True))
+SCHEDULE_AWARE = "planned"
 #: Batch sizes: large enough that activations, not weights, dominate; training keeps them all.
 INFER_BATCH = 32
 TRAIN_BATCH = 8
@@ -67,8 +69,9 @@ def run_policy(tr: Trace, cap: int, policy: str, schedule: bool,
         "bytes_c2c": s.bytes_c2c, "driver_calls": s.driver_calls,
         "descriptors": m.driver.stats.descriptors, "api_calls": calls,
         "evictions": st.evictions, "writebacks": st.writebacks, "compactions": st.compactions,
-        "prefetched": st.prefetched,
+        "prefetched": st.prefetched, "plan_s": st.plan_s,
         "manager_us_per_call": 1e6 * sum(st.time_s.values()) / max(calls, 1),
+        "manager_us_per_call_by_op": {op: 1e6 * st.time_s[op] / st.calls[op] for op in st.calls},
         "need_median_us": 1e6 * statistics.median(st.need_times_s) if st.need_times_s else 0.0,
         "need_times_us": [round(x * 1e6, 2) for x in st.need_times_s],
         "wall_s": wall,

@@ -35,6 +35,9 @@ from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 
 from pyhost.memory.trace import Trace
 
+#: A plan from an integer solution no further than this (relative) from optimal is used.
+PLAN_GAP = 0.01
+
 
 class BoundError(ValueError):
     """The trace cannot run at this capacity (one need call is larger), or the solver failed."""
@@ -240,8 +243,8 @@ def lower_bound(trace: Trace, capacity: int, *, integer: bool = False,
 def plan_drops(trace: Trace, capacity: int, *, time_limit: float = 5.0) -> set[tuple[int, int]]:
     """(tensor id, start step) of the reuse intervals an optimal schedule drops.
 
-    From the MILP's best integer solution within `time_limit`, or, if it has none, the LP
-    relaxation rounded at 1/2 (then only a preference order for the policy, not a plan).
+    From the MILP's best integer solution within `time_limit` if it is optimal or within
+    PLAN_GAP of the dual bound; otherwise empty.
     """
     m = interval_model(trace)
     c, A, lb, n_d, n = _program(m, capacity)
@@ -251,13 +254,12 @@ def plan_drops(trace: Trace, capacity: int, *, time_limit: float = 5.0) -> set[t
     with _quiet_stdout():
         r = milp(c, constraints=LinearConstraint(A, lb, np.inf), integrality=np.ones(n),
                  bounds=Bounds(0, 1), options={"time_limit": time_limit})
-    x = r.x
-    if x is None:
-        lp = linprog(c, A_ub=-A, b_ub=-lb, bounds=(0, 1), method="highs")
-        if lp.status != 0:
-            return set()
-        x = lp.x
-    drop = long[np.flatnonzero(x[:n_d] > 0.5)]
+    gap = getattr(r, "mip_gap", None)
+    if r.x is None or not (r.status == 0 or (gap is not None and gap <= PLAN_GAP)):
+        # No good integer solution in time. A rounded LP solution or a poor incumbent was
+        # measured to do worse than no plan at all (Belady's order), so there is no plan.
+        return set()
+    drop = long[np.flatnonzero(r.x[:n_d] > 0.5)]
     return {(int(m.tensor[i]), int(m.start[i])) for i in drop}
 
 

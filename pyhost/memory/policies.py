@@ -284,8 +284,8 @@ class PlannedPolicy(BeladyPolicy):
 
     The plan needs the whole upcoming trace with sizes (`MemoryManager.set_schedule_trace`);
     with only a need sequence it is exactly `belady`. Planning solves the MILP once, with a time
-    limit, when the schedule is set; a plan that cannot be solved in time falls back to the LP
-    relaxation rounded (a preference order only) and Belady's order covers every other choice.
+    limit, when the schedule is set; without an integer solution in time there is no plan and
+    the policy is Belady's.
     """
 
     name = "planned"
