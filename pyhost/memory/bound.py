@@ -60,7 +60,8 @@ class IntervalModel:
 
 def interval_model(trace: Trace, card_sizes: dict[int, int] | None = None) -> IntervalModel:
     """Reuse intervals, versions and compulsory bytes of `trace` (card_sizes: encoded sizes)."""
-    sizes = dict(trace.sizes())
+    host_sizes = trace.sizes()
+    sizes = dict(host_sizes)
     if card_sizes:
         sizes.update(card_sizes)
     prev: dict[int, int] = {}            # tensor -> step of its previous need (chain intact)
@@ -99,7 +100,7 @@ def interval_model(trace: Trace, card_sizes: dict[int, int] | None = None) -> In
                 vsize[nver] = sizes[t]
                 nver += 1
         elif op == "write":
-            if size < trace.sizes()[t] and t in dirty:
+            if size < host_sizes[t] and t in dirty:
                 read_versions.add(dirty[t])
                 compulsory += sizes[t]
             content.add(t)

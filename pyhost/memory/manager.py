@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 #: Default preferred alignment of card addresses: one 512-bit AXI beat / DRAM line.
 DEFAULT_ALIGN = 64
 #: The default policy: the best online policy measured by bench/memory_bench.py (see
-#: docs/memory-manager.md); with a schedule hint, "belady".
+#: docs/memory-manager.md). With a schedule (set_schedule_trace), use "planned".
 DEFAULT_POLICY = "gds"
 
 HostData = HostBuffer | np.ndarray | bytes | bytearray | memoryview
@@ -247,16 +247,17 @@ class MemoryManager:
         args = [t for t in (t1, t2, t3, *more) if t is not None]
         if not args:
             raise TypeError("need_in_device needs at least one tensor")
-        ents: list[_Entry] = []
+        distinct: dict[int, _Entry] = {}
         for t in args:
             e = self._entry(t)
-            if e not in ents:
-                ents.append(e)
+            if e.id not in distinct:
+                distinct[e.id] = e
                 if e.discarded:
                     raise ScheduleError(
                         f"{t!r} was dropped from the card without a write-back because the "
                         "schedule given to set_schedule_trace never needs it again; pass the "
                         "complete upcoming trace")
+        ents = list(distinct.values())
         total = sum(e.card_size for e in ents)
         if total > self.capacity:
             raise CardCapacityError(
@@ -288,7 +289,7 @@ class MemoryManager:
                 policy.touch(e, now)
         if self._record is not None:
             self._rec({"op": "need", "ts": [t.id for t in args]})
-        out = tuple(self._entries[t.id].addr for t in args)
+        out = tuple(distinct[t.id].addr for t in args)
         self._account("need", t0, d0, need=True)
         return out  # type: ignore[return-value]
 
