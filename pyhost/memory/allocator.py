@@ -160,15 +160,104 @@ class CardAllocator:
     # --- compaction ---------------------------------------------------------------------------
 
     def compact_for(self, size: int, loaded: Callable[[Hashable], bool]) -> list[Move]:
-        """Slide blocks down so a hole of at least `size` bytes exists; the moves, in order.
+        """Move blocks so a hole of at least `size` bytes exists; the moves, in order.
 
-        The window is the address range, starting at a hole, whose holes add up to `size` and
-        whose blocks (those that hold data: `loaded(key)`) are the fewest bytes to copy. Inside it
-        every block slides down to the window's start, so its holes become one at its top.
+        Two ways, the one that copies fewer bytes (of blocks that hold data: `loaded(key)`) wins:
+        - relocate: the `size`-byte window at a hole whose few blocks fit in holes elsewhere;
+          each moves once, to a place that does not overlap the window (up or down);
+        - slide: the address range, starting at a hole, whose holes add up to `size`; every
+          block inside slides down to its start, so the holes become one at its top.
         """
         if size > self.free:
             raise ValueError(f"compaction cannot make a {size}-byte hole with {self.free} bytes "
                              "free; evict first")
+        slide_cost, slide = self._best_slide(size, loaded)
+        reloc = self._best_relocation(size, loaded, slide_cost)
+        if reloc is not None:
+            moves = []
+            lo, hi, inside = reloc
+            # Place every block first (as _fits_elsewhere did: largest first), then free the
+            # old places, so no freed block merges a hole into the window meanwhile.
+            for s, ln, key in sorted(inside, key=lambda b: -b[1]):
+                at = self._alloc_avoiding(ln, key, lo, hi)
+                moves.append(Move(key, s, ln, at, loaded(key)))
+            for m in moves:
+                self.free_block(m.src)
+            assert self.largest_hole() >= size, "relocation left no hole large enough"
+            return moves
+        j, k, segs = slide
+        lo = segs[j][0]
+        hi = segs[k][0] + segs[k][1]
+        inside = [(s, ln, key) for s, ln, key in segs[j:k + 1] if key is not None]
+        moves = self._pack(lo, hi, inside, size, loaded)
+        assert self.largest_hole() >= size, "compaction left no hole large enough"
+        return moves
+
+    def _alloc_avoiding(self, size: int, key: Hashable, lo: int, hi: int) -> int:
+        """Best fit for `size` in a hole wholly outside [lo, hi) (the rule _fits_elsewhere
+        simulates)."""
+        i = bisect.bisect_left(self._bysize, (size, -1))
+        for length, start in self._bysize[i:]:
+            if start < hi and lo < start + length:
+                continue
+            at = self._fit(start, length, size)
+            assert at is not None
+            self._take(start, at, size, key)
+            return at
+        raise AssertionError("relocation target vanished")   # checked by _best_relocation
+
+    def _best_relocation(self, size: int, loaded: Callable[[Hashable], bool], limit: int
+                         ) -> tuple[int, int, list[tuple[int, int, Hashable]]] | None:
+        """(lo, hi, blocks) of the cheapest window of `size` bytes at a hole whose blocks fit
+        elsewhere, if it copies fewer than `limit` bytes."""
+        best: tuple[int, int, list[tuple[int, int, Hashable]]] | None = None
+        best_cost = limit
+        for hstart in self._hstarts:
+            hend = hstart + self._holes[hstart]
+            for lo in (hstart, hend - size):          # window from the hole's start or to its end
+                hi = lo + size
+                if lo < 0 or hi > self.capacity:
+                    continue
+                # blocks overlapping [lo, hi): they all have to leave
+                i = bisect.bisect_right(self._bstarts, lo) - 1
+                if i >= 0 and self._bstarts[i] + self._blocks[self._bstarts[i]][0] <= lo:
+                    i += 1
+                i = max(i, 0)
+                inside, cost = [], 0
+                while i < len(self._bstarts) and self._bstarts[i] < hi:
+                    s = self._bstarts[i]
+                    ln, key = self._blocks[s]
+                    inside.append((s, ln, key))
+                    cost += ln if loaded(key) else 0
+                    if cost >= best_cost:
+                        break
+                    i += 1
+                if cost >= best_cost or not inside:
+                    continue
+                span_lo = min(lo, inside[0][0])
+                span_hi = max(hi, inside[-1][0] + inside[-1][1])
+                if self._fits_elsewhere([ln for _, ln, _ in inside], span_lo, span_hi):
+                    best, best_cost = (span_lo, span_hi, inside), cost
+        return best
+
+    def _fits_elsewhere(self, sizes: list[int], lo: int, hi: int) -> bool:
+        """Whether the blocks, largest first, fit holes wholly outside [lo, hi) by the rule of
+        _alloc_avoiding (simulated on a copy of the holes)."""
+        avail = [(ln, s) for ln, s in self._bysize if s + ln <= lo or s >= hi]
+        for n in sorted(sizes, reverse=True):
+            j = bisect.bisect_left(avail, (n, -1))
+            if j == len(avail):
+                return False
+            ln, s = avail.pop(j)
+            at = self._fit(s, ln, n)
+            assert at is not None
+            for piece in ((at - s, s), (s + ln - at - n, at + n)):
+                if piece[0] > 0:
+                    bisect.insort(avail, piece)
+        return True
+
+    def _best_slide(self, size: int, loaded: Callable[[Hashable], bool]):
+        """(cost, (first hole index, last segment index, segments)) of the cheapest slide."""
         # Address-ordered segments: holes and blocks.
         segs = sorted([(s, self._holes[s], None) for s in self._hstarts]
                       + [(s, self._blocks[s][0], self._blocks[s][1]) for s in self._bstarts],
@@ -185,13 +274,7 @@ class CardAllocator:
         hole_idx, ends = hole_idx[ok], ends[ok]
         costs = cost[ends + 1] - cost[hole_idx + 1]
         best = int(np.argmin(costs))          # ties: the lowest window
-        j, k = int(hole_idx[best]), int(ends[best])
-        lo = segs[j][0]
-        hi = segs[k][0] + segs[k][1]
-        inside = [(s, ln, key) for s, ln, key in segs[j:k + 1] if key is not None]
-        moves = self._pack(lo, hi, inside, size, loaded)
-        assert self.largest_hole() >= size, "compaction left no hole large enough"
-        return moves
+        return int(costs[best]), (int(hole_idx[best]), int(ends[best]), segs)
 
     def _pack(self, lo: int, hi: int, inside: list[tuple[int, int, Hashable]], size: int,
               loaded: Callable[[Hashable], bool]) -> list[Move]:

@@ -182,7 +182,7 @@ def test_tensor_larger_than_the_card_exists_until_needed(driver: PcieDriver) -> 
 
 def test_fragmentation_forces_compaction_not_failure(card: ModelCard,
                                                      driver: PcieDriver) -> None:
-    """Free space scattered in small holes is gathered by card-to-card moves, downward only."""
+    """Free space scattered in holes is gathered by card-to-card moves (no PCIe bytes)."""
     mgr = MemoryManager(driver, policy="lru")
     n = mgr.capacity // 8
     ts = [mgr.allocate_tensor(n) for _ in range(8)]
@@ -198,7 +198,9 @@ def test_fragmentation_forces_compaction_not_failure(card: ModelCard,
     assert mgr.stats.compactions == 1 and mgr.stats.evictions == 0
     h2c, c2h, c2c = bytes_moved(mgr)
     assert (h2c - h2c0, c2h) == (4 * n, 0), "compaction moved no PCIe bytes besides the upload"
-    assert c2c == 3 * n
+    # cheapest: move two quarters-of-the-hole blocks into the two holes above the window
+    # (sliding down everything between the holes would copy 3n)
+    assert c2c == 2 * n
     assert np.array_equal(on_card(card, addr, big.size), data(big.size, 99))
     for i, t in enumerate(ts[0::2]):
         a = mgr.address(t)
