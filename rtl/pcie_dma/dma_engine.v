@@ -85,15 +85,17 @@ localparam integer NT = `DMA_MAX_TAGS;           // data read tags per chain
 localparam [5:0]   DESC_TAG = 6'd32;             // tag of descriptor fetches on the host port
 localparam integer WB = $clog2(WR_OUTSTANDING);
 localparam integer JOBS = 4;                     // jobs between the read and write stages
-localparam integer DFIFO = 2;                    // fetched descriptors waiting for the read stage
+localparam integer DFIFO = 16;                   // fetched descriptors waiting for the read stage
+localparam integer DFB = 4;                      // its pointer bits
 localparam integer HOST = 0;
 localparam integer CARD = 1;
 localparam [1:0]   CH_H2C = 2'd0;
 localparam [1:0]   CH_C2H = 2'd1;
 
 initial begin
-    if (DATA_WIDTH != 512 && DATA_WIDTH != 256 && DATA_WIDTH != 128)
-        $fatal(1, "dma_engine: DATA_WIDTH must be 128, 256 or 512, got %0d", DATA_WIDTH);
+    if (DATA_WIDTH != 512)
+        $fatal(1, "dma_engine: DATA_WIDTH must be 512 (two descriptors per beat), got %0d",
+               DATA_WIDTH);
     if (RING_LINES < 128 || (RING_LINES & (RING_LINES - 1)) != 0)
         $fatal(1, "dma_engine: RING_LINES must be a power of two >= 128, got %0d", RING_LINES);
     if (WR_OUTSTANDING < 2 || (WR_OUTSTANDING & (WR_OUTSTANDING - 1)) != 0)
@@ -134,18 +136,21 @@ reg         wb_beat;
 // ---------------------------------------------------------------------------------------------
 // Fetch stage
 reg         f_active;            // more descriptors to fetch
-reg [63:0]  f_addr;
+reg [63:0]  f_addr;              // address of the next descriptor of the chain
 reg         f_out;               // a fetch is in flight
-reg         f_beat;              // second beat expected
+reg         f_beat;              // second beat expected (single unaligned descriptor)
 reg [DATA_WIDTH-1:0] f_data0;
 reg         f_err;
+reg         f_block;             // the fetch in flight is an aligned block of descriptors
+reg [63:0]  f_lo, f_end;         // its byte range
+reg [63:0]  f_line;              // line address of its next beat
 reg [31:0]  df_len [0:DFIFO-1];
 reg [63:0]  df_src [0:DFIFO-1];
 reg [63:0]  df_dst [0:DFIFO-1];
 reg [DFIFO-1:0] df_stop, df_irq;
 reg [7:0]   df_code [0:DFIFO-1];
-reg [1:0]   df_count;
-reg         df_wp, df_rp;
+reg [DFB:0] df_count;
+reg [DFB-1:0] df_wp, df_rp;
 
 // ---------------------------------------------------------------------------------------------
 // Read stage
@@ -215,8 +220,19 @@ wire running = state == S_RUN;
 wire stopping = err_flag || abort;
 
 // ---------------------------------------------------------------------------------------------
-// Fetch stage: one descriptor in flight, DFIFO waiting.
-wire f_issue = running && !stopping && f_active && !f_out && df_count < DFIFO[1:0];
+// Fetch stage: one read in flight. A 32-byte aligned descriptor is fetched with the ones after
+// it in memory (up to the room in the FIFO, the MRRS block and the 4 KiB page), as XDMA fetches
+// adjacent descriptors; a fetched descriptor is used only if the chain's next pointer leads to
+// it, so a chain that is not contiguous costs a refetch, never a wrong descriptor.
+wire [DFB:0] df_free = DFIFO[DFB:0] - df_count;
+wire [12:0] f_page_left = 13'd4096 - {1'b0, f_addr[11:0]};
+wire [12:0] f_mrrs_left = mrrs - ({1'b0, f_addr[11:0]} & (mrrs - 13'd1));
+wire [12:0] f_room = {3'd0, df_free, 5'd0};
+wire [12:0] f_cap0 = (f_page_left < f_mrrs_left) ? f_page_left : f_mrrs_left;
+wire [12:0] f_cap = (f_cap0 < f_room) ? f_cap0 : f_room;
+wire        f_aligned = f_addr[4:0] == 5'd0;
+wire [12:0] f_req_len = f_aligned ? {f_cap[12:5], 5'd0} : 13'd32;
+wire f_issue = running && !stopping && f_active && !f_out && df_free != 0;
 wire [63:0] f_req_addr = f_addr;
 
 // Descriptor completion on the host port.
@@ -237,6 +253,33 @@ wire [7:0]   f_code = f_bad_err ? `DMA_ERR_DESC_READ
                    : (f_magic != `DESC_MAGIC) ? `DMA_ERR_BAD_MAGIC
                    : (f_len == 32'd0) ? `DMA_ERR_ZERO_LENGTH
                    : `DMA_ERR_NONE;
+
+// Block fetch: each beat holds the descriptors at its line address and 32 bytes above.
+function [7:0] desc_code;
+    input [255:0] d;
+    input         bus_err;
+    desc_code = bus_err ? `DMA_ERR_DESC_READ
+              : (d[`DESC_MAGIC_LSB +: 16] != `DESC_MAGIC) ? `DMA_ERR_BAD_MAGIC
+              : (d[63:32] == 32'd0) ? `DMA_ERR_ZERO_LENGTH
+              : `DMA_ERR_NONE;
+endfunction
+wire [DATA_WIDTH-1:0] b_data = rd_cpl_data[HOST*DATA_WIDTH +: DATA_WIDTH];
+wire [255:0] b_d0 = b_data[255:0];
+wire [255:0] b_d1 = b_data[511:256];
+wire [63:0]  b_a0 = f_line;
+wire [63:0]  b_a1 = f_line + 64'd32;
+wire [7:0]   b_c0 = desc_code(b_d0, rd_cpl_err[HOST]);
+wire [7:0]   b_c1 = desc_code(b_d1, rd_cpl_err[HOST]);
+wire         b_step = h_cpl_desc && f_block && !stopping;
+wire         b_take0 = b_step && f_active && b_a0 >= f_lo && b_a0 < f_end && b_a0 == f_addr;
+wire         b_more0 = b_take0 ? (b_c0 == `DMA_ERR_NONE && !b_d0[`DESC_CTRL_STOP_BIT]) : f_active;
+wire [63:0]  b_next0 = b_take0 ? b_d0[255:192] : f_addr;
+wire         b_take1 = b_step && b_more0 && b_a1 >= f_lo && b_a1 < f_end && b_a1 == b_next0;
+wire         b_more1 = b_take1 ? (b_c1 == `DMA_ERR_NONE && !b_d1[`DESC_CTRL_STOP_BIT]) : b_more0;
+wire [63:0]  b_next1 = b_take1 ? b_d1[255:192] : b_next0;
+// the single (unaligned) path pushes at its last beat
+wire         u_push = h_cpl_desc && !f_block && f_last_beat && !stopping;
+wire [1:0]   f_pushes = {1'b0, b_take0} + {1'b0, b_take1} + {1'b0, u_push};
 
 // ---------------------------------------------------------------------------------------------
 // Read stage
@@ -291,7 +334,7 @@ assign rd_req_valid[HOST] = f_issue || (r_issue && r_on_host);
 assign rd_req_valid[CARD] = r_issue && !r_on_host;
 // The host port carries descriptor fetches and (H2C) data reads; the card port data reads only.
 assign rd_req_addr = {r_addr, f_issue ? f_req_addr : r_addr};
-assign rd_req_len = {r_len, f_issue ? 13'd32 : r_len};
+assign rd_req_len = {r_len, f_issue ? f_req_len : r_len};
 assign rd_req_tag = {free_tag, f_issue ? DESC_TAG : free_tag};
 
 // Data completions: always accepted (the ring space was reserved at request time).
@@ -508,8 +551,37 @@ always @(posedge clk) begin
         f_out <= 1'b1;
         f_beat <= 1'b0;
         f_err <= 1'b0;
+        f_block <= f_aligned;
+        f_lo <= f_addr;
+        f_end <= f_addr + {51'd0, f_req_len};
+        f_line <= {f_addr[63:LS], {LS{1'b0}}};
     end
-    if (h_cpl_desc) begin
+    if (h_cpl_desc && f_block) begin
+        f_line <= f_line + 64'd64;
+        if (f_last_beat) f_out <= 1'b0;
+        if (!stopping) begin
+            f_active <= b_more1;
+            f_addr <= b_next1;
+            if (b_take0) begin
+                df_len[df_wp] <= b_d0[63:32];
+                df_src[df_wp] <= b_d0[127:64];
+                df_dst[df_wp] <= b_d0[191:128];
+                df_stop[df_wp] <= b_d0[`DESC_CTRL_STOP_BIT];
+                df_irq[df_wp] <= b_d0[`DESC_CTRL_COMPLETED_BIT];
+                df_code[df_wp] <= b_c0;
+            end
+            if (b_take1) begin
+                df_len[df_wp + {{DFB-1{1'b0}}, b_take0}] <= b_d1[63:32];
+                df_src[df_wp + {{DFB-1{1'b0}}, b_take0}] <= b_d1[127:64];
+                df_dst[df_wp + {{DFB-1{1'b0}}, b_take0}] <= b_d1[191:128];
+                df_stop[df_wp + {{DFB-1{1'b0}}, b_take0}] <= b_d1[`DESC_CTRL_STOP_BIT];
+                df_irq[df_wp + {{DFB-1{1'b0}}, b_take0}] <= b_d1[`DESC_CTRL_COMPLETED_BIT];
+                df_code[df_wp + {{DFB-1{1'b0}}, b_take0}] <= b_c1;
+            end
+            df_wp <= df_wp + {{DFB-2{1'b0}}, f_pushes};
+        end
+    end
+    if (h_cpl_desc && !f_block) begin
         if (!f_last_beat) begin
             f_beat <= 1'b1;
             f_data0 <= rd_cpl_data[HOST*DATA_WIDTH +: DATA_WIDTH];
@@ -644,15 +716,15 @@ always @(posedge clk) begin
                - {2'd0, a_valid && a_last};
     j_icount <= j_icount + {2'd0, job_start && d_code == `DMA_ERR_NONE && !d_src_bad && !d_dst_bad}
                 - {2'd0, w_take && w_last_req};
-    df_count <= df_count + {1'b0, h_cpl_desc && f_last_beat && !stopping} - {1'b0, job_start};
+    df_count <= df_count + {{DFB-1{1'b0}}, f_pushes} - {{DFB{1'b0}}, job_start};
     wq_count <= wq_count + {{WB{1'b0}}, w_take} - {{WB{1'b0}}, s_load};
     aq_count <= aq_count + {{WB{1'b0}}, w_take} - {{WB{1'b0}}, a_valid};
 
     if (state == S_IDLE) begin
         // a new chain starts with empty pipes
-        df_count <= 2'd0;
-        df_wp <= 1'b0;
-        df_rp <= 1'b0;
+        df_count <= {(DFB+1){1'b0}};
+        df_wp <= {DFB{1'b0}};
+        df_rp <= {DFB{1'b0}};
         j_count <= 3'd0;
         j_icount <= 3'd0;
         j_wp <= 2'd0;
