@@ -193,6 +193,43 @@ class CardAllocator:
         assert self.largest_hole() >= size, "compaction left no hole large enough"
         return moves
 
+    def compaction_cost(self, size: int, loaded: Callable[[Hashable], bool]) -> int:
+        """Bytes `compact_for(size, loaded)` would copy (nothing is changed)."""
+        slide_cost, _ = self._best_slide(size, loaded)
+        reloc = self._best_relocation(size, loaded, slide_cost)
+        if reloc is None:
+            return slide_cost
+        return sum(ln for _, ln, key in reloc[2] if loaded(key))
+
+    def cheapest_window(self, size: int, cost: Callable[[Hashable], float | None]
+                        ) -> tuple[float, list[int]] | None:
+        """The run of adjacent holes and blocks, at least `size` bytes long, whose blocks all
+        have a cost (None: the block must stay) and add up to the least: (cost, block starts).
+        Freeing those blocks leaves one hole of at least `size` bytes."""
+        segs = sorted([(s, self._holes[s], None) for s in self._hstarts]
+                      + [(s, self._blocks[s][0], self._blocks[s][1]) for s in self._bstarts],
+                      key=lambda x: x[0])
+        costs = [0.0 if key is None else cost(key) for _, _, key in segs]
+        best: tuple[float, int, int] | None = None
+        j, length, total = 0, 0, 0.0
+        for k, (_, ln, _) in enumerate(segs):
+            ck = costs[k]
+            if ck is None:                      # a block that stays: no window spans it
+                j, length, total = k + 1, 0, 0.0
+                continue
+            length += ln
+            total += ck
+            while j < k and length - segs[j][1] >= size:
+                length -= segs[j][1]
+                total -= costs[j]               # type: ignore[operator]
+                j += 1
+            if length >= size and (best is None or total < best[0]):
+                best = (total, j, k)
+        if best is None:
+            return None
+        c, j, k = best
+        return c, [s for s, _, key in segs[j:k + 1] if key is not None]
+
     def _alloc_avoiding(self, size: int, key: Hashable, lo: int, hi: int) -> int:
         """Best fit for `size` in a hole wholly outside [lo, hi) (the rule _fits_elsewhere
         simulates)."""

@@ -55,6 +55,16 @@ if TYPE_CHECKING:
 
 #: Default preferred alignment of card addresses: one 512-bit AXI beat / DRAM line.
 DEFAULT_ALIGN = 64
+#: A PCIe byte costs about as much time as this many bytes copied inside card memory (PCIe
+#: Gen3 x16 ~12 GB/s; a card-to-card copy reads and writes DDR4-3200, 25.6 GB/s shared): when
+#: compaction would copy more than this many times the bytes it places, evicting the policy's
+#: next victims where they sit together is considered instead.
+C2C_PER_PCIE = 4
+#: Compaction copying more than this many times the bytes it places is pathological (free
+#: space in many small holes); then evicting neighbours is considered, among the policy's next
+#: victims (EvictionPolicy.window_candidates times the bytes to place, window_cost).
+COMPACTION_LIMIT = 16
+WINDOW_MAX_COST = 2
 #: The default policy: the best online policy measured by bench/memory_bench.py (see
 #: docs/memory-manager.md). With a schedule (set_schedule_trace), use "planned".
 DEFAULT_POLICY = "gds"
@@ -74,6 +84,7 @@ class ManagerStats:
     compactions: int = 0
     prefetched: int = 0
     plan_s: float = 0.0         # time spent planning a schedule (set_schedule_trace)
+    window_evictions: int = 0   # placements done by evicting neighbours instead of compacting
     time_s: dict[str, float] = field(default_factory=dict)   # manager time, driver time excluded
     need_times_s: list[float] = field(default_factory=list)  # per need call, driver excluded
 
@@ -87,7 +98,7 @@ class MemoryManager:
 
     def __init__(self, driver: Driver, *, policy: str | EvictionPolicy = DEFAULT_POLICY,
                  host: HostProvider | None = None, align: int = DEFAULT_ALIGN,
-                 batching: bool = True, prefetch_calls: int = 16,
+                 batching: bool = True, prefetch_calls: int = 32,
                  prefetch_max_tensor: int = 256 << 10,
                  record: IO[str] | None = None) -> None:
         self.driver = driver
@@ -117,6 +128,7 @@ class MemoryManager:
         self._staging = 0         # chunk ids for staging buffers (negative, unique)
         self._will_read: collections.Counter[str] = collections.Counter()
         self._complete_hint = False   # the schedule is the whole future (set_schedule_trace)
+        self._future_sizes: dict[str, int] = {}   # key -> bytes, tensors of the schedule trace
         self._record = record
         if record is not None:
             self._rec({"op": "header", "format": "dnncard-memory-trace", "version": 1,
@@ -370,6 +382,7 @@ class MemoryManager:
         the others that are dirty and not needed on the card again are written back in the
         same batch (their write-back is due anyway).
         """
+        self._future_sizes = {}
         self._will_read = collections.Counter(
             t if isinstance(t, str) else self._entry(t).key for t in reads)
         self._complete_hint = False
@@ -406,6 +419,7 @@ class MemoryManager:
         self.set_schedule([[key_of(t) for t in ts] for ts in trace.needs()],
                           reads=[key_of(r[1]) for r in trace.records if r[0] == "read"])
         self._complete_hint = True
+        self._future_sizes = {key_of(t): n for t, n in trace.sizes().items()}
         set_plan = getattr(self.policy, "set_plan", None)
         if set_plan is not None:
             from pyhost.memory.bound import BoundError, plan_drops  # bound imports trace
@@ -461,25 +475,38 @@ class MemoryManager:
 
     def _bring_in(self, missing: list[_Entry], epoch: int) -> None:
         need = sum(e.card_size for e in missing)
-        short = need - self.alloc.free
+        must = need - self.alloc.free            # bytes this call cannot do without
+        # Prefetch only when this call uploads anyway: one batch then covers the next calls,
+        # instead of every call topping up the window by one tensor.
+        pre, horizon_bytes = [], 0
+        if self._sched is not None and any(e.written and e.host_valid for e in missing):
+            pre, horizon_bytes = self._prefetch_candidates(missing)
+        short = max(must, horizon_bytes - (self.alloc.free - need)) if pre else must
         if short > 0:
             victims = self.policy.pick(short, epoch, self._now)
+            if pre and (sum(v.card_size for v in victims) < short
+                        or not self._prefetch_victims_ok(victims, must)):
+                pre = []
+                victims = self.policy.pick(must, epoch, self._now) if must > 0 else []
             got = sum(v.card_size for v in victims)
-            if got < short:
+            if got < must:
                 raise MemoryManagerError(
-                    f"internal error: policy {self.policy.name} freed {got} of {short} bytes "
+                    f"internal error: policy {self.policy.name} freed {got} of {must} bytes "
                     "although the call fits the card; please report with a recorded trace")
             self._evict(victims)
         placing = {e.id for e in missing}
-        moves = self._place(missing, placing)
-        for e in self._prefetch_candidates() if self._sched is not None else ():
-            a = self.alloc.alloc(e.card_size, e.id)
-            if a is None:
-                break
-            e.addr = a
-            placing.add(e.id)
-            self.policy.insert(e, self._now)
-            self.stats.prefetched += 1
+        moves = self._place(missing, placing, epoch)
+        if pre:
+            order = sorted(pre, key=lambda e: (e.home.chunk, e.home.address))  # type: ignore
+            addrs = self.alloc.alloc_run([e.card_size for e in order], [e.id for e in order])
+            if addrs is None:                    # no room in one piece: each where it fits
+                addrs = [self.alloc.alloc(e.card_size, e.id) for e in order]
+            for e, a in zip(order, addrs, strict=True):
+                if a is not None:
+                    e.addr = a
+                    placing.add(e.id)
+                    self.policy.insert(e, self._now)
+                    self.stats.prefetched += 1
         if moves:
             self.stats.compactions += 1
             self.transport.move([(m.src, m.size, m.dst) for m in moves if m.copy])
@@ -488,32 +515,81 @@ class MemoryManager:
         self._upload([self._entries[i] for i in placing
                       if self._entries[i].written and self._entries[i].host_valid])
 
-    def _prefetch_candidates(self) -> list[_Entry]:
-        """Small tensors of the next scheduled calls, if everything those calls still lack
-        fits the free space now: then no eviction comes before their use, and prefetching
-        them changes when they move (in this call's batch), never how many bytes move."""
+    def _prefetch_candidates(self, missing: list[_Entry]) -> tuple[list[_Entry], int]:
+        """Small written tensors of the next `prefetch_calls` scheduled calls, and the bytes of
+        every tensor those calls need that is not on the card (known from the schedule trace).
+
+        The manager prefetches only if it can make room for all of those now, evicting only
+        tensors the policy may drop early (`window_cost`) and that are not needed before the
+        horizon: then nothing is evicted before the prefetched tensors are used, and prefetch
+        changes when bytes move (in this call's batch), not how many."""
         if not self.prefetch_calls or not self.policy.uses_schedule or self._sched is None:
-            return []
+            return [], 0
         out: list[_Entry] = []
-        seen: set[int] = set()
+        seen = {e.id for e in missing}
+        seen_keys = {e.key for e in missing}
         lacking = 0
         sched = self._sched
         for j in range(self._sched_pos, min(self._sched_pos + self.prefetch_calls, len(sched))):
             for k in sched[j]:
+                if k in seen_keys:
+                    continue
+                seen_keys.add(k)
                 e = self._by_key.get(k)
-                if e is None:                     # allocated later: size unknown, stop here
-                    return out if lacking <= self.alloc.free else []
+                if e is None:                    # allocated later: its size from the trace
+                    size = self._future_sizes.get(k)
+                    if size is None:
+                        return [], 0
+                    lacking += size
+                    continue
                 if e.addr is not None or e.id in seen:
                     continue
                 seen.add(e.id)
                 lacking += e.card_size
-                if lacking > self.alloc.free:
-                    return []
                 if e.written and e.host_valid and 0 < e.card_size <= self.prefetch_max_tensor:
                     out.append(e)
-        return out
+        if lacking > self.capacity // 2:
+            return [], 0
+        return out, lacking
 
-    def _place(self, missing: list[_Entry], placing: set[int]) -> list:
+    def _prefetch_victims_ok(self, victims: list[_Entry], must: int) -> bool:
+        """Victims beyond the `must` bytes this call needs make room for prefetches only: they
+        must be droppable out of order (window_cost) and not needed before the horizon."""
+        horizon = self._sched_pos + self.prefetch_calls
+        got = 0
+        for v in victims:
+            if got >= must and (self._next_use(v) < horizon
+                                or self.policy.window_cost(v) is None):
+                return False
+            got += v.card_size
+        return True
+
+    def _evict_window(self, size: int, loaded: Callable[[object], bool], placing: set[int],
+                      epoch: int) -> bool:
+        """When compaction would copy far more than it places, evict the policy's next victims
+        that sit together instead, if that moves fewer (weighted) bytes. True if done."""
+        if not self.policy.window_candidates:
+            return False
+        comp = self.alloc.compaction_cost(size, loaded)
+        if comp <= COMPACTION_LIMIT * size:
+            return False
+        cands = self.policy.pick(min(self.capacity, self.policy.window_candidates * size), epoch,
+                                 self._now)
+        allowed = {}
+        for e in cands:
+            c = self.policy.window_cost(e)
+            if c is not None and e.id not in placing:
+                allowed[e.id] = c
+        win = self.alloc.cheapest_window(size, allowed.get)
+        # Worth it only if it copies far less, and never evicting much more than it places.
+        if win is None or win[0] * C2C_PER_PCIE >= comp or win[0] > WINDOW_MAX_COST * size:
+            return False
+        blocks = {s: k for s, _, k in self.alloc.blocks()}
+        self._evict([self._entries[blocks[s]] for s in win[1]])   # type: ignore[index]
+        self.stats.window_evictions += 1
+        return True
+
+    def _place(self, missing: list[_Entry], placing: set[int], epoch: int) -> list:
         order = sorted(missing, key=lambda e: (e.home.chunk, e.home.address)  # type: ignore
                        if e.home is not None else (0, 0))
         addrs = self.alloc.alloc_run([e.card_size for e in order], [e.id for e in order])
@@ -535,7 +611,11 @@ class MemoryManager:
         def loaded(key: object) -> bool:
             x = entries[key]  # type: ignore[index]
             return x.id not in placing and x.written
-        moves = self.alloc.compact_for(sum(e.card_size for e in rest), loaded)
+        size = sum(e.card_size for e in rest)
+        if not self._evict_window(size, loaded, placing, epoch):
+            moves = self.alloc.compact_for(size, loaded)
+        else:
+            moves = []
         for m in moves:
             entries[m.key].addr = m.dst  # type: ignore[index]
         rest.sort(key=lambda e: (e.home.chunk, e.home.address)  # type: ignore[union-attr]
@@ -556,16 +636,19 @@ class MemoryManager:
                 v.dirty, v.host_valid, v.discarded = False, False, True
             dirty = [v for v in dirty if not v.discarded]
         if dirty:
-            self._writeback(dirty)
+            self._writeback(dirty, evicting=True)
         for v in victims:
-            self._release(v)
+            self._release(v, evicted=True)
         self.stats.evictions += len(victims)
 
-    def _release(self, e: _Entry) -> None:
+    def _release(self, e: _Entry, evicted: bool = False) -> None:
         """Give up the card copy (no write-back: callers decide that)."""
         if e.card_size:
             self.alloc.free_block(e.addr)  # type: ignore[arg-type]
-            self.policy.remove(e)
+            if evicted:
+                self.policy.evicted(e)
+            else:
+                self.policy.remove(e)
         e.addr = None
         e.dirty = False
 
@@ -573,8 +656,10 @@ class MemoryManager:
         self._staging -= 1
         return self.host.alloc(size, 64), self._staging
 
-    def _writeback(self, ents: list[_Entry]) -> None:
-        """Card -> host copy for dirty resident tensors, as one batch."""
+    def _writeback(self, ents: list[_Entry], evicting: bool = False) -> None:
+        """Card -> host copy for dirty resident tensors, as one batch. The policy re-costs the
+        tensors unless they are being evicted (it then sees them as evicted, with the cost they
+        had: GreedyDual-Size raises L to that)."""
         items, staged = [], []
         for e in ents:
             assert e.addr is not None and e.home is not None
@@ -596,7 +681,8 @@ class MemoryManager:
                 self.host.free(buf)
         for e in ents:
             e.dirty, e.host_valid = False, True
-            self.policy.recost(e, self._now)
+            if not evicting:
+                self.policy.recost(e, self._now)
         self.stats.writebacks += len(ents)
 
     def _upload(self, ents: list[_Entry]) -> None:

@@ -42,6 +42,11 @@ class EvictionPolicy(abc.ABC):
     keeps_resident: ClassVar[bool] = True
     #: True: the manager passes the schedule's next-use positions (see `next_use`).
     uses_schedule: ClassVar[bool] = False
+    #: Instead of a pathological compaction the manager may evict, out of order, candidates
+    #: among `pick`'s first (this many times the bytes to place) with a `window_cost`. Off for
+    #: recency policies: evicting out of their order was measured to cost more PCIe bytes than
+    #: the card copies it saves.
+    window_candidates: ClassVar[int] = 0
 
     #: Set by the manager: position of the next need of a tensor after the current call (INF
     #: when the schedule has none, or there is no schedule).
@@ -70,6 +75,15 @@ class EvictionPolicy(abc.ABC):
     def rekey(self, residents: list[Resident], now: int) -> None:
         """The schedule changed (set, or dropped after a mismatch): re-rank the residents."""
         return None   # only schedule-aware policies rank by the schedule
+
+    def evicted(self, e: Resident) -> None:
+        """`e` was evicted (one of `pick`'s candidates, or another the manager chose)."""
+        self.remove(e)
+
+    def window_cost(self, e: Resident) -> float | None:
+        """Cost of evicting candidate `e` out of `pick`'s order, to avoid a costly compaction
+        or to make room for prefetches (None: not allowed)."""
+        return float(e.card_size * (2 if e.dirty else 1))
 
 
 class LruPolicy(EvictionPolicy):
@@ -112,12 +126,12 @@ class _LazyHeap:
 
     def __init__(self) -> None:
         self.heap: list[tuple[float, int, int]] = []
-        self.current: dict[int, tuple[int, Resident]] = {}
+        self.current: dict[int, tuple[int, Resident, float]] = {}   # id -> (seq, entry, key)
         self._seq = itertools.count()
 
     def put(self, e: Resident, key: float) -> None:
         s = next(self._seq)
-        self.current[e.id] = (s, e)
+        self.current[e.id] = (s, e, key)
         heapq.heappush(self.heap, (key, s, e.id))
 
     def drop(self, e: Resident) -> None:
@@ -168,6 +182,12 @@ class GreedyDualSizePolicy(EvictionPolicy):
         if e.id in self._heap.current:
             self._heap.put(e, self._h(e))
 
+    def evicted(self, e: Resident) -> None:
+        cur = self._heap.current.get(e.id)
+        if cur is not None:
+            self._L = max(self._L, cur[2])     # L rises to the H of each victim
+        self.remove(e)
+
     def remove(self, e: Resident) -> None:
         self._heap.drop(e)
         self._heap.compact()
@@ -179,14 +199,12 @@ class GreedyDualSizePolicy(EvictionPolicy):
             if top is None:
                 break
             h, e = top
-            if e.pin == epoch:
-                skipped.append((h, e))
-                continue
-            self._L = max(self._L, h)
-            out.append(e)
-            got += e.card_size
-        # The manager removes the victims; give them and the pinned back their entries.
-        for h, e in skipped + [(self._h(e), e) for e in out]:
+            skipped.append((h, e))
+            if e.pin != epoch:
+                out.append(e)
+                got += e.card_size
+        # The manager evicts (a subset of) them, in `evicted`; until then all keep their H.
+        for h, e in skipped:
             self._heap.put(e, h)
         return out
 
@@ -203,6 +221,7 @@ class BeladyPolicy(EvictionPolicy):
 
     name = "belady"
     uses_schedule = True
+    window_candidates = 64    # window_cost admits only tensors without a next use
 
     def __init__(self) -> None:
         self._clean = _LazyHeap()
@@ -234,6 +253,13 @@ class BeladyPolicy(EvictionPolicy):
         self._dirty.drop(e)
         self._clean.compact()
         self._dirty.compact()
+
+    def window_cost(self, e: Resident) -> float | None:
+        # Out of order only tensors with no next use: any other choice may cost bytes the
+        # next-use order avoids.
+        if self.next_use(e) != INF:
+            return None
+        return float(e.card_size * (2 if e.dirty else 1))
 
     @staticmethod
     def _score(key: float, now: int, dirty: bool) -> float:
@@ -322,6 +348,12 @@ class PlannedPolicy(BeladyPolicy):
     def remove(self, e: Resident) -> None:
         super().remove(e)
         self._since.pop(e.id, None)
+
+    def window_cost(self, e: Resident) -> float | None:
+        # Out of order only tensors the plan drops anyway or that have no next use.
+        if self.next_use(e) != INF and (e.key, self._since.get(e.id)) not in self.drops:
+            return None
+        return float(e.card_size * (2 if e.dirty else 1))
 
     @staticmethod
     def _score(key: float, now: int, dirty: bool) -> float:
