@@ -1,0 +1,139 @@
+"""Eviction policies in isolation, and the schedule features (prefetch, discarding dead tensors)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pyhost.memory import MemoryManager, ScheduleError
+from pyhost.memory.allocator import CardAllocator
+from pyhost.memory.policies import (
+    INF,
+    BeladyPolicy,
+    GreedyDualSizePolicy,
+    LruPolicy,
+    PlannedPolicy,
+    make_policy,
+)
+from pyhost.memory.trace import Trace, replay
+from pyhost.memory.traces import many_small_trace
+
+
+class R:
+    """A resident tensor as a policy sees it."""
+
+    def __init__(self, i: int, size: int = 10, dirty: bool = False, key: str | None = None
+                 ) -> None:
+        self.id, self.card_size, self.dirty, self.pin = i, size, dirty, -1
+        self.key = key or f"t{i}"
+
+
+def test_lru_order_and_pins() -> None:
+    p = LruPolicy()
+    rs = [R(i) for i in range(4)]
+    for t, r in enumerate(rs):
+        p.insert(r, t)
+        p.touch(r, t)
+    p.touch(rs[0], 5)
+    rs[1].pin = 7
+    assert [r.id for r in p.pick(25, 7, 8)] == [2, 3, 0]
+
+
+def test_gds_evicts_clean_before_dirty_and_ages_dirty_out() -> None:
+    p = GreedyDualSizePolicy()
+    clean, dirty = R(0), R(1, dirty=True)
+    p.insert(dirty, 0)
+    p.insert(clean, 1)                 # more recent, but clean
+    (v,) = p.pick(10, 9, 2)
+    assert v is clean
+    p.evicted(v)
+    assert p._L == 1.0                  # L rose to the victim's H
+    for i in range(2, 5):               # newer clean tensors, inserted at L = 1: H = 2
+        p.insert(R(i), i)
+    assert p.pick(10, 9, 5)[0] is dirty or p.pick(10, 9, 5)[0].id != 1
+
+
+def test_belady_farthest_next_use_dirty_counted_half() -> None:
+    p = BeladyPolicy()
+    nxt = {0: 10, 1: 30, 2: 50, 3: INF}
+    p.next_use = lambda e: nxt[e.id]   # type: ignore[method-assign]
+    rs = [R(0), R(1), R(2, dirty=True), R(3, dirty=True)]
+    for r in rs:
+        p.insert(r, 0)
+    order = [r.id for r in p.pick(40, 9, 0)]
+    # no next use first; then 1 (distance 30) before dirty 2 (distance 50 / 2 = 25)
+    assert order == [3, 1, 2, 0]
+
+
+def test_planned_evicts_plan_drops_first() -> None:
+    p = PlannedPolicy()
+    nxt = {0: 10, 1: 30}
+    p.next_use = lambda e: nxt[e.id]   # type: ignore[method-assign]
+    p.set_plan({("t0", 4)})             # the interval of t0 starting at position 4 is dropped
+    a, b = R(0), R(1)
+    p.touch(a, 4)
+    p.touch(b, 4)
+    assert [r.id for r in p.pick(10, 9, 5)] == [0]     # although Belady would take t1
+    assert p.window_cost(a) is not None and p.window_cost(b) is None
+
+
+def test_unknown_policy_name() -> None:
+    with pytest.raises(ValueError, match="choose one of"):
+        make_policy("fifo")
+
+
+def test_cheapest_window_spans_only_allowed_blocks() -> None:
+    a = CardAllocator(1000, align=1)
+    starts = [a.alloc(100, i) for i in range(10)]
+    a.free_block(starts[2])
+    a.free_block(starts[6])
+    cost = {1: 5.0, 3: 1.0, 5: 1.0, 7: 1.0}.get       # others must stay
+    c, blocks = a.cheapest_window(300, cost)
+    assert (c, blocks) == (2.0, [500, 700])           # [500, 800): blocks 5, 7 and a hole
+    assert a.cheapest_window(500, cost) is None
+
+
+@pytest.mark.parametrize("policy", ["belady", "planned"])
+def test_prefetch_batches_uploads_without_moving_more_bytes(policy: str) -> None:
+    tr = many_small_trace(300)
+    cap = tr.peak_live() // 2      # weights do not all fit; 32 calls of lookahead do
+    on = MemoryManager.dry_run(cap, policy=policy)
+    off = MemoryManager.dry_run(cap, policy=policy, prefetch_calls=0)
+    replay(tr, on, schedule=True)
+    replay(tr, off, schedule=True)
+    s_on, s_off = on.transport.stats, off.transport.stats
+    assert on.stats.prefetched > 200
+    assert (s_on.bytes_h2c, s_on.bytes_c2h) == (s_off.bytes_h2c, s_off.bytes_c2h)
+    assert s_on.calls_by_channel["H2C"] * 10 < s_off.calls_by_channel["H2C"]
+
+
+def test_dead_dirty_tensors_are_discarded_and_contradictions_caught() -> None:
+    """With the complete future, an updated tensor nobody reads or needs again is dropped
+    without a write-back; using it anyway raises ScheduleError instead of returning garbage."""
+    tr = Trace()
+    for t in range(3):
+        tr.alloc(t, 600)
+    tr.need(0)
+    tr.updated(0)      # t0 is never read or needed again
+    tr.need(1)
+    tr.need(2)         # the card holds 1000 bytes: t0 must go
+    mgr = MemoryManager.dry_run(1000, policy="planned")
+    handles = [mgr.allocate_tensor(600, name=f"t{t}") for t in range(3)]
+    mgr.set_schedule_trace(tr)
+    mgr.need_in_device(handles[0])
+    mgr.tensor_updated(handles[0])
+    mgr.need_in_device(handles[1])
+    assert mgr.transport.stats.bytes_c2h == 0 and mgr.address(handles[0]) is None
+    with pytest.raises(ScheduleError, match="never"):
+        mgr.read_tensor(handles[0], 600, None)
+    mgr.write_tensor(handles[0], 600, None)   # new bytes: usable again
+    mgr.check()
+    # without the complete future (set_schedule), nothing is ever discarded
+    mgr2 = MemoryManager.dry_run(1000, policy="planned")
+    h2 = [mgr2.allocate_tensor(600, name=f"t{t}") for t in range(3)]
+    mgr2.set_schedule([["t0"], ["t1"], ["t2"]])
+    mgr2.need_in_device(h2[0])
+    mgr2.tensor_updated(h2[0])
+    mgr2.need_in_device(h2[1])
+    assert mgr2.transport.stats.bytes_c2h == 600
+    mgr2.read_tensor(h2[0], 600, np.empty(600, np.uint8) if mgr2.payload else None)
