@@ -182,7 +182,8 @@ class Trace:
 
 
 def schedule_of(trace: Trace) -> list[list[str]]:
-    """The trace's need sequence as a schedule hint, in the names `replay` gives tensors."""
+    """The trace's need sequence as a `set_schedule` hint, in the names `replay` gives tensors
+    (`set_schedule_trace` takes the whole trace instead)."""
     return [[f"t{t}" for t in ts] for ts in trace.needs()]
 
 

@@ -15,7 +15,6 @@ are generated in the graph by ConstantOfShape nodes, which count as weights here
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -213,7 +212,3 @@ def many_small_trace(layers: int = 2000, *, seed: int = 0, lo: int = 256,
         tr.free(i)
     tr.free(act)
     return tr
-
-
-def iter_light_models() -> Iterator[str]:
-    yield from LIGHT_MODELS

@@ -137,3 +137,15 @@ def test_dead_dirty_tensors_are_discarded_and_contradictions_caught() -> None:
     mgr2.need_in_device(h2[1])
     assert mgr2.transport.stats.bytes_c2h == 600
     mgr2.read_tensor(h2[0], 600, np.empty(600, np.uint8) if mgr2.payload else None)
+
+
+def test_need_sequence_schedule_is_followed_to_the_end() -> None:
+    """set_schedule with the names replay gives tensors: every call matches, none is dropped."""
+    from pyhost.memory.trace import schedule_of
+    from pyhost.memory.traces import onnx_trace
+
+    tr = onnx_trace("squeezenet", batch=1, training=True)
+    mgr = MemoryManager.dry_run(int(tr.max_need() * 1.5), policy="belady")
+    mgr.set_schedule(schedule_of(tr))
+    replay(tr, mgr)
+    assert mgr._sched is not None and mgr._sched_pos == len(tr.needs())
