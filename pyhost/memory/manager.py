@@ -10,7 +10,7 @@ buffer) and on the card only while needed there, evicting and compacting as the 
   moves, always down), never by failing;
 - each need call sends its write-backs, compaction moves and uploads as at most one batched
   driver call per direction, coalescing neighbours; with a schedule hint it also prefetches the
-  next calls' small tensors into free card space in the same batch;
+  next calls' small tensors in the same batch (only when that moves no extra bytes);
 - eviction is a pluggable policy (`policies.py`); reduced precision is opt-in per tensor
   (`codec.py`); calls can be recorded as JSON lines (`trace.py`).
 
