@@ -585,7 +585,8 @@ class MemoryManager:
         if win is None or win[0] * C2C_PER_PCIE >= comp or win[0] > WINDOW_MAX_COST * size:
             return False
         blocks = {s: k for s, _, k in self.alloc.blocks()}
-        self._evict([self._entries[blocks[s]] for s in win[1]])   # type: ignore[index]
+        self._evict([self._entries[blocks[s]] for s in win[1]],   # type: ignore[index]
+                    in_order=False)
         self.stats.window_evictions += 1
         return True
 
@@ -626,7 +627,7 @@ class MemoryManager:
             e.addr = a
         return moves
 
-    def _evict(self, victims: list[_Entry]) -> None:
+    def _evict(self, victims: list[_Entry], in_order: bool = True) -> None:
         dirty = [v for v in victims if v.dirty]
         if dirty and self._complete_hint and self._sched is not None:
             # The whole future is known: bytes that are never needed nor read again need no
@@ -638,7 +639,7 @@ class MemoryManager:
         if dirty:
             self._writeback(dirty, evicting=True)
         for v in victims:
-            self._release(v, evicted=True)
+            self._release(v, evicted=in_order)
         self.stats.evictions += len(victims)
 
     def _release(self, e: _Entry, evicted: bool = False) -> None:
