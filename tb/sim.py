@@ -121,13 +121,20 @@ def card_demo(sim: str, mem: int) -> int:
               f"peak ({frac * peak:.2f} GB/s), host read latency 500 ns")
     print(f"  data            {'identical' if r['ok'] else 'DIFFERENT'} after the round trip; "
           f"{r['descriptors']} descriptors, {r['interrupts']} interrupts")
+    if not _report_waves(res, "(`make waves` opens the newest FST)"):
+        return 1
+    return 0 if r["ok"] else 1
+
+
+def _report_waves(res: runner.RunResult, note: str = "") -> bool:
+    """Print the run's FST and its GTKWave save file; False when the simulator wrote none."""
     if res.waves is None:
         print("error: the simulator wrote no waveform", file=sys.stderr)
-        return 1
+        return False
     gtkw = waves.save_file_for(res.waves)
     print(f"\nwaveform      {os.path.relpath(res.waves)}")
-    print(f"GTKWave save  {os.path.relpath(gtkw)}   (`make waves` opens the newest FST)")
-    return 0 if r["ok"] else 1
+    print(f"GTKWave save  {os.path.relpath(gtkw)}   {note}".rstrip())
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,12 +173,8 @@ def main(argv: list[str] | None = None) -> int:
           f"p99 {r['write_latency_p99_ns']:.1f} ns")
     print(f"  row hit rate    {r['row_hit_rate']:.1%}, {r['refreshes']} refreshes, "
           f"{r['refresh_stall_cycles']} cycles waiting on refresh")
-    if res.waves is None:
-        print("error: the simulator wrote no waveform", file=sys.stderr)
+    if not _report_waves(res):
         return 1
-    gtkw = waves.save_file_for(res.waves)
-    print(f"\nwaveform      {os.path.relpath(res.waves)}")
-    print(f"GTKWave save  {os.path.relpath(gtkw)}")
     card_mem = mem if args.card_mem else 64 << 20
     print(f"\nmake sim: PCIe driver round trip on the RTL card ({args.sim}, "
           f"{card_mem >> 20} MiB card memory)")
