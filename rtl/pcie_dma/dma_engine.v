@@ -413,9 +413,15 @@ wire w_take = w_issue && state != S_WB_REQ && wr_req_ready[dst_port];
 
 assign wr_dat_valid[HOST] = wb_phase || (s_ready_data && dst_host);
 assign wr_dat_valid[CARD] = s_ready_data && !dst_host && !wb_phase;
+// Bytes outside the strobes are driven as zero, not as whatever the ring line held.
+reg [DATA_WIDTH-1:0] s_data_masked;
+always @* begin
+    for (i = 0; i < LB; i = i + 1)
+        s_data_masked[i*8 +: 8] = (s_strb[i] && !s_go_dead) ? s_data[i*8 +: 8] : 8'd0;
+end
 assign wr_dat_data = wb_phase ? (wb_beat ? wb_pair[DATA_WIDTH +: DATA_WIDTH]
                                          : wb_pair[0 +: DATA_WIDTH])
-                              : s_data;
+                              : s_data_masked;
 assign wr_dat_strb = wb_phase ? (wb_beat ? wb_pstrb[LB +: LB] : wb_pstrb[0 +: LB])
                               : (s_go_dead ? {LB{1'b0}} : s_strb);
 assign wr_dat_last = wb_phase ? (wb_beat || !wb_two) : (s_left == 9'd1);

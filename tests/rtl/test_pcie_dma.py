@@ -1,0 +1,14 @@
+"""RTL regression for pcie_dma on its own (no csr, no DRAM timing), on each simulator."""
+
+from __future__ import annotations
+
+import pytest
+
+from tb.common import runner
+
+
+@pytest.mark.rtl
+def test_pcie_dma(sim: str) -> None:
+    """The pcie_dma bench passes."""
+    res = runner.run(sim, "pcie_dma", runner.rtl_sources("pcie_dma"), "tb.pcie_dma.test_pcie_dma")
+    assert res.tests == 3
