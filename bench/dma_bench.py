@@ -24,15 +24,14 @@ from pathlib import Path
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
 from cocotb.task import bridge
-from cocotb.triggers import ClockCycles
 
 from pyhost.backend import HostMemory
 from pyhost.driver import PcieDriver
 from pyhost.rtl_card import RtlCard
 from pyhost.spec import dram
 from tb.common import runner
+from tb.common.clocking import reset, start_clock
 from tb.common.host_memory_axi import HostMemoryConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,12 +46,9 @@ LINE = 64
 
 
 async def _start(dut, **card_kw) -> RtlCard:
-    cocotb.start_soon(Clock(dut.clk, dram.CTRL_CLK_NS, unit="ns").start())
+    start_clock(dut)
     card = RtlCard(dut, HostMemory(3 * STREAM_BYTES + (16 << 20)), **card_kw)
-    dut.rst.value = 1
-    await ClockCycles(dut.clk, 8)
-    dut.rst.value = 0
-    await ClockCycles(dut.clk, 4)
+    await reset(dut)
     return card
 
 

@@ -15,11 +15,10 @@ import sys
 from pathlib import Path
 
 import cocotb
-from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles
 
 from pyhost.spec import dram
 from tb.common import runner
+from tb.common.clocking import reset, start_clock
 from tb.dram_ctrl.traffic import AxiTraffic, Pattern
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,17 +42,14 @@ TARGETS = {"seq_read_64B": 0.85, "rand_read_64B": 0.35}
 @cocotb.test()
 async def bench_dram(dut) -> None:
     """Run every pattern on a freshly reset controller and write the figures as JSON."""
-    cocotb.start_soon(Clock(dut.clk, dram.CTRL_CLK_NS, unit="ns").start())
+    start_clock(dut)
     gen = AxiTraffic(dut)
     names = os.environ.get("BENCH_PATTERNS", "")
     out = []
     for p in PATTERNS:
         if names and p.name not in names.split(","):
             continue
-        dut.rst.value = 1
-        await ClockCycles(dut.clk, 4)
-        dut.rst.value = 0
-        await ClockCycles(dut.clk, 2)
+        await reset(dut, hold=4, settle=2)
         st = await gen.run(p)
         s = st.summary(gen.line, dram.CTRL_CLK_NS)
         dut._log.info("%s: %s", p.name, s)

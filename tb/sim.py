@@ -22,11 +22,10 @@ from pathlib import Path
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles
 
 from pyhost.spec import dram
 from tb.common import runner, waves
+from tb.common.clocking import reset, start_clock
 from tb.common.host_memory_axi import HostMemoryConfig
 from tb.dram_ctrl.traffic import AxiTraffic, Pattern
 
@@ -50,11 +49,8 @@ def parse_size(text: str) -> int:
 @cocotb.test()
 async def card_memory_demo(dut) -> None:
     """Mixed traffic through the DRAM controller; figures written as JSON."""
-    cocotb.start_soon(Clock(dut.clk, dram.CTRL_CLK_NS, unit="ns").start())
-    dut.rst.value = 1
-    await ClockCycles(dut.clk, 4)
-    dut.rst.value = 0
-    await ClockCycles(dut.clk, 2)
+    start_clock(dut)
+    await reset(dut, hold=4, settle=2)
     gen = AxiTraffic(dut)
     mem = int(os.environ["DEMO_MEM_SIZE"])
     p = Pattern("mixed", read_fraction=0.67, sequential=True, beats=4, mix_random=0.3,
@@ -94,12 +90,9 @@ async def card_round_trip(dut) -> None:
     from pyhost.backend import HostMemory
     from pyhost.rtl_card import RtlCard
 
-    cocotb.start_soon(Clock(dut.clk, dram.CTRL_CLK_NS, unit="ns").start())
+    start_clock(dut)
     card = RtlCard(dut, HostMemory(4 << 20), HostMemoryConfig(read_latency=200))
-    dut.rst.value = 1
-    await ClockCycles(dut.clk, 8)
-    dut.rst.value = 0
-    await ClockCycles(dut.clk, 4)
+    await reset(dut)
     r = await bridge(_round_trip)(card)
     Path(os.environ["DEMO_OUT"]).write_text(json.dumps(r))
     assert r["ok"], "data read back from the card differs from what was written"

@@ -212,10 +212,10 @@ function pow2_in;                // power of two in [128, 4096]
     pow2_in = (v >= 13'd128) && (v <= 13'd4096) && ((v & (v - 13'd1)) == 13'd0);
 endfunction
 
-wire src_port = cur != CH_H2C;    // HOST (0) or CARD (1)
-wire dst_port = cur != CH_C2H;
 wire src_host = cur == CH_H2C;
 wire dst_host = cur == CH_C2H;
+wire src_port = !src_host;        // port index: HOST (0) or CARD (1)
+wire dst_port = !dst_host;
 wire running = state == S_RUN;
 wire stopping = err_flag || abort;
 
@@ -233,7 +233,6 @@ wire [12:0] f_cap = (f_cap0 < f_room) ? f_cap0 : f_room;
 wire        f_aligned = f_addr[4:0] == 5'd0;
 wire [12:0] f_req_len = f_aligned ? {f_cap[12:5], 5'd0} : 13'd32;
 wire f_issue = running && !stopping && f_active && !f_out && df_free != 0;
-wire [63:0] f_req_addr = f_addr;
 
 // Descriptor completion on the host port.
 wire h_cpl_desc = rd_cpl_valid[HOST] && rd_cpl_tag[5:0] == DESC_TAG;
@@ -333,7 +332,7 @@ wire r_take = r_issue && (r_on_host ? (!f_issue && rd_req_ready[HOST]) : rd_req_
 assign rd_req_valid[HOST] = f_issue || (r_issue && r_on_host);
 assign rd_req_valid[CARD] = r_issue && !r_on_host;
 // The host port carries descriptor fetches and (H2C) data reads; the card port data reads only.
-assign rd_req_addr = {r_addr, f_issue ? f_req_addr : r_addr};
+assign rd_req_addr = {r_addr, f_issue ? f_addr : r_addr};
 assign rd_req_len = {r_len, f_issue ? f_req_len : r_len};
 assign rd_req_tag = {free_tag, f_issue ? DESC_TAG : free_tag};
 

@@ -16,15 +16,13 @@ import logging
 import os
 
 import cocotb
-from cocotb.clock import Clock
 from cocotb.task import bridge
-from cocotb.triggers import ClockCycles
 
 from pyhost.backend import HostMemory
 from pyhost.driver import PcieDriver
 from pyhost.rtl_card import RtlCard
-from pyhost.spec import dram
 from tb.card import driver_program
+from tb.common.clocking import reset, start_clock
 from tb.common.host_memory_axi import HostMemoryConfig, HostPortMonitor
 
 MEMORY = {
@@ -62,17 +60,14 @@ class TB:
 
     def __init__(self, dut) -> None:
         self.dut = dut
-        cocotb.start_soon(Clock(dut.clk, dram.CTRL_CLK_NS, unit="ns").start())
+        start_clock(dut)
         memory = MEMORY[os.environ.get("CARD_TB_MEMORY", "inorder")]
         self.card = RtlCard(dut, HostMemory(32 << 20), memory)
         self.monitor = LiveLimits(self.card.memory, dut)
         logging.getLogger("cocotb.card_top.s_axil").setLevel(logging.WARNING)
 
     async def reset(self) -> None:
-        self.dut.rst.value = 1
-        await ClockCycles(self.dut.clk, 8)
-        self.dut.rst.value = 0
-        await ClockCycles(self.dut.clk, 4)
+        await reset(self.dut)
 
     async def host(self, fn, *args, **kwargs):
         """Run blocking host code ``fn(driver, ...)`` against the RTL card."""

@@ -10,12 +10,12 @@ import logging
 import random
 
 import cocotb
-from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiLiteBus, AxiLiteMaster
 
 from pyhost.spec import regs
 from pyhost.spec.regs import Channel
+from tb.common.clocking import reset, start_clock
 
 MEM_SIZE = 1 << 20
 
@@ -23,7 +23,7 @@ MEM_SIZE = 1 << 20
 class TB:
     def __init__(self, dut) -> None:
         self.dut = dut
-        cocotb.start_soon(Clock(dut.clk, 2.5, unit="ns").start())
+        start_clock(dut)
         self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
         logging.getLogger("cocotb.csr.s_axil").setLevel(logging.WARNING)
         for n in ("ch_busy", "ch_done", "ch_error", "ch_err_code", "ch_completed", "ch_bytes",
@@ -40,10 +40,7 @@ class TB:
                     self.pulses[kind].append(v)
 
     async def reset(self) -> None:
-        self.dut.rst.value = 1
-        await ClockCycles(self.dut.clk, 4)
-        self.dut.rst.value = 0
-        await ClockCycles(self.dut.clk, 2)
+        await reset(self.dut, hold=4, settle=2)
         cocotb.start_soon(self._watch())      # outputs are defined once reset is done
 
     async def rd(self, name: str) -> int:

@@ -15,14 +15,12 @@ import random
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, Event, FallingEdge, RisingEdge
+from cocotb.triggers import ClockCycles, Event, FallingEdge
 from cocotbext.axi import AxiBurstType, AxiBus, AxiMaster, AxiResp
 
 from pyhost.spec import dram
+from tb.common.clocking import reset, start_clock
 from tb.dram_ctrl.ddr4_checker import Ddr4Checker
-
-CLK_NS = dram.CTRL_CLK_NS
 
 
 def build_params() -> dict[str, int]:
@@ -60,15 +58,12 @@ class TB:
         self.rng = random.Random(int(os.environ.get("COCOTB_RANDOM_SEED", "1")))
         self.monitor_enabled = monitor
         self.stop = Event()
-        cocotb.start_soon(Clock(dut.clk, CLK_NS, unit="ns").start())
+        start_clock(dut)
         self.axi = AxiMaster(AxiBus.from_prefix(dut, "s_axi"), dut.clk, dut.rst)
         logging.getLogger("cocotb.dram_ctrl.s_axi").setLevel(logging.WARNING)
 
     async def reset(self) -> None:
-        self.dut.rst.value = 1
-        await ClockCycles(self.dut.clk, 5)
-        self.dut.rst.value = 0
-        await RisingEdge(self.dut.clk)
+        await reset(self.dut, hold=5, settle=1)
         if self.monitor_enabled:
             cocotb.start_soon(self._monitor())
 

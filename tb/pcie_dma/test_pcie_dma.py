@@ -11,13 +11,13 @@ import logging
 import random
 
 import cocotb
-from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiBus, AxiRam
 
 from pyhost.backend import HostMemory
 from pyhost.spec import regs
 from pyhost.spec.regs import Channel, DmaError
+from tb.common.clocking import reset, start_clock
 from tb.common.host_memory_axi import HostMemoryAxiSlave, HostMemoryConfig, _on
 
 PAGE = 4096
@@ -26,7 +26,7 @@ PAGE = 4096
 class TB:
     def __init__(self, dut) -> None:
         self.dut = dut
-        cocotb.start_soon(Clock(dut.clk, 2.5, unit="ns").start())
+        start_clock(dut)
         self.host = HostMemory(8 << 20)
         self.hmem = HostMemoryAxiSlave(dut, "m_axi_host", self.host,
                                        HostMemoryConfig(read_latency=30, jitter=20,
@@ -49,10 +49,7 @@ class TB:
         self.dut.cfg_tags.value = tags
 
     async def reset(self) -> None:
-        self.dut.rst.value = 1
-        await ClockCycles(self.dut.clk, 4)
-        self.dut.rst.value = 0
-        await ClockCycles(self.dut.clk, 2)
+        await reset(self.dut, hold=4, settle=2)
         cocotb.start_soon(self._monitor())
 
     async def _monitor(self) -> None:
