@@ -150,12 +150,38 @@ IRQ_FIELDS = tuple(
         Field(f"{ch.name}_DONE", 2 * ch, 1, f"{ch.name} chain completed (descriptor with "
               "COMPLETED)"),
         Field(f"{ch.name}_ERR", 2 * ch + 1, 1, f"{ch.name} stopped on an error"),
-    ))
+    )) + (
+    Field("ACCEL_DONE", 2 * len(Channel), 1, "the accelerator reached END with every unit idle"),
+    Field("ACCEL_ERR", 2 * len(Channel) + 1, 1, "the accelerator stopped on an error"),
+)
 
 #: DRAM controller counters exposed as 64-bit LO/HI pairs, in this order.
 DRAM_COUNTERS = ("rd", "wr", "row_hit", "row_miss", "row_conflict", "refresh", "ref_stall",
                  "busy")
 DRAM_COUNTER_BASE = 0x200
+
+# --- accelerator (rtl/accel; the ISA is in pyhost/spec/isa.py) -----------------------------------
+
+#: The accelerator's registers occupy [ACCEL_BASE, ACCEL_END); csr forwards them to rtl/accel.
+ACCEL_BASE = 0x400
+ACCEL_END = 0x800
+ACCEL_SLOT_BASE = 0x440
+#: Accelerator performance counters as 64-bit LO/HI pairs, in this order; they restart at START.
+ACCEL_COUNTERS = (
+    ("cycles", "cycles from START to done or error"),
+    ("insns", "instructions dispatched"),
+    ("load_busy", "cycles the load unit runs an instruction"),
+    ("load_stall", "cycles the load unit waits for a dependency token"),
+    ("compute_busy", "cycles the compute unit runs an instruction"),
+    ("compute_stall", "cycles the compute unit waits for a dependency token"),
+    ("store_busy", "cycles the store unit runs an instruction"),
+    ("store_stall", "cycles the store unit waits for a dependency token"),
+    ("gemm_busy", "cycles the compute unit runs GEMM instructions"),
+    ("macs", "multiply-accumulates performed (N*N per GEMM iteration)"),
+    ("bytes_loaded", "bytes LOAD read from card memory"),
+    ("bytes_stored", "bytes STORE wrote to card memory"),
+)
+ACCEL_COUNTER_BASE = 0x480
 
 
 def _channel_registers(ch: Channel) -> list[Register]:
@@ -191,7 +217,7 @@ REGISTERS: tuple[Register, ...] = tuple([
     Register("CAPS", 0x018, Access.RO, "capabilities", (
         Field("CHANNELS", 0, 4, "DMA channels"),
         Field("TAGS", 4, 8, "maximum outstanding host reads"),
-        Field("ACCEL", 12, 1, "an accelerator is present"))),
+        Field("ACCEL", 12, 1, "an accelerator is present (ACC_* registers)"))),
     Register("IRQ_STATUS", 0x020, Access.W1C, "interrupt status; the interrupt line is high "
              "while any bit is set in both IRQ_STATUS and IRQ_MASK", IRQ_FIELDS),
     Register("IRQ_MASK", 0x024, Access.RW, "interrupt enables, bit per IRQ_STATUS bit", IRQ_FIELDS),
@@ -207,6 +233,32 @@ REGISTERS: tuple[Register, ...] = tuple([
                  f"DRAM counter {c} [31:0]"),
         Register(f"DRAM_{c.upper()}_HI", DRAM_COUNTER_BASE + 8 * i + 4, Access.RO,
                  f"DRAM counter {c} [63:32]"))],
+    Register("ACC_CTRL", 0x400, Access.WO, "accelerator control (self-clearing commands)", (
+        Field("START", 0, 1, "write 1: run INSN_COUNT instructions from INSN_BASE (ignored "
+              "while BUSY); restarts the counters"),
+        Field("ABORT", 1, 1, "write 1: stop a running program with ABORTED"))),
+    Register("ACC_STATUS", 0x404, Access.RO, "accelerator status", (
+        Field("BUSY", 0, 1, "a program is running"),
+        Field("DONE", 1, 1, "the last program reached END"),
+        Field("ERROR", 2, 1, "the last program stopped on an error"),
+        Field("ERR_CODE", 8, 8, "AccelError code of that error (pyhost/spec/isa.py)"))),
+    Register("ACC_ERR_PC", 0x408, Access.RO, "index of the instruction that caused the error"),
+    Register("ACC_INSN_BASE", 0x40C, Access.RW, "card address of the first instruction "
+             "(16-byte aligned)"),
+    Register("ACC_INSN_COUNT", 0x410, Access.RW, "instructions in the program (END included)"),
+    Register("ACC_CFG_N", 0x420, Access.RO, "GEMM array size N (N x N int8 MACs per cycle)"),
+    Register("ACC_CFG_ISA", 0x424, Access.RO, "ISA version"),
+    Register("ACC_CFG_INP_DEPTH", 0x428, Access.RO, "input scratchpad rows (N int8 each)"),
+    Register("ACC_CFG_WGT_DEPTH", 0x42C, Access.RO, "weight scratchpad rows (N x N int8 each)"),
+    Register("ACC_CFG_ACC_DEPTH", 0x430, Access.RO, "accumulator scratchpad rows (N int32 "
+             "each)"),
+    Register("ACC_CFG_QUEUE_DEPTH", 0x434, Access.RO, "instructions per unit queue"),
+    *[Register(f"ACC_SLOT{i}", ACCEL_SLOT_BASE + 4 * i, Access.RW,
+               f"base-address slot {i} (card address)") for i in range(16)],
+    *[r for i, (c, doc) in enumerate(ACCEL_COUNTERS) for r in (
+        Register(f"ACC_{c.upper()}_LO", ACCEL_COUNTER_BASE + 8 * i, Access.RO, f"{doc} [31:0]"),
+        Register(f"ACC_{c.upper()}_HI", ACCEL_COUNTER_BASE + 8 * i + 4, Access.RO,
+                 f"{doc} [63:32]"))],
 ])
 
 BY_NAME = {r.name: r for r in REGISTERS}
@@ -223,6 +275,11 @@ def channel_reg(ch: Channel, reg: str) -> int:
 
 
 def _check() -> None:
+    from pyhost.spec import isa
+    assert sum(1 for r in REGISTERS if r.name.startswith("ACC_SLOT")) == isa.NUM_SLOTS
+    assert ACCEL_COUNTER_BASE + 8 * len(ACCEL_COUNTERS) <= ACCEL_END
+    for r in REGISTERS:
+        assert (ACCEL_BASE <= r.offset < ACCEL_END) == r.name.startswith("ACC_"), r.name
     seen: dict[int, str] = {}
     for r in REGISTERS:
         assert r.offset % 4 == 0 and r.offset < BAR0_SIZE, r.name

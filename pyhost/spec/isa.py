@@ -1,0 +1,537 @@
+"""The accelerator's instruction set: formats, encoder, decoder, assembler and disassembler.
+
+Defined once here; ``python -m pyhost.spec.gen`` writes rtl/include/accel_isa.vh and docs/isa.md
+from it. Instructions are 128 bits, little endian, fields packed from bit 0 in the order listed
+in FORMATS. The semantics are documented in docs/isa.md (generated from SEMANTICS below) and
+implemented twice: by the RTL under rtl/accel/ and by the functional model pyhost/accel/model.py,
+which are checked bit-exact against each other.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+ISA_VERSION = 1
+INSN_BITS = 128
+INSN_BYTES = INSN_BITS // 8
+
+# --- default hardware configuration (RTL parameters; the card reports them in ACC_CFG_*) ---------
+#: GEMM array size: an N x N int8 multiply per cycle (N*N MACs).
+DEFAULT_N = 8
+#: Scratchpad depths in rows (elements): INP rows are N int8, WGT rows N*N int8, ACC rows N int32.
+DEFAULT_INP_DEPTH = 8192
+DEFAULT_WGT_DEPTH = 1024
+DEFAULT_ACC_DEPTH = 4096
+#: Instructions each unit's queue holds (the unit holds one more while it runs it).
+DEFAULT_QUEUE_DEPTH = 8
+#: Base-address slot registers.
+NUM_SLOTS = 16
+#: Dependency-token counters saturate here; a push beyond it is TOKEN_OVERFLOW.
+TOKEN_MAX = 255
+
+
+class Opcode(IntEnum):
+    """Instruction opcodes (bits [3:0]). 0 is illegal so that zeroed memory never runs."""
+
+    LOAD = 1    # card memory -> scratchpad (load unit)
+    STORE = 2   # accumulator scratchpad -> card memory (store unit)
+    GEMM = 3    # int8 x int8 -> int32 on the N x N array (compute unit)
+    ALU = 4     # vector operation on accumulator rows (compute unit)
+    END = 5     # end of the stream: finish when every unit is idle, raise the done interrupt
+
+
+class Buffer(IntEnum):
+    """Scratchpad targets of LOAD/STORE. The element size is the bytes of one row in memory."""
+
+    INP = 0     # input: rows of N int8 (N bytes)
+    WGT = 1     # weight: rows of N x N int8, row-major W[k][n] (N*N bytes)
+    ACC = 2     # accumulator: rows of N int32 (4*N bytes)
+    ACC8 = 3    # accumulator through int8: loads sign-extend N bytes, stores keep the low byte
+
+
+class AluOp(IntEnum):
+    """ALU operations; B is the source row, or the immediate when USE_IMM is set."""
+
+    ADD = 0     # A + B (wraps at 32 bits)
+    MAX = 1     # max(A, B), signed
+    MIN = 2     # min(A, B), signed
+    MUL = 3     # low 32 bits of A * B
+    SHR = 4     # rounding arithmetic shift right by B[4:0]: (A + 2**(s-1)) >> s, s = 0 keeps A
+    MOV = 5     # B
+    REQ = 6     # requantize: clamp(((A * M + 2**(s-1)) >> s) + zp, lo, hi), M, s from rows src,
+                # src+1; zp, lo, hi are int8 fields of the immediate (USE_IMM must be 0)
+
+
+class Unit(IntEnum):
+    LOAD = 0
+    COMPUTE = 1
+    STORE = 2
+
+
+UNIT_OF = {Opcode.LOAD: Unit.LOAD, Opcode.STORE: Unit.STORE, Opcode.GEMM: Unit.COMPUTE,
+           Opcode.ALU: Unit.COMPUTE}
+
+
+class AccelError(IntEnum):
+    """Error codes in ACC_STATUS.ERR_CODE. The accelerator stops at the first error."""
+
+    NONE = 0
+    ILLEGAL_OPCODE = 1   # opcode 0 or above END
+    ILLEGAL_FIELD = 2    # a dependency flag the unit has no queue for, bad buffer or ALU op,
+                         # STORE from INP/WGT or with padding, REQ with USE_IMM, END with flags
+    SP_RANGE = 3         # the instruction would touch a scratchpad row beyond the depth
+    MISALIGNED = 4       # LOAD/STORE address not a multiple of the element size
+    FETCH_BUS = 5        # reading instructions failed (SLVERR/DECERR)
+    LOAD_BUS = 6         # a LOAD read failed
+    STORE_BUS = 7        # a STORE write failed
+    DEADLOCK = 8         # every unit waits for a token that no instruction can push
+    NO_END = 9           # INSN_COUNT instructions ran without END
+    TOKEN_OVERFLOW = 10  # a push beyond TOKEN_MAX tokens in one queue
+    ABORTED = 11         # software wrote ACC_CTRL.ABORT
+    BAD_CONFIG = 12      # INSN_BASE not 16-byte aligned, or INSN_COUNT is 0
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    name: str
+    width: int
+    signed: bool = False
+    doc: str = ""
+
+
+#: Every instruction starts with the opcode and the four dependency flags.
+HEADER = (
+    FieldSpec("opcode", 4, doc="Opcode"),
+    FieldSpec("pop_prev", 1, doc="wait for and take a token from the previous unit's queue"),
+    FieldSpec("pop_next", 1, doc="wait for and take a token from the next unit's queue"),
+    FieldSpec("push_prev", 1, doc="give a token to the previous unit when done"),
+    FieldSpec("push_next", 1, doc="give a token to the next unit when done"),
+)
+
+_MEM = (
+    FieldSpec("buf", 2, doc="Buffer: scratchpad"),
+    FieldSpec("slot", 4, doc="base-address slot register"),
+    FieldSpec("sp_base", 16, doc="first scratchpad row"),
+    FieldSpec("offset", 32, doc="byte offset from the slot's base address"),
+    FieldSpec("y_size", 12, doc="rows in memory"),
+    FieldSpec("x_size", 12, doc="elements per row in memory"),
+    FieldSpec("y_stride", 16, doc="elements from one memory row to the next"),
+    FieldSpec("pad_top", 4, doc="zero rows before (LOAD only)"),
+    FieldSpec("pad_bottom", 4, doc="zero rows after (LOAD only)"),
+    FieldSpec("pad_left", 4, doc="padding elements before each row (LOAD only)"),
+    FieldSpec("pad_right", 4, doc="padding elements after each row (LOAD only)"),
+    FieldSpec("pad_value", 8, signed=True, doc="int8 value of every padding byte / lane"),
+)
+
+FORMATS: dict[Opcode, tuple[FieldSpec, ...]] = {
+    Opcode.LOAD: HEADER + _MEM,
+    Opcode.STORE: HEADER + _MEM,
+    Opcode.GEMM: HEADER + (
+        FieldSpec("reset", 1, doc="write the product instead of adding it"),
+        FieldSpec("acc_base", 16, doc="first accumulator row"),
+        FieldSpec("inp_base", 16, doc="first input row"),
+        FieldSpec("wgt_base", 16, doc="the weight tile (held for the whole instruction)"),
+        FieldSpec("outer", 12, doc="outer loop count"),
+        FieldSpec("inner", 12, doc="inner loop count"),
+        FieldSpec("acc_so", 12, doc="accumulator row stride of the outer loop"),
+        FieldSpec("acc_si", 8, doc="accumulator row stride of the inner loop"),
+        FieldSpec("inp_so", 12, doc="input row stride of the outer loop"),
+        FieldSpec("inp_si", 8, doc="input row stride of the inner loop"),
+    ),
+    Opcode.ALU: HEADER + (
+        FieldSpec("alu_op", 3, doc="AluOp"),
+        FieldSpec("use_imm", 1, doc="B is the immediate instead of the source row"),
+        FieldSpec("dst_base", 14, doc="first destination (and A operand) accumulator row"),
+        FieldSpec("src_base", 14, doc="first source accumulator row"),
+        FieldSpec("outer", 12, doc="outer loop count"),
+        FieldSpec("inner", 12, doc="inner loop count"),
+        FieldSpec("dst_so", 12, doc="destination row stride of the outer loop"),
+        FieldSpec("dst_si", 8, doc="destination row stride of the inner loop"),
+        FieldSpec("src_so", 12, doc="source row stride of the outer loop"),
+        FieldSpec("src_si", 8, doc="source row stride of the inner loop"),
+        FieldSpec("imm", 24, signed=True, doc="immediate (REQ: zp [7:0], lo [15:8], hi [23:16])"),
+    ),
+    Opcode.END: HEADER,
+}
+
+for _op, _fmt in FORMATS.items():
+    assert sum(f.width for f in _fmt) <= INSN_BITS, _op
+
+
+def field_lsb(op: Opcode, name: str) -> int:
+    lsb = 0
+    for f in FORMATS[op]:
+        if f.name == name:
+            return lsb
+        lsb += f.width
+    raise KeyError(f"{op.name} has no field {name!r}")
+
+
+def element_bytes(buf: Buffer, n: int = DEFAULT_N) -> int:
+    """Bytes of one scratchpad row as it sits in card memory."""
+    return {Buffer.INP: n, Buffer.WGT: n * n, Buffer.ACC: 4 * n, Buffer.ACC8: n}[Buffer(buf)]
+
+
+def req_imm(zp: int, lo: int = -128, hi: int = 127) -> int:
+    """The REQ immediate from its three int8 parts."""
+    for v in (zp, lo, hi):
+        if not -128 <= v <= 127:
+            raise ValueError(f"REQ zero point / bounds must be int8, got {v}")
+    raw = (zp & 0xFF) | ((lo & 0xFF) << 8) | ((hi & 0xFF) << 16)
+    return raw - (1 << 24) if raw & (1 << 23) else raw
+
+
+def req_fields(imm: int) -> tuple[int, int, int]:
+    """(zp, lo, hi) of a REQ immediate."""
+    raw = imm & 0xFFFFFF
+
+    def s8(v: int) -> int:
+        return v - 256 if v & 0x80 else v
+    return s8(raw & 0xFF), s8((raw >> 8) & 0xFF), s8((raw >> 16) & 0xFF)
+
+
+class IsaError(ValueError):
+    """An instruction that cannot be encoded, or text that does not assemble."""
+
+
+@dataclass(frozen=True)
+class Insn:
+    """One decoded instruction: the opcode and its fields by name (missing fields are 0)."""
+
+    op: Opcode
+    fields: dict[str, int] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        known = {f.name for f in FORMATS[self.op]} - {"opcode"}
+        unknown = set(self.fields) - known
+        if unknown:
+            raise IsaError(f"{self.op.name} has no field(s) {sorted(unknown)}; it has "
+                           f"{sorted(known)}")
+
+    def __getattr__(self, name: str) -> int:
+        if name.startswith("_") or name in ("op", "fields"):
+            raise AttributeError(name)
+        if any(f.name == name for f in FORMATS[self.op]):
+            return self.fields.get(name, 0)
+        raise AttributeError(f"{self.op.name} has no field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Insn) and encode(self) == encode(other)
+
+    def __hash__(self) -> int:
+        return hash(encode(self))
+
+    @property
+    def unit(self) -> Unit | None:
+        return UNIT_OF.get(self.op)
+
+    def __str__(self) -> str:
+        return disassemble_one(self)
+
+
+def encode(insn: Insn) -> bytes:
+    """The 16-byte little-endian image of ``insn``; IsaError if a field does not fit."""
+    word = 0
+    lsb = 0
+    for f in FORMATS[insn.op]:
+        v = int(insn.op) if f.name == "opcode" else int(insn.fields.get(f.name, 0))
+        lo, hi = (-(1 << (f.width - 1)), (1 << (f.width - 1)) - 1) if f.signed \
+            else (0, (1 << f.width) - 1)
+        if not lo <= v <= hi:
+            raise IsaError(f"{insn.op.name}.{f.name} = {v} does not fit {f.width} "
+                           f"{'signed ' if f.signed else ''}bits ({lo}..{hi})")
+        word |= (v & ((1 << f.width) - 1)) << lsb
+        lsb += f.width
+    return word.to_bytes(INSN_BYTES, "little")
+
+
+def decode(raw: bytes) -> Insn:
+    """The instruction in a 16-byte image; IsaError for an opcode that does not exist."""
+    if len(raw) != INSN_BYTES:
+        raise IsaError(f"an instruction is {INSN_BYTES} bytes, got {len(raw)}")
+    word = int.from_bytes(raw, "little")
+    code = word & 0xF
+    try:
+        op = Opcode(code)
+    except ValueError:
+        raise IsaError(f"illegal opcode {code}") from None
+    vals: dict[str, int] = {}
+    lsb = 0
+    for f in FORMATS[op]:
+        v = (word >> lsb) & ((1 << f.width) - 1)
+        if f.signed and v & (1 << (f.width - 1)):
+            v -= 1 << f.width
+        if f.name != "opcode" and v:
+            vals[f.name] = v
+        lsb += f.width
+    return Insn(op, vals)
+
+
+def encode_program(insns: list[Insn]) -> bytes:
+    return b"".join(encode(i) for i in insns)
+
+
+def decode_program(raw: bytes) -> list[Insn]:
+    if len(raw) % INSN_BYTES:
+        raise IsaError(f"a program is a multiple of {INSN_BYTES} bytes, got {len(raw)}")
+    return [decode(raw[i:i + INSN_BYTES]) for i in range(0, len(raw), INSN_BYTES)]
+
+
+# --- assembly text -------------------------------------------------------------------------------
+# One instruction per line: MNEMONIC [flags] field=value ..., e.g.
+#   LOAD.INP  slot=1 sp_base=0 offset=0x100 y_size=4 x_size=8 y_stride=8 pad_left=1 | push_next
+#   GEMM      reset acc_base=0 inp_base=0 wgt_base=3 outer=4 inner=8 acc_so=8 acc_si=1 | pop_prev
+#   ALU.REQ   dst_base=0 src_base=64 outer=1 inner=32 dst_si=1 zp=-3 lo=-128 hi=127
+# Flags after '|' are the dependency flags; '#' starts a comment. LOAD/STORE take the buffer and
+# ALU the operation as a suffix; for ALU.REQ, zp/lo/hi stand for the immediate.
+
+_FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
+
+
+def disassemble_one(insn: Insn) -> str:
+    op = insn.op
+    mnem = op.name
+    skip = {"opcode", *_FLAGS}
+    if op in (Opcode.LOAD, Opcode.STORE):
+        mnem += "." + Buffer(insn.buf).name
+        skip.add("buf")
+    elif op == Opcode.ALU:
+        try:
+            mnem += "." + AluOp(insn.alu_op).name
+            skip.add("alu_op")
+        except ValueError:
+            pass
+    parts = [mnem]
+    if op == Opcode.GEMM and insn.reset:
+        parts.append("reset")
+        skip.add("reset")
+    if op == Opcode.ALU and insn.use_imm and insn.alu_op != AluOp.REQ:
+        skip.add("use_imm")
+    for f in FORMATS[op]:
+        if f.name in skip:
+            continue
+        v = insn.fields.get(f.name, 0)
+        if op == Opcode.ALU and f.name == "imm" and insn.alu_op == AluOp.REQ:
+            zp, lo, hi = req_fields(v)
+            parts.append(f"zp={zp} lo={lo} hi={hi}")
+            continue
+        if op == Opcode.ALU and f.name == "imm" and not insn.use_imm:
+            if v:
+                parts.append(f"raw_imm={v}")
+            continue
+        if v:
+            parts.append(f"{f.name}={hex(v) if f.name == 'offset' else v}")
+    if op == Opcode.ALU and insn.use_imm and insn.alu_op != AluOp.REQ and not insn.imm:
+        parts.append("imm=0")
+    flags = [f for f in _FLAGS if insn.fields.get(f)]
+    return " ".join(parts) + (" | " + " ".join(flags) if flags else "")
+
+
+def disassemble(program: bytes | list[Insn]) -> str:
+    insns = decode_program(program) if isinstance(program, bytes | bytearray) else program
+    return "\n".join(f"{i:5d}: {disassemble_one(x)}" for i, x in enumerate(insns)) + "\n"
+
+
+_LINE_NO = re.compile(r"^\s*\d+:\s*")
+
+
+def assemble_one(line: str) -> Insn:
+    text = _LINE_NO.sub("", line.split("#", 1)[0]).strip()
+    if not text:
+        raise IsaError("empty line")
+    body, _, flag_text = text.partition("|")
+    tokens = body.split()
+    mnem, args = tokens[0].upper(), tokens[1:]
+    base, _, suffix = mnem.partition(".")
+    try:
+        op = Opcode[base]
+    except KeyError:
+        raise IsaError(f"unknown mnemonic {tokens[0]!r}") from None
+    vals: dict[str, int] = {}
+    if op in (Opcode.LOAD, Opcode.STORE):
+        try:
+            vals["buf"] = Buffer[suffix]
+        except KeyError:
+            raise IsaError(f"{base} needs a buffer suffix ({', '.join(b.name for b in Buffer)}),"
+                           f" got {suffix!r}") from None
+    elif op == Opcode.ALU:
+        try:
+            vals["alu_op"] = AluOp[suffix]
+        except KeyError:
+            raise IsaError(f"ALU needs an operation suffix ({', '.join(a.name for a in AluOp)}),"
+                           f" got {suffix!r}") from None
+    elif suffix:
+        raise IsaError(f"{base} takes no suffix")
+    req: dict[str, int] = {}
+    for a in args:
+        if a == "reset" and op == Opcode.GEMM:
+            vals["reset"] = 1
+            continue
+        if "=" not in a:
+            raise IsaError(f"expected field=value, got {a!r}")
+        k, v = a.split("=", 1)
+        try:
+            num = int(v, 0)
+        except ValueError:
+            raise IsaError(f"{k}: {v!r} is not a number") from None
+        if op == Opcode.ALU and k in ("zp", "lo", "hi"):
+            req[k] = num
+        elif op == Opcode.ALU and k == "imm":
+            vals["imm"] = num
+            vals["use_imm"] = 1
+        elif op == Opcode.ALU and k == "raw_imm":
+            vals["imm"] = num
+        else:
+            vals[k] = num
+    if req:
+        if vals.get("alu_op") != AluOp.REQ:
+            raise IsaError("zp/lo/hi belong to ALU.REQ")
+        vals["imm"] = req_imm(req.get("zp", 0), req.get("lo", -128), req.get("hi", 127))
+    for fl in flag_text.split():
+        if fl not in _FLAGS:
+            raise IsaError(f"unknown flag {fl!r}; flags are {', '.join(_FLAGS)}")
+        vals[fl] = 1
+    insn = Insn(op, {k: int(v) for k, v in vals.items() if v})
+    encode(insn)  # range-check every field now
+    return insn
+
+
+def assemble(text: str) -> list[Insn]:
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not _LINE_NO.sub("", line.split("#", 1)[0]).strip():
+            continue
+        try:
+            out.append(assemble_one(line))
+        except IsaError as e:
+            raise IsaError(f"line {n}: {e}: {line.strip()!r}") from None
+    return out
+
+
+# --- convenience constructors used by kernels and tests ------------------------------------------
+
+def load(buf: Buffer, **f: int) -> Insn:
+    return Insn(Opcode.LOAD, {"buf": int(buf), **f})
+
+
+def store(buf: Buffer, **f: int) -> Insn:
+    return Insn(Opcode.STORE, {"buf": int(buf), **f})
+
+
+def gemm(**f: int) -> Insn:
+    return Insn(Opcode.GEMM, dict(f))
+
+
+def alu(op: AluOp, imm: int | None = None, **f: int) -> Insn:
+    d = {"alu_op": int(op), **f}
+    if imm is not None:
+        d["imm"] = imm
+        d["use_imm"] = 1
+    return Insn(Opcode.ALU, d)
+
+
+def req(zp: int = 0, lo: int = -128, hi: int = 127, **f: int) -> Insn:
+    return Insn(Opcode.ALU, {"alu_op": int(AluOp.REQ), "imm": req_imm(zp, lo, hi), **f})
+
+
+def end() -> Insn:
+    return Insn(Opcode.END, {})
+
+
+#: Legal dependency flags per unit: (pop_prev, pop_next, push_prev, push_next). The load unit
+#: has only a next (compute), the store unit only a previous (compute).
+LEGAL_FLAGS = {
+    Unit.LOAD: ("pop_next", "push_next"),
+    Unit.COMPUTE: _FLAGS,
+    Unit.STORE: ("pop_prev", "push_prev"),
+}
+
+
+def check_static(insn: Insn) -> AccelError:
+    """The decode-time check the fetch unit applies before dispatch (NONE if legal)."""
+    unit = insn.unit
+    flags = [f for f in _FLAGS if insn.fields.get(f)]
+    if unit is None:  # END
+        return AccelError.ILLEGAL_FIELD if flags else AccelError.NONE
+    if any(f not in LEGAL_FLAGS[unit] for f in flags):
+        return AccelError.ILLEGAL_FIELD
+    if insn.op == Opcode.STORE:
+        if insn.buf not in (Buffer.ACC, Buffer.ACC8):
+            return AccelError.ILLEGAL_FIELD
+        if insn.pad_top or insn.pad_bottom or insn.pad_left or insn.pad_right:
+            return AccelError.ILLEGAL_FIELD
+    if insn.op == Opcode.ALU:
+        if insn.alu_op > max(AluOp) or (insn.alu_op == AluOp.REQ and insn.use_imm):
+            return AccelError.ILLEGAL_FIELD
+    return AccelError.NONE
+
+
+SEMANTICS = """\
+## Execution model
+
+The fetch unit reads INSN_COUNT instructions from card memory at INSN_BASE (16-byte aligned),
+checks each one (opcode, dependency flags, buffer, ALU operation) when it is next to dispatch,
+and appends it to its unit's queue (QUEUE_DEPTH entries; the unit holds one more while it runs
+it). It blocks while that queue is full. END stops fetching; the accelerator is done when every
+queue is empty and every unit idle. Reaching INSN_COUNT without END is NO_END.
+
+The three units run in parallel, each in its own program order: LOAD on the load unit, GEMM and
+ALU on the compute unit, STORE on the store unit. Four token counters order them: load->compute,
+compute->load, compute->store and store->compute. Before an instruction starts, its unit takes a
+token from each queue its pop flags name, waiting until one is there; after it finishes (for
+STORE: after every write response), it pushes a token into each queue its push flags name.
+"prev" and "next" are relative to the unit: the load unit has only "next" (compute), the store
+unit only "prev" (compute). A program is race-free when every pair of instructions on
+different units that touch the same scratchpad rows or memory bytes is ordered by tokens; the
+result of a race-free program does not depend on timing, and the RTL and the functional model
+agree on it bit for bit.
+
+When every unit waits for a token (or is idle with an empty queue) and the fetch unit has
+finished or is blocked on a full queue, nothing can ever move: the accelerator stops with
+DEADLOCK. At the first error the accelerator stops starting instructions, lets memory transfers
+in flight finish, and then reports the error code and the index of the instruction (ERR_PC); the
+scratchpads and card memory are then unspecified for instructions at or after it.
+
+Each instruction checks its scratchpad range before it has any effect (SP_RANGE), and LOAD/STORE
+check that the address (slot base + offset) is a multiple of the element size (MISALIGNED).
+
+## LOAD and STORE
+
+Address of memory row y, element x: `SLOT[slot] + offset + (y * y_stride + x) * E` (bytes,
+modulo 2**32), with E the element size of the buffer (INP: N, WGT: N*N, ACC: 4N, ACC8: N).
+LOAD writes the padded tile row-major from `sp_base`: `(pad_top + y_size + pad_bottom)` rows of
+`(pad_left + x_size + pad_right)` elements; scratchpad row
+`sp_base + (pad_top + y) * W + pad_left + x` gets memory element (y, x), with W the padded
+width, and every padding row gets `pad_value` in every byte (INP, WGT) or lane (ACC, ACC8).
+ACC8 sign-extends each byte to an int32 lane. STORE (ACC or ACC8 only, no padding) writes
+scratchpad row `sp_base + y * x_size + x` to memory element (y, x); ACC8 writes the low byte of
+each lane. y_size or x_size 0 moves nothing.
+
+## GEMM
+
+    for o in range(outer):
+        for i in range(inner):
+            a = acc_base + o * acc_so + i * acc_si
+            x = INP[inp_base + o * inp_so + i * inp_si]          # N int8
+            W = WGT[wgt_base]                                      # N x N int8, W[k][n]
+            ACC[a][n] = (0 if reset else ACC[a][n]) + sum_k x[k] * W[k][n]   (int32, wraps)
+
+Iterations take effect in order: a later iteration sees the rows an earlier one wrote.
+
+## ALU
+
+    for o in range(outer):
+        for i in range(inner):
+            d = dst_base + o * dst_so + i * dst_si
+            s = src_base + o * src_so + i * src_si
+            A = ACC[d]; B = imm (sign-extended, every lane) if use_imm else ACC[s]
+            ACC[d] = op(A, B)                                      # lane by lane, int32
+
+REQ reads the multiplier M from row s and the shift from row s+1 (low 6 bits of each lane),
+computes the 64-bit product A * M, adds 2**(shift-1) when shift > 0, shifts right
+arithmetically, adds zp, and clamps to [lo, hi]: the requantization of
+compiler/quantize/requant.py, per lane, so per-channel parameters are rows of M and shifts.
+Iterations take effect in order, as for GEMM.
+"""
