@@ -6,9 +6,10 @@
 
 // BAR0 register block: an AXI4-Lite slave (32-bit data) holding the card's identity, the DMA
 // channel registers, the interrupt status and mask, and the performance counters. The map is
-// generated from pyhost/spec/regs.py (card_regs.vh, docs/registers.md). Reads of unmapped
-// offsets return 0 and writes to them are ignored; both answer OKAY. One read and one write are
-// handled at a time; a write takes AW and W together.
+// generated from pyhost/spec/regs.py (card_regs.vh, docs/registers.md). The accelerator's
+// window (ACC_* registers) is forwarded to rtl/accel. Reads of unmapped offsets return 0 and
+// writes to them are ignored; both answer OKAY. One read and one write are handled at a time; a
+// write takes AW and W together.
 module csr #(
     parameter [63:0]  MEM_SIZE = 64'd1073741824,   // card memory bytes (reported)
     parameter integer DATA_WIDTH = 512,            // card data bus width (reported)
@@ -57,11 +58,22 @@ module csr #(
     // DRAM controller counters, in the order of pyhost/spec/regs.py DRAM_COUNTERS
     input  wire [8*64-1:0]      dram_counters,
 
+    // accelerator register window [ACCEL_BASE, ACCEL_END): writes are forwarded as one-cycle
+    // pulses, reads as a combinational lookup (tie acc_reg_rdata to 0 without an accelerator)
+    output wire                 acc_reg_wr,
+    output wire [11:0]          acc_reg_waddr,
+    output wire [31:0]          acc_reg_wdata,
+    output wire [3:0]           acc_reg_wstrb,
+    output wire [11:0]          acc_reg_raddr,
+    input  wire [31:0]          acc_reg_rdata,
+    input  wire                 acc_irq_done,
+    input  wire                 acc_irq_err,
+
     output wire                 irq
 );
 
 localparam integer NCH = `DMA_CHANNELS;
-localparam integer IRQ_BITS = 2 * NCH;
+localparam integer IRQ_BITS = 2 * NCH + 2;          // + ACCEL_DONE, ACCEL_ERR
 
 reg [31:0]  scratch;
 reg [IRQ_BITS-1:0] irq_status, irq_mask;
@@ -111,6 +123,8 @@ always @* begin
         irq_set[2*i] = irq_done[i];
         irq_set[2*i+1] = irq_err[i];
     end
+    irq_set[`IRQ_STATUS_ACCEL_DONE_LSB] = acc_irq_done && ACCEL != 0;
+    irq_set[`IRQ_STATUS_ACCEL_ERR_LSB] = acc_irq_err && ACCEL != 0;
 end
 wire [IRQ_BITS-1:0] irq_clear = (wr_take && waddr == `REG_IRQ_STATUS)
                                 ? s_axil_wdata[IRQ_BITS-1:0] & wmask[IRQ_BITS-1:0]
@@ -228,6 +242,8 @@ always @* begin
     end
     if (rdram_hit)
         rmux = dram_counters[rdram_word*32 +: 32];
+    if (acc_rhit && ACCEL != 0)
+        rmux = acc_reg_rdata;
 end
 
 always @(posedge clk) begin
@@ -250,6 +266,14 @@ assign cfg_mps = mps;
 assign cfg_mrrs = mrrs;
 assign cfg_tags = tags;
 assign irq = |(irq_status & irq_mask);
+
+wire acc_whit = waddr >= `ACCEL_BASE && waddr < `ACCEL_END;
+wire acc_rhit = raddr >= `ACCEL_BASE && raddr < `ACCEL_END;
+assign acc_reg_wr = wr_take && acc_whit && ACCEL != 0;
+assign acc_reg_waddr = waddr;
+assign acc_reg_wdata = s_axil_wdata;
+assign acc_reg_wstrb = s_axil_wstrb;
+assign acc_reg_raddr = raddr;
 
 // AXI4-Lite protection bits are not ports; the low address bits select bytes only.
 wire unused_ok = &{1'b0, s_axil_awaddr[1:0], s_axil_araddr[1:0], wmask[31:IRQ_BITS],

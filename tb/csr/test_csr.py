@@ -27,7 +27,8 @@ class TB:
         self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
         logging.getLogger("cocotb.csr.s_axil").setLevel(logging.WARNING)
         for n in ("ch_busy", "ch_done", "ch_error", "ch_err_code", "ch_completed", "ch_bytes",
-                  "ch_descs", "irq_done", "irq_err", "dram_counters"):
+                  "ch_descs", "irq_done", "irq_err", "dram_counters", "acc_reg_rdata",
+                  "acc_irq_done", "acc_irq_err"):
             getattr(dut, n).value = 0
         self.pulses: dict[str, list[int]] = {"run": [], "reset": []}
 
@@ -63,6 +64,8 @@ async def test_identity_and_defaults(dut) -> None:
     assert await tb.rd("BUS_WIDTH") == 512
     caps = await tb.rd("CAPS")
     assert caps & 0xF == regs.NUM_CHANNELS and (caps >> 4) & 0xFF == regs.MAX_TAGS, hex(caps)
+    accel_bit = regs.BY_NAME["CAPS"].fields[2]
+    assert (caps >> accel_bit.lsb) & 1 == 1, f"CAPS {caps:#x}: ACCEL bit clear with ACCEL=1"
     await tb.wr("CARD_ID", 0)
     assert await tb.rd("CARD_ID") == regs.CARD_ID, "CARD_ID is writable"
     assert await tb.axil.read_dword(0xFFC) == 0, "unmapped offset does not read 0"
@@ -164,3 +167,55 @@ async def test_interrupts(dut) -> None:
     assert await tb.rd("IRQ_STATUS") & 0b10, "event lost against a concurrent clear"
     await tb.wr("IRQ_MASK", 0)
     assert await tb.rd("IRQ_MASK") == 0
+
+
+@cocotb.test(timeout_time=200, timeout_unit="us")
+async def test_accel_window(dut) -> None:
+    """ACC_* offsets are forwarded to the accelerator port: writes as one-cycle pulses with
+    address, data and strobes; reads return the accelerator's word; its interrupt pulses set the
+    ACCEL_DONE / ACCEL_ERR bits of IRQ_STATUS."""
+    tb = TB(dut)
+    await tb.reset()
+    writes: list[tuple[int, int, int]] = []
+
+    async def accel_writes() -> None:
+        while True:
+            await RisingEdge(dut.clk)
+            if int(dut.acc_reg_wr.value):
+                writes.append((int(dut.acc_reg_waddr.value), int(dut.acc_reg_wdata.value),
+                               int(dut.acc_reg_wstrb.value)))
+
+    async def accel_reads() -> None:
+        # a combinational register file: the word follows the address
+        while True:
+            addr = dut.acc_reg_raddr.value
+            dut.acc_reg_rdata.value = 0xA5A5_0000 | (int(addr) if addr.is_resolvable else 0)
+            await dut.acc_reg_raddr.value_change
+
+    cocotb.start_soon(accel_writes())
+    cocotb.start_soon(accel_reads())
+    await tb.wr("ACC_SLOT3", 0x1234_5678)
+    await tb.axil.write(regs.offset("ACC_INSN_COUNT") + 2, b"\x7f")
+    await tb.wr("SCRATCH", 5)                      # outside the window: not forwarded
+    await ClockCycles(dut.clk, 2)
+    assert writes == [(regs.offset("ACC_SLOT3"), 0x1234_5678, 0xF),
+                      (regs.offset("ACC_INSN_COUNT"), 0x7F << 16, 0b0100)], writes
+    for name in ("ACC_STATUS", "ACC_BYTES_STORED_HI"):
+        got = await tb.rd(name)
+        assert got == 0xA5A5_0000 | regs.offset(name), f"{name}: {got:#x}"
+    assert await tb.rd("SCRATCH") == 5
+    done = regs.BY_NAME["IRQ_STATUS"].fields[-2].mask
+    err = regs.BY_NAME["IRQ_STATUS"].fields[-1].mask
+    dut.acc_irq_done.value = 1
+    await RisingEdge(dut.clk)
+    dut.acc_irq_done.value = 0
+    dut.acc_irq_err.value = 1
+    await RisingEdge(dut.clk)
+    dut.acc_irq_err.value = 0
+    await ClockCycles(dut.clk, 2)
+    assert await tb.rd("IRQ_STATUS") == done | err
+    await tb.wr("IRQ_MASK", done)
+    await ClockCycles(dut.clk, 1)
+    assert int(dut.irq.value) == 1
+    await tb.wr("IRQ_STATUS", done | err)
+    assert await tb.rd("IRQ_STATUS") == 0

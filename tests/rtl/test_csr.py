@@ -11,5 +11,5 @@ from tb.common import runner
 def test_csr(sim: str) -> None:
     """The csr bench passes."""
     res = runner.run(sim, "csr", runner.rtl_sources("csr"), "tb.csr.test_csr",
-                     parameters={"MEM_SIZE": "64'd1048576"})
-    assert res.tests == 5
+                     parameters={"MEM_SIZE": "64'd1048576", "ACCEL": 1})
+    assert res.tests == 6
