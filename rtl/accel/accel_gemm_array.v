@@ -1,0 +1,105 @@
+`resetall
+`timescale 1ns / 1ps
+`default_nettype none
+
+// The N x N int8 GEMM array, weight-stationary.
+//
+// The weight tile W (N x N int8, W[k][n] at bits [8*(k*N+n) +: 8]) is latched by w_load and held
+// until the next w_load. Every cycle one input row x (N int8, lane k at [8k +: 8]) may enter with
+// in_valid, together with the current accumulator row acc_in (N int32); LAT = 1 cycle later
+//
+//     acc_out[n] = (reset_acc ? 0 : acc_in[n]) + sum_k x[k] * W[k][n]     (int32, wraps)
+//
+// leaves with out_valid and the row's tag. Full throughput: one row per cycle. A row that enters
+// in the same cycle as w_load already uses the new tile (so a GEMM's weight read and its first row
+// can arrive together); rows that entered earlier are not affected. The products and the adder
+// tree of each column are one combinational stage in front of the output register.
+module accel_gemm_array #(
+    parameter integer N = 8,        // array size: N x N int8 MACs per row
+    parameter integer TAG_W = 1     // width of the tag carried alongside each row
+) (
+    input  wire                 clk,
+    input  wire                 rst,
+
+    input  wire                 w_load,     // latch w_tile (takes effect for the row entering now)
+    input  wire [8*N*N-1:0]     w_tile,
+
+    input  wire                 in_valid,
+    input  wire [8*N-1:0]       x,
+    input  wire [32*N-1:0]      acc_in,
+    input  wire                 reset_acc,  // add to 0 instead of acc_in
+    input  wire [TAG_W-1:0]     in_tag,
+
+    output wire                 out_valid,
+    output wire [32*N-1:0]      acc_out,
+    output wire [TAG_W-1:0]     out_tag
+);
+
+// Pipeline latency from in_valid to out_valid (cycles); accel_compute relies on it being 1.
+localparam integer LAT = 1;
+
+initial begin
+    if (N < 1 || N > 64)
+        $fatal(1, "accel_gemm_array: N must be 1..64, got %0d", N);
+    if (TAG_W < 1)
+        $fatal(1, "accel_gemm_array: TAG_W must be >= 1, got %0d", TAG_W);
+    if (LAT != 1)
+        $fatal(1, "accel_gemm_array: LAT must be 1");
+end
+
+// Weight register; the effective tile of the entering row bypasses it on w_load.
+reg  [8*N*N-1:0] w_reg;
+wire [8*N*N-1:0] w_eff = w_load ? w_tile : w_reg;
+
+always @(posedge clk) begin
+    if (rst)
+        w_reg <= {8*N*N{1'b0}};
+    else if (w_load)
+        w_reg <= w_tile;
+end
+
+// Sign-extend one int8 lane to 32 bits.
+function [31:0] sx8;
+    input [7:0] v;
+    begin
+        sx8 = {{24{v[7]}}, v};
+    end
+endfunction
+
+// One column sum per lane n: (reset ? 0 : acc_in[n]) + sum_k x[k] * W[k][n]. The product of two
+// sign-extended int8 values is exact in 32 bits, and the low 32 bits of the sum are the int32
+// wrap-around result.
+reg [32*N-1:0] sum_next;
+integer k_s, n_s;
+
+always @* begin
+    for (n_s = 0; n_s < N; n_s = n_s + 1) begin
+        sum_next[32*n_s +: 32] = reset_acc ? 32'd0 : acc_in[32*n_s +: 32];
+        for (k_s = 0; k_s < N; k_s = k_s + 1)
+            sum_next[32*n_s +: 32] = sum_next[32*n_s +: 32]
+                + sx8(x[8*k_s +: 8]) * sx8(w_eff[8*(k_s*N+n_s) +: 8]);
+    end
+end
+
+reg                 out_valid_reg;
+reg [32*N-1:0]      acc_out_reg;
+reg [TAG_W-1:0]     out_tag_reg;
+
+always @(posedge clk) begin
+    if (rst)
+        out_valid_reg <= 1'b0;
+    else
+        out_valid_reg <= in_valid;
+    if (in_valid) begin
+        acc_out_reg <= sum_next;
+        out_tag_reg <= in_tag;
+    end
+end
+
+assign out_valid = out_valid_reg;
+assign acc_out = acc_out_reg;
+assign out_tag = out_tag_reg;
+
+endmodule
+
+`resetall
