@@ -1,0 +1,1 @@
+"""cocotb benches of the accelerator blocks (rtl/accel)."""
