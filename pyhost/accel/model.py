@@ -1,0 +1,767 @@
+"""The accelerator's bit-exact functional model: docs/isa.md executed with numpy.
+
+`AccelModel.run` fetches a program from card memory like the RTL fetch unit, dispatches it to the
+load, compute and store units and runs them under the token protocol of docs/isa.md "Execution
+model"; `AccelModel.execute` does the same with the program given directly. A race-free program
+gives the same scratchpads, card memory and exact counters as the RTL, bit for bit, whatever the
+interleaving (`schedule_seed` picks a random one to show it).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from pyhost.spec import isa, regs
+from pyhost.spec.isa import AccelError, AluOp, Buffer, Insn, Opcode, Unit
+
+_MASK32 = (1 << 32) - 1
+_ADDR_SPACE = 1 << 32
+#: Iterations of one GEMM / ALU instruction computed per numpy pass (bounds temporary memory).
+_BLOCK = 1 << 16
+#: Instructions the fetcher reads from memory per `read` call.
+_FETCH_CHUNK = 64
+
+# Token counters: (producer, consumer).
+L2C, C2L, C2S, S2C = range(4)
+TOKEN_QUEUES = ((Unit.LOAD, Unit.COMPUTE), (Unit.COMPUTE, Unit.LOAD),
+                (Unit.COMPUTE, Unit.STORE), (Unit.STORE, Unit.COMPUTE))
+#: Which counter each legal dependency flag of a unit pops from / pushes to.
+_POPS = {Unit.LOAD: {"pop_next": C2L},
+         Unit.COMPUTE: {"pop_prev": L2C, "pop_next": S2C},
+         Unit.STORE: {"pop_prev": C2S}}
+_PUSHES = {Unit.LOAD: {"push_next": L2C},
+           Unit.COMPUTE: {"push_prev": C2L, "push_next": C2S},
+           Unit.STORE: {"push_prev": S2C}}
+
+COUNTER_NAMES = tuple(name for name, _ in regs.ACCEL_COUNTERS)
+
+#: Field ranges per opcode for instructions given as `Insn` (the encoder's check, without encoding).
+_RANGES = {op: tuple((f.name, -(1 << (f.width - 1)) if f.signed else 0,
+                      (1 << (f.width - 1)) - 1 if f.signed else (1 << f.width) - 1)
+                     for f in fmt if f.name != "opcode")
+           for op, fmt in isa.FORMATS.items()}
+
+
+@dataclass(frozen=True)
+class AccelConfig:
+    """The accelerator's build parameters (the RTL's parameters, reported in ACC_CFG_*)."""
+
+    n: int = isa.DEFAULT_N
+    inp_depth: int = isa.DEFAULT_INP_DEPTH
+    wgt_depth: int = isa.DEFAULT_WGT_DEPTH
+    acc_depth: int = isa.DEFAULT_ACC_DEPTH
+    queue_depth: int = isa.DEFAULT_QUEUE_DEPTH
+
+    def __post_init__(self) -> None:
+        for name in ("n", "inp_depth", "wgt_depth", "acc_depth", "queue_depth"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"AccelConfig.{name} must be a positive integer, got {v!r}")
+
+    def depth(self, buf: Buffer) -> int:
+        """Rows of the scratchpad a LOAD/STORE buffer names."""
+        return {Buffer.INP: self.inp_depth, Buffer.WGT: self.wgt_depth,
+                Buffer.ACC: self.acc_depth, Buffer.ACC8: self.acc_depth}[Buffer(buf)]
+
+    def element_bytes(self, buf: Buffer) -> int:
+        return isa.element_bytes(buf, self.n)
+
+
+@dataclass
+class AccelResult:
+    """The outcome of a run: the first error (NONE on success), its pc and the counters."""
+
+    error: AccelError
+    err_pc: int
+    counters: dict[str, int]
+
+    @property
+    def ok(self) -> bool:
+        return self.error == AccelError.NONE
+
+
+class _Op:
+    """An instruction as the model runs it: fields by name, the token counters it pops/pushes."""
+
+    __slots__ = ("pc", "op", "unit", "f", "pops", "pushes", "dispatch_t")
+
+    def __init__(self, pc: int, insn: Insn, f: dict[str, int]) -> None:
+        self.pc = pc
+        self.op = insn.op
+        self.unit = insn.unit
+        self.f = f
+        if self.unit is None:
+            self.pops: tuple[int, ...] = ()
+            self.pushes: tuple[int, ...] = ()
+        else:
+            self.pops = tuple(q for flag, q in _POPS[self.unit].items() if f[flag])
+            self.pushes = tuple(q for flag, q in _PUSHES[self.unit].items() if f[flag])
+        self.dispatch_t = 0
+
+
+def _fields(insn: Insn) -> dict[str, int]:
+    """Every field of `insn` (0 when absent), range-checked like `isa.encode`."""
+    out = {}
+    for name, lo, hi in _RANGES[insn.op]:
+        v = int(insn.fields.get(name, 0))
+        if not lo <= v <= hi:
+            raise isa.IsaError(f"{insn.op.name}.{name} = {v} is outside {lo}..{hi}")
+        out[name] = v
+    return out
+
+
+# --- card memory ---------------------------------------------------------------------------------
+
+class _Memory:
+    """Card memory as the units see it: rows of bytes at 32-bit addresses below `size`."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def rows_ok(self, starts: np.ndarray, length: int) -> bool:
+        """True if every byte of every row [start, start+length) (addresses modulo 2**32) is
+        below the memory size: no bus error."""
+        if length == 0 or starts.size == 0:
+            return True
+        ends = starts + length                       # exclusive; may pass 2**32 (wrap)
+        wraps = ends > _ADDR_SPACE
+        if not wraps.any():
+            return bool((ends <= self.size).all())
+        if self.size < _ADDR_SPACE:
+            return False                             # the bytes just below 2**32 do not exist
+        return bool((ends - _ADDR_SPACE <= self.size).all())
+
+    def gather(self, starts: np.ndarray, length: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def scatter(self, starts: np.ndarray, data: np.ndarray) -> None:
+        raise NotImplementedError
+
+
+class _ArrayMemory(_Memory):
+    """Card memory that is a numpy uint8 array (ModelCard, `execute`): one fancy index per LOAD."""
+
+    def __init__(self, arr: np.ndarray) -> None:
+        super().__init__(arr.size)
+        self.arr = arr
+
+    def read(self, addr: int, n: int) -> bytes:
+        return self.arr[addr:addr + n].tobytes()
+
+    def _index(self, starts: np.ndarray, length: int) -> np.ndarray:
+        return (starts[:, None] + np.arange(length, dtype=np.int64)[None, :]) & _MASK32
+
+    def gather(self, starts: np.ndarray, length: int) -> np.ndarray:
+        s0 = int(starts[0])
+        if starts.size == 1 or bool((np.diff(starts) == length).all()):
+            total = starts.size * length
+            if s0 + total <= _ADDR_SPACE:             # one contiguous block
+                return self.arr[s0:s0 + total].reshape(starts.size, length)
+        return self.arr[self._index(starts, length)]
+
+    def scatter(self, starts: np.ndarray, data: np.ndarray) -> None:
+        rows, length = data.shape
+        s0 = int(starts[0])
+        if rows == 1 or bool((np.diff(starts) == length).all()):
+            if s0 + rows * length <= _ADDR_SPACE:
+                self.arr[s0:s0 + rows * length] = data.reshape(-1)
+                return
+        if not (starts + length > _ADDR_SPACE).any() \
+                and bool((np.diff(np.sort(starts)) >= length).all()):
+            # Rows do not overlap: the order of the writes does not matter.
+            self.arr[self._index(starts, length)] = data
+            return
+        for r in range(rows):                           # overlapping rows: later rows win
+            self.arr[self._index(starts[r:r + 1], length)[0]] = data[r]
+
+
+class _CallbackMemory(_Memory):
+    """Card memory behind `read(addr, n)` / `write(addr, data)` callbacks: one call per row."""
+
+    def __init__(self, read: Callable[[int, int], bytes], write: Callable[[int, bytes], None],
+                 size: int) -> None:
+        super().__init__(size)
+        self._read = read
+        self._write = write
+
+    def read(self, addr: int, n: int) -> bytes:
+        return bytes(self._read(addr, n))
+
+    def _pieces(self, start: int, length: int) -> list[tuple[int, int, int]]:
+        """(address, offset in the row, bytes) of a row, split where it wraps at 2**32."""
+        first = min(length, _ADDR_SPACE - start)
+        out = [(start, 0, first)]
+        if first < length:
+            out.append((0, first, length - first))
+        return out
+
+    def gather(self, starts: np.ndarray, length: int) -> np.ndarray:
+        out = np.empty((starts.size, length), np.uint8)
+        for r, s in enumerate(starts.tolist()):
+            for addr, off, n in self._pieces(s, length):
+                out[r, off:off + n] = np.frombuffer(self.read(addr, n), np.uint8)
+        return out
+
+    def scatter(self, starts: np.ndarray, data: np.ndarray) -> None:
+        length = data.shape[1]
+        for r, s in enumerate(starts.tolist()):
+            for addr, off, n in self._pieces(s, length):
+                self._write(addr, data[r, off:off + n].tobytes())
+
+
+# --- program sources -----------------------------------------------------------------------------
+
+class _ProgramSource:
+    """Instruction `pc` as the fetcher sees it: an `_Op`, or the AccelError fetching it raises."""
+
+    count: int
+
+    def get(self, pc: int) -> _Op | AccelError:
+        raise NotImplementedError
+
+
+class _ListProgram(_ProgramSource):
+    def __init__(self, program: Sequence[Insn | bytes]) -> None:
+        self.program = program
+        self.count = len(program)
+
+    def get(self, pc: int) -> _Op | AccelError:
+        return _check(pc, self.program[pc])
+
+
+class _MemoryProgram(_ProgramSource):
+    """The program in card memory, read in chunks as the fetcher advances."""
+
+    def __init__(self, mem: _Memory, base: int, count: int) -> None:
+        self.mem = mem
+        self.base = base
+        self.count = count
+        self._cache: dict[int, _Op | AccelError] = {}
+
+    def get(self, pc: int) -> _Op | AccelError:
+        if pc not in self._cache:
+            self._cache.clear()
+            for k in range(pc, min(self.count, pc + _FETCH_CHUNK)):
+                addr = (self.base + isa.INSN_BYTES * k) & _MASK32
+                if not self.mem.rows_ok(np.array([addr], np.int64), isa.INSN_BYTES):
+                    self._cache[k] = AccelError.FETCH_BUS
+                    break
+                self._cache[k] = _check(k, self.mem.read(addr, isa.INSN_BYTES))
+        return self._cache[pc]
+
+
+def _check(pc: int, item: Insn | bytes) -> _Op | AccelError:
+    """Decode and statically check one instruction, like the fetch unit."""
+    if isinstance(item, Insn):
+        insn = item
+    else:
+        try:
+            insn = isa.decode(bytes(item))
+        except isa.IsaError:
+            return AccelError.ILLEGAL_OPCODE
+    err = isa.check_static(insn)
+    if err != AccelError.NONE:
+        return err
+    return _Op(pc, insn, _fields(insn))
+
+
+# --- the model -----------------------------------------------------------------------------------
+
+class AccelModel:
+    """The accelerator: scratchpads that persist across runs, and the units that run programs.
+
+    Execution follows docs/isa.md "Execution model": an in-order fetcher checks each instruction
+    with `isa.check_static` when it is next to dispatch and appends it to its unit's queue,
+    blocking while the unit already holds `queue_depth + 1` instructions that have not started
+    (the queue plus the one the unit holds while it waits for tokens); END stops fetching. Each
+    unit starts its instructions in program order when their pop tokens are there, runs them
+    atomically and then pushes. By default the fetcher and the units take turns round robin;
+    `schedule_seed` interleaves them randomly instead (a race-free program gives the same result
+    under every interleaving).
+
+    Where the ISA leaves a choice, the model:
+    - checks SP_RANGE before MISALIGNED, and both before the bus; a LOAD/STORE with a bus error
+      moves nothing (the ISA leaves memory and scratchpads unspecified after an error);
+    - reports DEADLOCK with the pc of the earliest instruction a unit holds waiting for tokens;
+    - reports FETCH_BUS at the first instruction with a byte at or beyond `mem_size` (the RTL
+      reports the first instruction of the failing 64-byte beat: the same pc when the memory size
+      is a multiple of 64);
+    - in REQ adds the rounding term to the 64-bit product with 64-bit wrap-around (only
+      A = M = -2**31 with shift 63 wraps), as a 64-bit datapath and compiler/quantize/requant.py do.
+
+    Counters: `insns`, `macs`, `bytes_loaded` and `bytes_stored` are exact (the RTL's values).
+    The cycle counters are an estimate, not cycle-accurate: an instruction of the load unit is
+    busy max(scratchpad rows written, 64-byte beats) + 1 cycles, a store the same with rows read,
+    a GEMM or ALU outer*inner + 1; the fetcher dispatches one instruction per cycle, no sooner than
+    the unit frees a queue entry; an instruction starts when its unit is free and its tokens have
+    been pushed (the wait is `*_stall`); `cycles` is the time the last unit finishes.
+    """
+
+    def __init__(self, cfg: AccelConfig = AccelConfig()) -> None:
+        self.cfg = cfg
+        n = cfg.n
+        self.inp = np.zeros((cfg.inp_depth, n), np.int8)
+        self.wgt = np.zeros((cfg.wgt_depth, n, n), np.int8)
+        self.acc = np.zeros((cfg.acc_depth, n), np.int32)
+
+    # --- public API --------------------------------------------------------------------------
+
+    def run(self, read: Callable[[int, int], bytes], write: Callable[[int, bytes], None],
+            insn_base: int, insn_count: int, slots: Sequence[int], *, mem_size: int,
+            schedule_seed: int | None = None) -> AccelResult:
+        """Run `insn_count` instructions fetched through `read` from card address `insn_base`.
+
+        LOAD reads and STORE writes card memory through `read(addr, n)` / `write(addr, data)`;
+        an access (fetch, LOAD, STORE) touching a byte at or beyond `mem_size` is a bus error and
+        never reaches the callbacks. The caller checks INSN_BASE / INSN_COUNT (BAD_CONFIG).
+        """
+        mem = _CallbackMemory(read, write, mem_size)
+        return self._run(mem, _MemoryProgram(mem, insn_base & _MASK32, insn_count), slots,
+                         schedule_seed)
+
+    def run_array(self, mem: np.ndarray, insn_base: int, insn_count: int, slots: Sequence[int],
+                  *, schedule_seed: int | None = None) -> AccelResult:
+        """`run` on card memory that is a writable uint8 numpy array (its size is mem_size)."""
+        m = _ArrayMemory(_as_u8(mem))
+        return self._run(m, _MemoryProgram(m, insn_base & _MASK32, insn_count), slots,
+                         schedule_seed)
+
+    def execute(self, program: Sequence[Insn | bytes], mem: bytearray | np.ndarray,
+                slots: Sequence[int], *, schedule_seed: int | None = None) -> AccelResult:
+        """Run `program` as if fetched (len(program) is INSN_COUNT) on card memory `mem`.
+
+        `mem` is a bytearray (or a writable uint8 numpy array); its length is the memory size.
+        Items of `program` may be 16-byte images instead of Insn, for illegal encodings.
+        """
+        return self._run(_ArrayMemory(_as_u8(mem)), _ListProgram(program), slots, schedule_seed)
+
+    # --- scheduler ---------------------------------------------------------------------------
+
+    def _run(self, mem: _Memory, prog: _ProgramSource, slots: Sequence[int],
+             schedule_seed: int | None) -> AccelResult:
+        if len(slots) > isa.NUM_SLOTS:
+            raise ValueError(f"at most {isa.NUM_SLOTS} slots, got {len(slots)}")
+        run = _Run(self, mem, prog, [int(s) & _MASK32 for s in slots]
+                   + [0] * (isa.NUM_SLOTS - len(slots)))
+        return run.go(schedule_seed)
+
+    # --- instructions (each returns NONE or the error; nothing changes on an error) --------------
+
+    def _load(self, f: dict[str, int], mem: _Memory, slots: list[int], c: dict[str, int]
+              ) -> AccelError:
+        cfg, n = self.cfg, self.cfg.n
+        buf = Buffer(f["buf"])
+        e = cfg.element_bytes(buf)
+        y, x = f["y_size"], f["x_size"]
+        pt, pb, pl, pr = f["pad_top"], f["pad_bottom"], f["pad_left"], f["pad_right"]
+        rows, cols = pt + y + pb, pl + x + pr
+        total = rows * cols
+        base = f["sp_base"]
+        if total and base + total > cfg.depth(buf):
+            return AccelError.SP_RANGE
+        addr = (slots[f["slot"]] + f["offset"]) & _MASK32
+        if addr % e:
+            return AccelError.MISALIGNED
+        data = None
+        if y and x:
+            starts = _row_starts(addr, y, f["y_stride"] * e)
+            if not mem.rows_ok(starts, x * e):
+                return AccelError.LOAD_BUS
+            data = mem.gather(starts, x * e).reshape(y, x, e)
+        if total:
+            pad = f["pad_value"]
+            if buf == Buffer.INP:
+                tile = np.full((rows, cols, n), pad, np.int8)
+                if data is not None:
+                    tile[pt:pt + y, pl:pl + x] = data.view(np.int8)
+                self.inp[base:base + total] = tile.reshape(total, n)
+            elif buf == Buffer.WGT:
+                tile = np.full((rows, cols, n * n), pad, np.int8)
+                if data is not None:
+                    tile[pt:pt + y, pl:pl + x] = data.view(np.int8)
+                self.wgt[base:base + total] = tile.reshape(total, n, n)
+            else:
+                tile = np.full((rows, cols, n), pad, np.int32)
+                if data is not None:
+                    tile[pt:pt + y, pl:pl + x] = (
+                        np.ascontiguousarray(data).view("<i4") if buf == Buffer.ACC
+                        else data.view(np.int8))
+                self.acc[base:base + total] = tile.reshape(total, n)
+        c["bytes_loaded"] += y * x * e
+        return AccelError.NONE
+
+    def _store(self, f: dict[str, int], mem: _Memory, slots: list[int], c: dict[str, int]
+               ) -> AccelError:
+        cfg = self.cfg
+        buf = Buffer(f["buf"])
+        e = cfg.element_bytes(buf)
+        y, x = f["y_size"], f["x_size"]
+        total = y * x
+        base = f["sp_base"]
+        if total and base + total > cfg.acc_depth:
+            return AccelError.SP_RANGE
+        addr = (slots[f["slot"]] + f["offset"]) & _MASK32
+        if addr % e:
+            return AccelError.MISALIGNED
+        if total:
+            starts = _row_starts(addr, y, f["y_stride"] * e)
+            if not mem.rows_ok(starts, x * e):
+                return AccelError.STORE_BUS
+            rows = self.acc[base:base + total]
+            lanes = rows.astype("<i4") if buf == Buffer.ACC else rows.astype(np.int8)
+            mem.scatter(starts, np.ascontiguousarray(lanes).view(np.uint8).reshape(y, x * e))
+        c["bytes_stored"] += total * e
+        return AccelError.NONE
+
+    def _gemm(self, f: dict[str, int], c: dict[str, int]) -> AccelError:
+        cfg, n = self.cfg, self.cfg.n
+        outer, inner = f["outer"], f["inner"]
+        if not (outer and inner):
+            return AccelError.NONE
+        a_last = f["acc_base"] + (outer - 1) * f["acc_so"] + (inner - 1) * f["acc_si"]
+        i_last = f["inp_base"] + (outer - 1) * f["inp_so"] + (inner - 1) * f["inp_si"]
+        if a_last >= cfg.acc_depth or i_last >= cfg.inp_depth or f["wgt_base"] >= cfg.wgt_depth:
+            return AccelError.SP_RANGE
+        a = _loop_rows(f["acc_base"], outer, inner, f["acc_so"], f["acc_si"])
+        x = _loop_rows(f["inp_base"], outer, inner, f["inp_so"], f["inp_si"])
+        w = self.wgt[f["wgt_base"]].astype(np.int32)
+        reset = bool(f["reset"])
+        for lo in range(0, a.size, _BLOCK):
+            ab, xb = a[lo:lo + _BLOCK], x[lo:lo + _BLOCK]
+            prod = self.inp[xb].astype(np.int32) @ w            # |sum| < 2**19: exact in int32
+            if _unique(ab):
+                if reset:
+                    self.acc[ab] = prod
+                else:
+                    self.acc[ab] = _wrap32(self.acc[ab].astype(np.int64) + prod)
+            elif reset:
+                # Every iteration overwrites its row: the last one writing a row wins.
+                rows, last = np.unique(ab[::-1], return_index=True)
+                self.acc[rows] = prod[::-1][last]
+            else:
+                # Accumulating into repeated rows: addition modulo 2**32 is order-free.
+                rows, sums = _group_reduce(ab, prod.astype(np.int64), np.add)
+                self.acc[rows] = _wrap32(self.acc[rows].astype(np.int64) + sums)
+        c["macs"] += outer * inner * n * n
+        return AccelError.NONE
+
+    def _alu(self, f: dict[str, int]) -> AccelError:
+        cfg = self.cfg
+        outer, inner = f["outer"], f["inner"]
+        if not (outer and inner):
+            return AccelError.NONE
+        op = AluOp(f["alu_op"])
+        imm = bool(f["use_imm"])
+        d_last = f["dst_base"] + (outer - 1) * f["dst_so"] + (inner - 1) * f["dst_si"]
+        s_last = f["src_base"] + (outer - 1) * f["src_so"] + (inner - 1) * f["src_si"] \
+            + (1 if op == AluOp.REQ else 0)
+        if d_last >= cfg.acc_depth or (not imm and s_last >= cfg.acc_depth):
+            return AccelError.SP_RANGE
+        d = _loop_rows(f["dst_base"], outer, inner, f["dst_so"], f["dst_si"])
+        s = None if imm else _loop_rows(f["src_base"], outer, inner, f["src_so"], f["src_si"])
+        if s is not None and op in _FOLDS and not _unique(d) \
+                and not np.isin(s, d, assume_unique=False).any():
+            # Reductions (pooling): rows written repeatedly from sources the instruction never
+            # writes. ADD (modulo 2**32), MAX and MIN are order-free; MOV keeps the last source.
+            rows, red = _group_reduce(d, self.acc[s].astype(np.int64), _FOLDS[op])
+            if op == AluOp.MOV:
+                self.acc[rows] = red
+            else:
+                self.acc[rows] = alu_op(op, self.acc[rows].astype(np.int64), red, None, 0)
+            return AccelError.NONE
+        for lo, hi in self._alu_chunks(d, s, op):
+            db = d[lo:hi]
+            a = self.acc[db].astype(np.int64)
+            if s is None:
+                b = np.int64(f["imm"])
+                shift = None
+            else:
+                b = self.acc[s[lo:hi]].astype(np.int64)
+                shift = self.acc[s[lo:hi] + 1].astype(np.int64) if op == AluOp.REQ else None
+            self.acc[db] = alu_op(op, a, b, shift, f["imm"])
+        return AccelError.NONE
+
+    def _alu_chunks(self, d: np.ndarray, s: np.ndarray | None, op: AluOp
+                    ) -> list[tuple[int, int]]:
+        """Consecutive iteration ranges that can be computed at once: no row written twice and
+        no row read after an earlier iteration of the range wrote it."""
+        m = d.size
+        reads = [] if s is None else ([s, s + 1] if op == AluOp.REQ else [s])
+        if _unique(d):
+            first_write = np.full(self.cfg.acc_depth + 1, m, np.int64)
+            first_write[d] = np.arange(m)
+            idx = np.arange(m)
+            if not any(bool((first_write[r] < idx).any()) for r in reads):
+                return [(lo, min(m, lo + _BLOCK)) for lo in range(0, m, _BLOCK)]
+        chunks = []
+        start = 0
+        written: set[int] = set()
+        dl = d.tolist()
+        rl = [r.tolist() for r in reads]
+        for j in range(m):
+            if dl[j] in written or any(r[j] in written for r in rl) or j - start >= _BLOCK:
+                chunks.append((start, j))
+                start = j
+                written = set()
+            written.add(dl[j])
+        chunks.append((start, m))
+        return chunks
+
+
+def alu_op(op: AluOp, a: np.ndarray, b: np.ndarray | np.int64, shift: np.ndarray | None,
+           imm: int) -> np.ndarray:
+    """One ALU operation, lane by lane, on int32 values held in int64 arrays; int32 result.
+
+    `b` is the source row or the sign-extended immediate; for REQ it is the multiplier row and
+    `shift` the shift row, and `imm` holds zp, lo, hi.
+    """
+    if op == AluOp.ADD:
+        r = a + b
+    elif op == AluOp.MAX:
+        r = np.maximum(a, b)
+    elif op == AluOp.MIN:
+        r = np.minimum(a, b)
+    elif op == AluOp.MUL:
+        r = a * b                                      # |a*b| <= 2**62: exact in int64
+    elif op == AluOp.SHR:
+        s = np.asarray(b, np.int64) & 31
+        half = np.where(s > 0, np.left_shift(np.int64(1), np.maximum(s - 1, 0)), 0)
+        r = np.right_shift(a + half, s)                # 33-bit sum: exact in int64
+    elif op == AluOp.MOV:
+        r = np.broadcast_to(b, a.shape)
+    elif op == AluOp.REQ:
+        assert shift is not None
+        zp, lo, hi = isa.req_fields(imm)
+        s = shift & 63
+        half = np.where(s > 0, np.left_shift(np.int64(1), np.maximum(s - 1, 0)), 0)
+        with np.errstate(over="ignore"):
+            y = np.right_shift(a * b + half, s) + zp   # 64-bit, wraps like the datapath
+        r = np.minimum(np.maximum(y, lo), hi)          # max first: lo > hi gives hi
+    else:
+        raise ValueError(f"ALU op {op} does not exist")
+    return _wrap32(r)
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+def _as_u8(mem: bytearray | np.ndarray | memoryview) -> np.ndarray:
+    if isinstance(mem, np.ndarray):
+        if mem.dtype != np.uint8 or mem.ndim != 1:
+            raise TypeError(f"card memory must be a 1-D uint8 array, got {mem.dtype} "
+                            f"{mem.shape}")
+        return mem
+    arr = np.frombuffer(mem, np.uint8)
+    if not arr.flags.writeable:
+        raise TypeError("card memory must be writable (a bytearray, not bytes)")
+    return arr
+
+
+def _wrap32(v: np.ndarray) -> np.ndarray:
+    return np.asarray(v).astype(np.int64).astype(np.int32)
+
+
+def _row_starts(addr: int, rows: int, stride_bytes: int) -> np.ndarray:
+    return (addr + np.arange(rows, dtype=np.int64) * stride_bytes) & _MASK32
+
+
+def _loop_rows(base: int, outer: int, inner: int, so: int, si: int) -> np.ndarray:
+    """Rows of the two-level loop `base + o * so + i * si`, in iteration order."""
+    return (base + np.arange(outer, dtype=np.int64)[:, None] * so
+            + np.arange(inner, dtype=np.int64)[None, :] * si).reshape(-1)
+
+
+def _last(a: np.ndarray, idx: np.ndarray, axis: int = 0) -> np.ndarray:
+    """ufunc.reduceat stand-in for MOV: the last value of each group."""
+    ends = np.r_[idx[1:], a.shape[axis]] - 1
+    return a[ends]
+
+
+class _Last:
+    reduceat = staticmethod(_last)
+
+
+_FOLDS = {AluOp.ADD: np.add, AluOp.MAX: np.maximum, AluOp.MIN: np.minimum, AluOp.MOV: _Last}
+
+
+def _group_reduce(keys: np.ndarray, vals: np.ndarray, ufunc) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct keys, ufunc-reduction of the values of each key in iteration order)."""
+    order = np.argsort(keys, kind="stable")
+    k = keys[order]
+    starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    return k[starts], ufunc.reduceat(vals[order], starts, axis=0)
+
+
+def _unique(rows: np.ndarray) -> bool:
+    if rows.size < 2:
+        return True
+    if bool((np.diff(rows) > 0).all()):
+        return True
+    return np.unique(rows).size == rows.size
+
+
+def _new_counters() -> dict[str, int]:
+    return dict.fromkeys(COUNTER_NAMES, 0)
+
+
+class _Run:
+    """One run of a program: queues, token counters, the schedule, the timing estimate."""
+
+    FETCH = 3     # agent index after the three units
+
+    def __init__(self, model: AccelModel, mem: _Memory, prog: _ProgramSource,
+                 slots: list[int]) -> None:
+        self.model = model
+        self.mem = mem
+        self.prog = prog
+        self.slots = slots
+        self.cap = model.cfg.queue_depth + 1
+        self.queues: list[deque[_Op]] = [deque(), deque(), deque()]
+        self.tokens = [0, 0, 0, 0]
+        self.pc = 0
+        self._next: _Op | AccelError | None = None      # instruction pc, decoded and checked
+        self.ended = False
+        self.error = AccelError.NONE
+        self.err_pc = 0
+        self.c = _new_counters()
+        # timing estimate
+        self.fetch_t = 0
+        self.unit_t = [0, 0, 0]                          # when each unit is free again
+        self.token_t: list[deque[int]] = [deque() for _ in TOKEN_QUEUES]
+        self.finish_t: list[list[int]] = [[], [], []]    # finish time of each started insn
+        self.dispatched = [0, 0, 0]
+        self.last_t = 0
+
+    # --- agents ------------------------------------------------------------------------------
+
+    def fetch_enabled(self) -> bool:
+        if self.ended or self.error:
+            return False
+        if self.pc >= self.prog.count:
+            return True                                  # NO_END is progress (an error)
+        item = self._peek()
+        if isinstance(item, AccelError) or item.unit is None:
+            return True
+        return len(self.queues[item.unit]) < self.cap
+
+    def fetch_step(self) -> None:
+        if self.pc >= self.prog.count:
+            self.fail(AccelError.NO_END, self.pc)
+            return
+        item = self._peek()
+        if isinstance(item, AccelError):
+            self.fail(item, self.pc)
+            return
+        self.c["insns"] += 1
+        t = self.fetch_t + 1
+        if item.unit is None:                            # END
+            self.ended = True
+            self.fetch_t = t
+            return
+        u = item.unit
+        k = self.dispatched[u] - self.cap                # its queue entry frees when k finishes
+        if k >= 0:
+            t = max(t, self.finish_t[u][k])
+        self.fetch_t = item.dispatch_t = t
+        self.dispatched[u] += 1
+        self.queues[u].append(item)
+        self.pc += 1
+        self._next = None
+
+    def _peek(self) -> _Op | AccelError:
+        if self._next is None:
+            self._next = self.prog.get(self.pc)
+        return self._next
+
+    def unit_enabled(self, u: int) -> bool:
+        q = self.queues[u]
+        return bool(q) and not self.error and all(self.tokens[t] for t in q[0].pops)
+
+    def unit_step(self, u: int) -> None:
+        op = self.queues[u].popleft()
+        for t in op.pops:
+            self.tokens[t] -= 1
+        m, f, c = self.model, op.f, self.c
+        if op.op == Opcode.LOAD:
+            err = m._load(f, self.mem, self.slots, c)
+        elif op.op == Opcode.STORE:
+            err = m._store(f, self.mem, self.slots, c)
+        elif op.op == Opcode.GEMM:
+            err = m._gemm(f, c)
+        else:
+            err = m._alu(f)
+        if err != AccelError.NONE:
+            self.fail(err, op.pc)
+            return
+        finish = self._time(u, op)
+        for t in op.pushes:
+            self.tokens[t] += 1
+            self.token_t[t].append(finish)
+            if self.tokens[t] > isa.TOKEN_MAX:
+                self.fail(AccelError.TOKEN_OVERFLOW, op.pc)
+                return
+
+    def fail(self, err: AccelError, pc: int) -> None:
+        if not self.error:
+            self.error, self.err_pc = err, pc
+
+    # --- timing estimate ---------------------------------------------------------------------
+
+    def _time(self, u: int, op: _Op) -> int:
+        f, c = op.f, self.c
+        ready = max(self.unit_t[u], op.dispatch_t + 1)
+        start = ready
+        for t in op.pops:
+            start = max(start, self.token_t[t].popleft())
+        if op.op in (Opcode.LOAD, Opcode.STORE):
+            e = self.model.cfg.element_bytes(Buffer(f["buf"]))
+            y, x = f["y_size"], f["x_size"]
+            rows = (f["pad_top"] + y + f["pad_bottom"]) * (f["pad_left"] + x + f["pad_right"])
+            dur = max(rows, y * (-(-x * e // 64))) + 1
+        else:
+            dur = f["outer"] * f["inner"] + 1
+        finish = start + dur
+        c[("load", "compute", "store")[u] + "_busy"] += dur
+        c[("load", "compute", "store")[u] + "_stall"] += start - ready
+        if op.op == Opcode.GEMM:
+            c["gemm_busy"] += dur
+        self.unit_t[u] = finish
+        self.finish_t[u].append(finish)
+        self.last_t = max(self.last_t, finish)
+        return finish
+
+    # --- the loop ----------------------------------------------------------------------------
+
+    def go(self, seed: int | None) -> AccelResult:
+        agents: list[tuple[Callable[[], bool], Callable[[], None]]] = [
+            (lambda u=u: self.unit_enabled(u), lambda u=u: self.unit_step(u)) for u in range(3)]
+        agents.append((self.fetch_enabled, self.fetch_step))
+        order = [agents[3], agents[0], agents[1], agents[2]]
+        rng = random.Random(seed) if seed is not None else None
+        while not self.error:
+            if rng is None:
+                moved = False
+                for enabled, step in order:
+                    if not self.error and enabled():
+                        step()
+                        moved = True
+            else:
+                live = [a for a in agents if a[0]()]
+                moved = bool(live)
+                if live:
+                    enabled, step = rng.choice(live)
+                    for _ in range(rng.choice((1, 1, 1, 2, 3, 8, 32))):
+                        if self.error or not enabled():
+                            break
+                        step()
+            if not moved:
+                if not (self.ended and not any(self.queues)):
+                    held = [q[0].pc for q in self.queues if q]
+                    self.fail(AccelError.DEADLOCK, min(held))
+                break
+        self.c["cycles"] = max(self.last_t, self.fetch_t)
+        return AccelResult(self.error, self.err_pc if self.error else 0, dict(self.c))
