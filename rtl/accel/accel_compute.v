@@ -1,0 +1,438 @@
+`resetall
+`timescale 1ns / 1ps
+`default_nettype none
+
+`include "accel_isa.vh"
+
+// The compute unit: runs GEMM and ALU instructions (docs/isa.md) one after the other, in program
+// order, one loop iteration per cycle.
+//
+// Instruction flow. The queue head is taken into the held register (Q) whenever Q is empty or
+// its instruction starts in this cycle, and stop is low; the scratchpad range of the instruction
+// is computed while it is taken. A held instruction starts when its pop tokens are there and the
+// loop of the previous instruction is issuing its last iteration (or has finished): in that cycle
+// it pulses its pops and either fails the range check (err pulses in the next cycle with SP_RANGE
+// and err_pc = its insn_pc; nothing else happens, in particular no pushes, and nothing starts or
+// is taken in the err cycle) or loads the loop registers. From the next cycle on one iteration is
+// issued per cycle, so back-to-back instructions leave no bubble between their iterations. An
+// instruction with outer == 0 or inner == 0 (and an opcode other than GEMM/ALU, which the fetch
+// unit never sends) issues one empty slot that only carries its pushes.
+//
+// Pipeline of an iteration (scratchpad reads are synchronous, data the cycle after *_re):
+//   I  issue: read INP[x] and ACC[a] (GEMM; ACC not read with reset), or ACC[d], ACC[s] and, for
+//      REQ, ACC[s+1] (ALU); the first iteration of a GEMM also reads WGT[wgt_base].
+//   R  read data arrives; RAW forwarding (below); GEMM: the row enters accel_gemm_array (LAT 1,
+//      with the weight tile of the same cycle on the first row); ALU: accel_vector, which is
+//      purely combinational, and its result is registered.
+//   W  acc_we writes ACC[a] / ACC[d]. The push flags travel with the last iteration (or the
+//      empty slot) and pulse in its W cycle: a token is never pushed before every write of the
+//      instruction, and of every earlier instruction, has been made.
+// Forwarding: an operand read in cycle t of a row written in cycle t (same-cycle read returns the
+// old data) or in t+1 (still in the pipeline) takes the written value instead, newest first. So
+// the unit never stalls for read-after-write hazards, within an instruction (acc_si = 0,
+// src == dst, overlapping rows) or across instructions, and the results are those of the
+// sequential loops.
+//
+// Status: idle = nothing held, issued or in flight. busy = a loop is issuing or iterations are in
+// the pipeline. waiting = an instruction is held, its tokens are not there and nothing is busy
+// (so a waiting unit is really blocked). stop: the held instruction is dropped, nothing is taken,
+// the loop stops issuing (an instruction cut short never pushes); iterations already in the
+// pipeline finish (at most two cycles). mac_pulse: one cycle per GEMM iteration (its W cycle);
+// gemm_busy: a GEMM is issuing or in the pipeline.
+module accel_compute #(
+    parameter integer N = 8,                // GEMM array size / lanes per row
+    parameter integer INP_DEPTH = 8192,     // input scratchpad rows (power of two)
+    parameter integer WGT_DEPTH = 1024,     // weight scratchpad rows (power of two)
+    parameter integer ACC_DEPTH = 4096      // accumulator scratchpad rows (power of two)
+) (
+    input  wire                         clk,
+    input  wire                         rst,
+
+    // instruction queue head and tokens
+    input  wire                         insn_valid,
+    input  wire [127:0]                 insn,
+    input  wire [31:0]                  insn_pc,
+    output wire                         insn_ready,
+    input  wire                         tok_prev_avail,
+    input  wire                         tok_next_avail,
+    output wire                         tok_pop_prev,
+    output wire                         tok_pop_next,
+    output wire                         tok_push_prev,
+    output wire                         tok_push_next,
+    input  wire                         stop,
+    output wire                         idle,
+    output wire                         waiting,
+    output wire                         busy,
+    output wire                         err,
+    output wire [7:0]                   err_code,
+    output wire [31:0]                  err_pc,
+
+    // scratchpads
+    output wire                         inp_re,
+    output wire [$clog2(INP_DEPTH)-1:0] inp_raddr,
+    input  wire [8*N-1:0]               inp_rdata,
+    output wire                         wgt_re,
+    output wire [$clog2(WGT_DEPTH)-1:0] wgt_raddr,
+    input  wire [8*N*N-1:0]             wgt_rdata,
+    output wire                         acc_re0,
+    output wire [$clog2(ACC_DEPTH)-1:0] acc_raddr0,
+    input  wire [32*N-1:0]              acc_rdata0,
+    output wire                         acc_re1,
+    output wire [$clog2(ACC_DEPTH)-1:0] acc_raddr1,
+    input  wire [32*N-1:0]              acc_rdata1,
+    output wire                         acc_re2,
+    output wire [$clog2(ACC_DEPTH)-1:0] acc_raddr2,
+    input  wire [32*N-1:0]              acc_rdata2,
+    output wire                         acc_we,
+    output wire [$clog2(ACC_DEPTH)-1:0] acc_waddr,
+    output wire [32*N-1:0]              acc_wdata,
+
+    // counters
+    output wire                         mac_pulse,
+    output wire                         gemm_busy
+);
+
+// Row address widths of the scratchpads.
+localparam integer INP_AW = $clog2(INP_DEPTH);
+localparam integer WGT_AW = $clog2(WGT_DEPTH);
+localparam integer ACC_AW = $clog2(ACC_DEPTH);
+
+initial begin
+    if (N < 1 || N > 64)
+        $fatal(1, "accel_compute: N must be 1..64, got %0d", N);
+    if (INP_AW < 1 || INP_AW > 24 || (1 << INP_AW) != INP_DEPTH)
+        $fatal(1, "accel_compute: INP_DEPTH must be a power of two 2..2^24, got %0d", INP_DEPTH);
+    if (WGT_AW < 1 || WGT_AW > 24 || (1 << WGT_AW) != WGT_DEPTH)
+        $fatal(1, "accel_compute: WGT_DEPTH must be a power of two 2..2^24, got %0d", WGT_DEPTH);
+    if (ACC_AW < 1 || ACC_AW > 24 || (1 << ACC_AW) != ACC_DEPTH)
+        $fatal(1, "accel_compute: ACC_DEPTH must be a power of two 2..2^24, got %0d", ACC_DEPTH);
+end
+
+// --- decode of the queue head (GEMM and ALU mapped onto one loop form) ---------------------------
+// a: the accumulator row written (GEMM acc, ALU dst); b: the row streamed alongside (GEMM inp,
+// ALU src).
+wire [3:0]  d_opcode = insn[`F_HDR_OPCODE_LSB +: `F_HDR_OPCODE_W];
+wire        d_gemm = d_opcode == `OP_GEMM;
+wire        d_alu = d_opcode == `OP_ALU;
+
+wire [11:0] d_outer = d_gemm ? insn[`F_GEMM_OUTER_LSB +: `F_GEMM_OUTER_W]
+                             : insn[`F_ALU_OUTER_LSB +: `F_ALU_OUTER_W];
+wire [11:0] d_inner = d_gemm ? insn[`F_GEMM_INNER_LSB +: `F_GEMM_INNER_W]
+                             : insn[`F_ALU_INNER_LSB +: `F_ALU_INNER_W];
+wire [15:0] d_a_base = d_gemm ? insn[`F_GEMM_ACC_BASE_LSB +: `F_GEMM_ACC_BASE_W]
+                              : {2'b00, insn[`F_ALU_DST_BASE_LSB +: `F_ALU_DST_BASE_W]};
+wire [15:0] d_b_base = d_gemm ? insn[`F_GEMM_INP_BASE_LSB +: `F_GEMM_INP_BASE_W]
+                              : {2'b00, insn[`F_ALU_SRC_BASE_LSB +: `F_ALU_SRC_BASE_W]};
+wire [11:0] d_a_so = d_gemm ? insn[`F_GEMM_ACC_SO_LSB +: `F_GEMM_ACC_SO_W]
+                            : insn[`F_ALU_DST_SO_LSB +: `F_ALU_DST_SO_W];
+wire [7:0]  d_a_si = d_gemm ? insn[`F_GEMM_ACC_SI_LSB +: `F_GEMM_ACC_SI_W]
+                            : insn[`F_ALU_DST_SI_LSB +: `F_ALU_DST_SI_W];
+wire [11:0] d_b_so = d_gemm ? insn[`F_GEMM_INP_SO_LSB +: `F_GEMM_INP_SO_W]
+                            : insn[`F_ALU_SRC_SO_LSB +: `F_ALU_SRC_SO_W];
+wire [7:0]  d_b_si = d_gemm ? insn[`F_GEMM_INP_SI_LSB +: `F_GEMM_INP_SI_W]
+                            : insn[`F_ALU_SRC_SI_LSB +: `F_ALU_SRC_SI_W];
+wire [15:0] d_wgt = insn[`F_GEMM_WGT_BASE_LSB +: `F_GEMM_WGT_BASE_W];
+wire        d_reset = insn[`F_GEMM_RESET_LSB +: `F_GEMM_RESET_W];
+wire [2:0]  d_op = insn[`F_ALU_ALU_OP_LSB +: `F_ALU_ALU_OP_W];
+wire        d_use_imm = insn[`F_ALU_USE_IMM_LSB +: `F_ALU_USE_IMM_W];
+wire [23:0] d_imm = insn[`F_ALU_IMM_LSB +: `F_ALU_IMM_W];
+wire [3:0]  d_flags = {insn[`F_HDR_PUSH_NEXT_LSB], insn[`F_HDR_PUSH_PREV_LSB],
+                       insn[`F_HDR_POP_NEXT_LSB], insn[`F_HDR_POP_PREV_LSB]};
+
+// No iteration: empty loop, or not a compute opcode.
+wire        d_zero = !(d_gemm || d_alu) || d_outer == 12'd0 || d_inner == 12'd0;
+
+// Last row of a loop: base + (outer-1)*so + (inner-1)*si (strides are unsigned, so it is the
+// largest). Below 2^26, exact in 32 bits.
+function [31:0] last_row;
+    input [15:0] base;
+    input [11:0] outer;
+    input [11:0] inner;
+    input [11:0] so;
+    input [7:0]  si;
+    begin
+        last_row = {16'd0, base} + {20'd0, outer - 12'd1} * {20'd0, so}
+                 + {20'd0, inner - 12'd1} * {24'd0, si};
+    end
+endfunction
+
+wire [31:0] d_a_last = last_row(d_a_base, d_outer, d_inner, d_a_so, d_a_si);
+wire [31:0] d_b_last = last_row(d_b_base, d_outer, d_inner, d_b_so, d_b_si)
+                     + {31'd0, d_alu && d_op == `ALU_REQ};     // REQ also reads s+1
+wire        d_a_oor = d_a_last >= ACC_DEPTH;
+wire        d_b_oor = d_gemm ? d_b_last >= INP_DEPTH : !d_use_imm && d_b_last >= ACC_DEPTH;
+wire        d_w_oor = d_gemm && {16'd0, d_wgt} >= WGT_DEPTH;
+wire        d_range_err = !d_zero && (d_a_oor || d_b_oor || d_w_oor);
+
+// --- held instruction (Q) ------------------------------------------------------------------------
+reg         q_valid_reg;
+reg [31:0]  q_pc_reg;
+reg         q_gemm_reg, q_zero_reg, q_range_err_reg, q_reset_reg, q_use_imm_reg;
+reg [3:0]   q_flags_reg;                  // {push_next, push_prev, pop_next, pop_prev}
+reg [11:0]  q_outer_reg, q_inner_reg, q_a_so_reg, q_b_so_reg;
+reg [7:0]   q_a_si_reg, q_b_si_reg;
+reg [15:0]  q_a_base_reg, q_b_base_reg, q_wgt_reg;
+reg [2:0]   q_op_reg;
+reg [23:0]  q_imm_reg;
+
+// --- loop registers (the instruction issuing iterations) -----------------------------------------
+reg         run_valid_reg;
+reg         run_null_reg, run_gemm_reg, run_first_reg, run_reset_reg, run_use_imm_reg;
+reg         run_push_prev_reg, run_push_next_reg;
+reg [2:0]   run_op_reg;
+reg [23:0]  run_imm_reg;
+reg [11:0]  run_outer_reg, run_inner_reg, run_o_reg, run_i_reg;
+reg [11:0]  run_a_so_reg, run_b_so_reg;
+reg [7:0]   run_a_si_reg, run_b_si_reg;
+reg [31:0]  run_a_cur_reg, run_a_row_reg, run_b_cur_reg, run_b_row_reg, run_wgt_reg;
+
+// --- pipeline: R stage (s1), W stage (s2), last write (w1) ---------------------------------------
+reg                 s1_valid_reg, s1_wr_reg, s1_gemm_reg, s1_wload_reg, s1_reset_reg;
+reg                 s1_use_imm_reg, s1_push_prev_reg, s1_push_next_reg;
+reg [2:0]           s1_op_reg;
+reg [23:0]          s1_imm_reg;
+reg [ACC_AW-1:0]    s1_a_reg, s1_b_reg, s1_b1_reg;
+reg                 s2_valid_reg, s2_wr_reg, s2_gemm_reg, s2_push_prev_reg, s2_push_next_reg;
+reg [ACC_AW-1:0]    s2_a_reg;
+reg [32*N-1:0]      s2_alu_reg;
+reg                 w1_valid_reg;
+reg [ACC_AW-1:0]    w1_addr_reg;
+reg [32*N-1:0]      w1_data_reg;
+
+reg                 err_reg;
+reg [31:0]          err_pc_reg;
+
+// --- start and issue -----------------------------------------------------------------------------
+wire tok_ok = (!q_flags_reg[0] || tok_prev_avail) && (!q_flags_reg[1] || tok_next_avail);
+wire issue = run_valid_reg && !stop;
+wire run_i_last = run_i_reg == run_inner_reg - 12'd1;
+wire run_last = run_null_reg || (run_i_last && run_o_reg == run_outer_reg - 12'd1);
+wire start = q_valid_reg && tok_ok && !stop && !err_reg && (!run_valid_reg || run_last);
+wire start_ok = start && !q_range_err_reg;
+wire take = insn_valid && insn_ready;
+
+assign insn_ready = !stop && !err_reg && (!q_valid_reg || start_ok);
+assign tok_pop_prev = start && q_flags_reg[0];
+assign tok_pop_next = start && q_flags_reg[1];
+
+wire [31:0] b_plus1 = run_b_cur_reg + 32'd1;
+wire        issue_rd = issue && !run_null_reg;
+
+assign inp_re = issue_rd && run_gemm_reg;
+assign inp_raddr = run_b_cur_reg[INP_AW-1:0];
+assign wgt_re = issue_rd && run_gemm_reg && run_first_reg;
+assign wgt_raddr = run_wgt_reg[WGT_AW-1:0];
+assign acc_re0 = issue_rd && !(run_gemm_reg && run_reset_reg);
+assign acc_raddr0 = run_a_cur_reg[ACC_AW-1:0];
+assign acc_re1 = issue_rd && !run_gemm_reg && !run_use_imm_reg;
+assign acc_raddr1 = run_b_cur_reg[ACC_AW-1:0];
+assign acc_re2 = issue_rd && !run_gemm_reg && !run_use_imm_reg && run_op_reg == `ALU_REQ;
+assign acc_raddr2 = b_plus1[ACC_AW-1:0];
+
+always @(posedge clk) begin
+    // Q: taken from the queue, leaves when it starts or on stop
+    if (take) begin
+        q_valid_reg <= 1'b1;
+        q_pc_reg <= insn_pc;
+        q_gemm_reg <= d_gemm;
+        q_zero_reg <= d_zero;
+        q_range_err_reg <= d_range_err;
+        q_reset_reg <= d_reset;
+        q_use_imm_reg <= d_use_imm;
+        q_flags_reg <= d_flags;
+        q_outer_reg <= d_outer;
+        q_inner_reg <= d_inner;
+        q_a_so_reg <= d_a_so;
+        q_a_si_reg <= d_a_si;
+        q_b_so_reg <= d_b_so;
+        q_b_si_reg <= d_b_si;
+        q_a_base_reg <= d_a_base;
+        q_b_base_reg <= d_b_base;
+        q_wgt_reg <= d_wgt;
+        q_op_reg <= d_op;
+        q_imm_reg <= d_imm;
+    end else if (start || stop) begin
+        q_valid_reg <= 1'b0;
+    end
+
+    // loop registers: loaded at start, stepped at every issue
+    if (start_ok) begin
+        run_valid_reg <= 1'b1;
+        run_null_reg <= q_zero_reg;
+        run_gemm_reg <= q_gemm_reg;
+        run_first_reg <= 1'b1;
+        run_reset_reg <= q_reset_reg;
+        run_use_imm_reg <= q_use_imm_reg;
+        run_push_prev_reg <= q_flags_reg[2];
+        run_push_next_reg <= q_flags_reg[3];
+        run_op_reg <= q_op_reg;
+        run_imm_reg <= q_imm_reg;
+        run_outer_reg <= q_outer_reg;
+        run_inner_reg <= q_inner_reg;
+        run_o_reg <= 12'd0;
+        run_i_reg <= 12'd0;
+        run_a_so_reg <= q_a_so_reg;
+        run_a_si_reg <= q_a_si_reg;
+        run_b_so_reg <= q_b_so_reg;
+        run_b_si_reg <= q_b_si_reg;
+        run_a_cur_reg <= {16'd0, q_a_base_reg};
+        run_a_row_reg <= {16'd0, q_a_base_reg};
+        run_b_cur_reg <= {16'd0, q_b_base_reg};
+        run_b_row_reg <= {16'd0, q_b_base_reg};
+        run_wgt_reg <= {16'd0, q_wgt_reg};
+    end else if (issue) begin
+        run_first_reg <= 1'b0;
+        if (run_last) begin
+            run_valid_reg <= 1'b0;
+        end else if (run_i_last) begin
+            run_i_reg <= 12'd0;
+            run_o_reg <= run_o_reg + 12'd1;
+            run_a_row_reg <= run_a_row_reg + {20'd0, run_a_so_reg};
+            run_a_cur_reg <= run_a_row_reg + {20'd0, run_a_so_reg};
+            run_b_row_reg <= run_b_row_reg + {20'd0, run_b_so_reg};
+            run_b_cur_reg <= run_b_row_reg + {20'd0, run_b_so_reg};
+        end else begin
+            run_i_reg <= run_i_reg + 12'd1;
+            run_a_cur_reg <= run_a_cur_reg + {24'd0, run_a_si_reg};
+            run_b_cur_reg <= run_b_cur_reg + {24'd0, run_b_si_reg};
+        end
+    end else if (stop) begin
+        run_valid_reg <= 1'b0;
+    end
+
+    // range error: one-cycle pulse after the failing start
+    err_reg <= start && q_range_err_reg;
+    if (start)
+        err_pc_reg <= q_pc_reg;
+
+    if (rst) begin
+        q_valid_reg <= 1'b0;
+        run_valid_reg <= 1'b0;
+        err_reg <= 1'b0;
+        err_pc_reg <= 32'd0;
+    end
+end
+
+// --- R stage: operands with forwarding, the array and the vector unit ----------------------------
+// The operand of a row read in cycle t: the write of cycle t+1 (W stage now) if it is that row,
+// else the write of cycle t (w1; the read returned the old data), else the scratchpad's data.
+function [32*N-1:0] fwd;
+    input [32*N-1:0]    rdata;
+    input [ACC_AW-1:0]  addr;
+    input               we_now;
+    input [ACC_AW-1:0]  waddr_now;
+    input [32*N-1:0]    wdata_now;
+    input               we_prev;
+    input [ACC_AW-1:0]  waddr_prev;
+    input [32*N-1:0]    wdata_prev;
+    begin
+        if (we_now && waddr_now == addr)
+            fwd = wdata_now;
+        else if (we_prev && waddr_prev == addr)
+            fwd = wdata_prev;
+        else
+            fwd = rdata;
+    end
+endfunction
+
+wire [32*N-1:0] arr_acc_out;
+wire [32*N-1:0] opnd_a = fwd(acc_rdata0, s1_a_reg, acc_we, s2_a_reg, acc_wdata,
+                             w1_valid_reg, w1_addr_reg, w1_data_reg);
+wire [32*N-1:0] opnd_s = fwd(acc_rdata1, s1_b_reg, acc_we, s2_a_reg, acc_wdata,
+                             w1_valid_reg, w1_addr_reg, w1_data_reg);
+wire [32*N-1:0] opnd_s1 = fwd(acc_rdata2, s1_b1_reg, acc_we, s2_a_reg, acc_wdata,
+                              w1_valid_reg, w1_addr_reg, w1_data_reg);
+wire [32*N-1:0] imm_row = {N{{8{s1_imm_reg[23]}}, s1_imm_reg}};
+wire [32*N-1:0] vec_result;
+
+wire            arr_out_valid;
+wire            arr_out_tag;
+
+accel_gemm_array #(.N(N), .TAG_W(1)) gemm_array (
+    .clk(clk),
+    .rst(rst),
+    .w_load(s1_valid_reg && s1_wload_reg),
+    .w_tile(wgt_rdata),
+    .in_valid(s1_valid_reg && s1_wr_reg && s1_gemm_reg),
+    .x(inp_rdata),
+    .acc_in(opnd_a),
+    .reset_acc(s1_reset_reg),
+    .in_tag(1'b0),
+    .out_valid(arr_out_valid),
+    .acc_out(arr_acc_out),
+    .out_tag(arr_out_tag)
+);
+
+accel_vector #(.N(N)) vector (
+    .op(s1_op_reg),
+    .a(opnd_a),
+    .b(s1_use_imm_reg ? imm_row : opnd_s),
+    .s_row(opnd_s1),
+    .imm(s1_imm_reg),
+    .result(vec_result)
+);
+
+always @(posedge clk) begin
+    // I -> R
+    s1_valid_reg <= issue;
+    s1_wr_reg <= !run_null_reg;
+    s1_gemm_reg <= run_gemm_reg;
+    s1_wload_reg <= run_gemm_reg && run_first_reg;
+    s1_reset_reg <= run_reset_reg;
+    s1_use_imm_reg <= run_use_imm_reg;
+    s1_op_reg <= run_op_reg;
+    s1_imm_reg <= run_imm_reg;
+    s1_a_reg <= run_a_cur_reg[ACC_AW-1:0];
+    s1_b_reg <= run_b_cur_reg[ACC_AW-1:0];
+    s1_b1_reg <= b_plus1[ACC_AW-1:0];
+    s1_push_prev_reg <= run_last && run_push_prev_reg;
+    s1_push_next_reg <= run_last && run_push_next_reg;
+
+    // R -> W
+    s2_valid_reg <= s1_valid_reg;
+    s2_wr_reg <= s1_wr_reg;
+    s2_gemm_reg <= s1_gemm_reg;
+    s2_a_reg <= s1_a_reg;
+    s2_push_prev_reg <= s1_push_prev_reg;
+    s2_push_next_reg <= s1_push_next_reg;
+    if (s1_valid_reg && !s1_gemm_reg)
+        s2_alu_reg <= vec_result;
+
+    // W -> the write of the previous cycle, for forwarding
+    w1_valid_reg <= acc_we;
+    w1_addr_reg <= s2_a_reg;
+    w1_data_reg <= acc_wdata;
+
+    if (rst) begin
+        s1_valid_reg <= 1'b0;
+        s2_valid_reg <= 1'b0;
+        w1_valid_reg <= 1'b0;
+    end
+end
+
+// --- W stage and status --------------------------------------------------------------------------
+assign acc_we = s2_valid_reg && s2_wr_reg;
+assign acc_waddr = s2_a_reg;
+assign acc_wdata = s2_gemm_reg ? arr_acc_out : s2_alu_reg;
+assign tok_push_prev = s2_valid_reg && s2_push_prev_reg;
+assign tok_push_next = s2_valid_reg && s2_push_next_reg;
+
+assign busy = run_valid_reg || s1_valid_reg || s2_valid_reg;
+assign idle = !q_valid_reg && !busy;
+assign waiting = q_valid_reg && !busy && !tok_ok;
+assign err = err_reg;
+assign err_code = err_reg ? `ACC_ERR_SP_RANGE : `ACC_ERR_NONE;
+assign err_pc = err_pc_reg;
+assign mac_pulse = acc_we && s2_gemm_reg;
+assign gemm_busy = (run_valid_reg && run_gemm_reg) || (s1_valid_reg && s1_gemm_reg)
+                 || (s2_valid_reg && s2_gemm_reg);
+
+// The loop addresses are 32-bit sums whose rows in use are below the depth (range check); the
+// array's own valid and tag are not needed (its latency is fixed at 1).
+wire unused_ok = &{1'b0, run_a_cur_reg[31:ACC_AW], run_b_cur_reg[31:ACC_AW],
+                   run_b_cur_reg[31:INP_AW], run_wgt_reg[31:WGT_AW], b_plus1[31:ACC_AW],
+                   arr_out_valid, arr_out_tag};
+
+endmodule
+
+`resetall
