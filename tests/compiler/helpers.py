@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -11,13 +10,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from compiler.xir import Graph, Op
-
-ONNX_DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
-LIGHT = sorted(p.stem.removeprefix("light_") for p in (ONNX_DATA / "light").glob("light_*.onnx"))
-
-
-def light_path(name: str) -> Path:
-    return ONNX_DATA / "light" / f"light_{name}.onnx"
+from compiler.zoo import LIGHT, ONNX_DATA, light_path, randomize_light  # noqa: F401
 
 
 def add(g: Graph, name: str, op_type: str, *inputs: Op | str, arg: str | None = None,
@@ -92,43 +85,6 @@ def conv_net(seed: int = 0, channels: int = 8, with_bn: bool = True) -> onnx.Mod
     ]
     return make_model(nodes, [tensor_info("x", [1, 3, 8, 8])],
                       [tensor_info("prob", [1, 10])], inits, name="conv_net")
-
-
-def randomize_light(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
-    """Replace the light models' ConstantOfShape weight generators by random initializers.
-
-    Weights are He-uniform; BatchNormalization scales and variances are drawn from
-    [0.5, 1.5] (a variance must stay positive) so that activations stay in a useful range.
-    """
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    rng = np.random.default_rng(seed)
-    g = m.graph
-    inits = {i.name: i for i in g.initializer}
-    role: dict[str, tuple[str, int]] = {}
-    for n in g.node:
-        for k, i in enumerate(n.input):
-            role.setdefault(i, (n.op_type, k))
-    new = []
-    for n in list(g.node):
-        if n.op_type != "ConstantOfShape" or n.input[0] not in inits:
-            continue
-        shape = tuple(int(d) for d in numpy_helper.to_array(inits[n.input[0]]))
-        op, k = role.get(n.output[0], ("", 0))
-        if op == "BatchNormalization" and k in (1, 4):
-            a = rng.uniform(0.5, 1.5, shape).astype(np.float32)
-        elif len(shape) > 1:
-            # He-uniform, drawn as float32 and scaled in place: VGG-19 has 143 M weights
-            a = rng.random(shape, dtype=np.float32)
-            a -= np.float32(0.5)
-            a *= np.float32(2 * np.sqrt(6.0 / np.prod(shape[1:])))
-        else:
-            a = rng.uniform(-0.1, 0.1, shape).astype(np.float32)
-        new.append(numpy_helper.from_array(a, n.output[0]))
-        g.node.remove(n)
-    g.initializer.extend(new)
-    m.ir_version = max(m.ir_version, 4)  # IR 3 wants every initializer listed as an input
-    return m
 
 
 def real_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:

@@ -1,0 +1,146 @@
+"""Models the project runs end to end: the demo CNN (built here with fixed seeds) and the onnx
+package's light/ models with random weights.
+
+``python -m compiler.zoo demo out.onnx`` writes the demo model; ``resnet50`` (or any light model
+name) writes that light model with He-uniform random weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+ONNX_DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
+LIGHT = sorted(p.stem.removeprefix("light_") for p in (ONNX_DATA / "light").glob("light_*.onnx"))
+
+#: The demo model's input: one 32 x 32 RGB image.
+DEMO_INPUT = "input"
+DEMO_SHAPE = (1, 3, 32, 32)
+
+
+def demo_cnn(seed: int = 0) -> onnx.ModelProto:
+    """A small CNN with every op class of the end-to-end demo.
+
+    conv3x3(3->16)+ReLU, conv3x3(16->16)+ReLU, conv3x3(16->16) + residual Add + ReLU,
+    MaxPool 2x2, conv3x3(16->32)+ReLU, MaxPool 2x2, Flatten, Gemm (2048->10), Softmax. Weights
+    are He-normal from ``seed``; biases small.
+    """
+    rng = np.random.default_rng(seed)
+
+    def he(*shape: int) -> np.ndarray:
+        fan_in = int(np.prod(shape[1:]))
+        return (rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)).astype(np.float32)
+
+    def bias(n: int) -> np.ndarray:
+        return (rng.standard_normal(n) * 0.05).astype(np.float32)
+
+    inits = {
+        "w1": he(16, 3, 3, 3), "b1": bias(16),
+        "w2": he(16, 16, 3, 3), "b2": bias(16),
+        "w3": he(16, 16, 3, 3), "b3": bias(16),
+        "w4": he(32, 16, 3, 3), "b4": bias(32),
+        "fc_w": he(10, 32 * 8 * 8), "fc_b": bias(10),
+    }
+    conv = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+    nodes = [
+        helper.make_node("Conv", [DEMO_INPUT, "w1", "b1"], ["c1"], name="conv1", **conv),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], name="conv2", **conv),
+        helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+        helper.make_node("Conv", ["r2", "w3", "b3"], ["c3"], name="conv3", **conv),
+        helper.make_node("Add", ["c3", "r1"], ["s3"], name="residual"),
+        helper.make_node("Relu", ["s3"], ["r3"], name="relu3"),
+        helper.make_node("MaxPool", ["r3"], ["p3"], name="pool1", kernel_shape=[2, 2],
+                         strides=[2, 2]),
+        helper.make_node("Conv", ["p3", "w4", "b4"], ["c4"], name="conv4", **conv),
+        helper.make_node("Relu", ["c4"], ["r4"], name="relu4"),
+        helper.make_node("MaxPool", ["r4"], ["p4"], name="pool2", kernel_shape=[2, 2],
+                         strides=[2, 2]),
+        helper.make_node("Flatten", ["p4"], ["f"], name="flatten", axis=1),
+        helper.make_node("Gemm", ["f", "fc_w", "fc_b"], ["logits"], name="fc", transB=1),
+        helper.make_node("Softmax", ["logits"], ["probs"], name="softmax", axis=-1),
+    ]
+    g = helper.make_graph(
+        nodes, "demo_cnn",
+        [helper.make_tensor_value_info(DEMO_INPUT, TensorProto.FLOAT, list(DEMO_SHAPE))],
+        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [1, 10])],
+        initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=8,
+                              producer_name="dnncard compiler.zoo")
+    onnx.checker.check_model(model)
+    return model
+
+
+def demo_input(seed: int = 1) -> np.ndarray:
+    """A fixed input image for the demo model (values in [0, 1))."""
+    return np.random.default_rng(seed).random(DEMO_SHAPE, dtype=np.float32)
+
+
+def light_path(name: str) -> Path:
+    return ONNX_DATA / "light" / f"light_{name}.onnx"
+
+
+def randomize_light(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
+    """Replace the light models' ConstantOfShape weight generators by random initializers.
+
+    Weights are He-uniform; BatchNormalization scales and variances are drawn from
+    [0.5, 1.5] (a variance must stay positive) so that activations stay in a useful range.
+    """
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    rng = np.random.default_rng(seed)
+    g = m.graph
+    inits = {i.name: i for i in g.initializer}
+    role: dict[str, tuple[str, int]] = {}
+    for n in g.node:
+        for k, i in enumerate(n.input):
+            role.setdefault(i, (n.op_type, k))
+    new = []
+    for n in list(g.node):
+        if n.op_type != "ConstantOfShape" or n.input[0] not in inits:
+            continue
+        shape = tuple(int(d) for d in numpy_helper.to_array(inits[n.input[0]]))
+        op, k = role.get(n.output[0], ("", 0))
+        if op == "BatchNormalization" and k in (1, 4):
+            a = rng.uniform(0.5, 1.5, shape).astype(np.float32)
+        elif len(shape) > 1:
+            # He-uniform, drawn as float32 and scaled in place: VGG-19 has 143 M weights
+            a = rng.random(shape, dtype=np.float32)
+            a -= np.float32(0.5)
+            a *= np.float32(2 * np.sqrt(6.0 / np.prod(shape[1:])))
+        else:
+            a = rng.uniform(-0.1, 0.1, shape).astype(np.float32)
+        new.append(numpy_helper.from_array(a, n.output[0]))
+        g.node.remove(n)
+    g.initializer.extend(new)
+    m.ir_version = max(m.ir_version, 4)  # IR 3 wants every initializer listed as an input
+    return m
+
+
+def light_model(name: str, seed: int = 0) -> onnx.ModelProto:
+    """A light/ model with random weights."""
+    if name not in LIGHT:
+        raise ValueError(f"unknown light model {name!r}; known: {', '.join(LIGHT)}")
+    return randomize_light(onnx.load(str(light_path(name))), seed)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("model", help=f"demo or one of {', '.join(LIGHT)}")
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    model = demo_cnn(a.seed) if a.model == "demo" else light_model(a.model, a.seed)
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(a.out))
+    print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
