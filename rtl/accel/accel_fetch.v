@@ -9,7 +9,7 @@
 //
 // Reads are INCR bursts of at most MAX_BURST beats, never across 4 KiB and never beyond the
 // program's last beat. A burst is only requested when the prefetch buffer (2 * MAX_BURST beats,
-// rounded up to a power of two) has room for all of its beats, so R is never stalled: the unit
+// at least 16, rounded up to a power of two) has room for all of its beats, so R is never stalled: the unit
 // shares the read data channel with the load unit and must not hold it up. Dispatch takes one
 // instruction per cycle from the buffer's head beat while the target queue has room.
 //
@@ -65,7 +65,7 @@ localparam integer IPB = DATA_WIDTH / 128;          // instructions per beat
 localparam integer SW = $clog2(IPB);                // instruction slot within a beat
 localparam integer PAGE_BEATS = 4096 / BEAT_BYTES;  // beats per 4 KiB page
 localparam integer PW = $clog2(PAGE_BEATS);
-localparam integer BUF_AW = $clog2(2 * MAX_BURST);
+localparam integer BUF_AW = $clog2(2 * MAX_BURST > 16 ? 2 * MAX_BURST : 16);
 localparam integer BUF_BEATS = 1 << BUF_AW;         // prefetch buffer (beats)
 localparam integer CW = BUF_AW + 1;                 // beat counts up to BUF_BEATS
 localparam integer BW = 10;                         // burst lengths (beats, <= 128)
@@ -199,7 +199,7 @@ always @* begin
 
     // address channel: keep a request stable until it is taken
     if (ar_valid_reg && m_axi_arready) ar_valid_next = 1'b0;
-    if (state_reg == S_RUN && !stop && !ar_valid_reg && ar_left_reg != 33'd0
+    if (state_reg == S_RUN && !stop && (!ar_valid_reg || m_axi_arready) && ar_left_reg != 33'd0
         && {{(BW - CW){1'b0}}, free_beats} >= burst) begin
         ar_valid_next = 1'b1;
         ar_addr_next = ar_beat_reg;
