@@ -287,12 +287,15 @@ class AccelModel:
     Where the ISA leaves a choice, the model:
     - checks SP_RANGE before MISALIGNED, and both before the bus; a LOAD/STORE with a bus error
       moves nothing (the ISA leaves memory and scratchpads unspecified after an error);
-    - reports DEADLOCK with the pc of the earliest instruction a unit holds waiting for tokens;
+    - reports DEADLOCK and TOKEN_OVERFLOW with ERR_PC = the instructions dispatched so far (END
+      included), as rtl/accel/accel.v does: for DEADLOCK the pc of the instruction the fetcher is
+      blocked on, or the END's pc + 1 (the same under every schedule); for TOKEN_OVERFLOW it
+      depends on how far the fetcher has run ahead;
     - reports FETCH_BUS at the first instruction with a byte at or beyond `mem_size` (the RTL
       reports the first instruction of the failing 64-byte beat: the same pc when the memory size
       is a multiple of 64);
-    - in REQ adds the rounding term to the 64-bit product with 64-bit wrap-around (only
-      A = M = -2**31 with shift 63 wraps), as a 64-bit datapath and compiler/quantize/requant.py do.
+    - computes REQ's rounding sum exactly (65 bits, as rtl/accel/accel_vector.v does; a 64-bit
+      sum would wrap for A = M = -2**31 with shift 63).
 
     Counters: `insns`, `macs`, `bytes_loaded` and `bytes_stored` are exact (the RTL's values).
     The cycle counters are an estimate, not cycle-accurate: an instruction of the load unit is
@@ -539,8 +542,12 @@ def alu_op(op: AluOp, a: np.ndarray, b: np.ndarray | np.int64, shift: np.ndarray
         zp, lo, hi = isa.req_fields(imm)
         s = shift & 63
         half = np.where(s > 0, np.left_shift(np.int64(1), np.maximum(s - 1, 0)), 0)
+        p = a * b                                      # |p| <= 2**62: exact in int64
         with np.errstate(over="ignore"):
-            y = np.right_shift(a * b + half, s) + zp   # 64-bit, wraps like the datapath
+            y = np.right_shift(p + half, s)
+        # The rounding sum is exact (65 bits): only p = 2**62 with s = 63 leaves int64, where
+        # (2**62 + 2**62) >> 63 = 1.
+        y = np.where((p == 1 << 62) & (s == 63), 1, y) + zp
         r = np.minimum(np.maximum(y, lo), hi)          # max first: lo > hi gives hi
     else:
         raise ValueError(f"ALU op {op} does not exist")
@@ -702,7 +709,7 @@ class _Run:
             self.tokens[t] += 1
             self.token_t[t].append(finish)
             if self.tokens[t] > isa.TOKEN_MAX:
-                self.fail(AccelError.TOKEN_OVERFLOW, op.pc)
+                self.fail(AccelError.TOKEN_OVERFLOW, self.c["insns"])
                 return
 
     def fail(self, err: AccelError, pc: int) -> None:
@@ -760,8 +767,7 @@ class _Run:
                         step()
             if not moved:
                 if not (self.ended and not any(self.queues)):
-                    held = [q[0].pc for q in self.queues if q]
-                    self.fail(AccelError.DEADLOCK, min(held))
+                    self.fail(AccelError.DEADLOCK, self.c["insns"])
                 break
         self.c["cycles"] = max(self.last_t, self.fetch_t)
         return AccelResult(self.error, self.err_pc if self.error else 0, dict(self.c))
