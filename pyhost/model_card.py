@@ -2,7 +2,9 @@
 
 It follows docs/dma.md and the register map of pyhost/spec/regs.py so that host software sees the
 same results and errors as on the RTL, at numpy speed: a chain runs synchronously, inside the
-mmio_write of RUN, with one slice copy per descriptor.
+mmio_write of RUN, with one slice copy per descriptor. With an accelerator (`accel=AccelConfig()`)
+a program runs the same way, inside the mmio_write of ACC_CTRL.START, on the functional model
+pyhost/accel/model.py.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pyhost.accel.model import AccelConfig, AccelModel
 from pyhost.backend import (
     DEFAULT_HOST_BASE,
     DEFAULT_HOST_SIZE,
@@ -20,8 +23,9 @@ from pyhost.backend import (
     HostMemory,
     check_mmio,
 )
-from pyhost.spec import regs
+from pyhost.spec import isa, regs
 from pyhost.spec.dram import DramGeometry
+from pyhost.spec.isa import AccelError
 from pyhost.spec.regs import Access, Channel, DmaError
 
 DEFAULT_MEM_SIZE = 1 << 30
@@ -34,6 +38,10 @@ _STATUS = {f.name: f for f in regs.CH_STATUS_FIELDS}
 _CTRL = {f.name: f for f in regs.CH_CTRL_FIELDS}
 _IRQ = {f.name: f for f in regs.IRQ_FIELDS}
 _CAPS = {f.name: f for f in regs.BY_NAME["CAPS"].fields}
+_ACC_CTRL = {f.name: f for f in regs.BY_NAME["ACC_CTRL"].fields}
+_ACC_STATUS = {f.name: f for f in regs.BY_NAME["ACC_STATUS"].fields}
+#: The accelerator sees card memory through 32-bit addresses.
+_ACCEL_SPACE = 1 << 32
 #: Every defined IRQ_STATUS bit; IRQ_MASK holds only these, like the generated CSR.
 IRQ_ALL = sum(f.mask for f in regs.IRQ_FIELDS)
 
@@ -44,6 +52,14 @@ def irq_done_bit(ch: Channel) -> int:
 
 def irq_err_bit(ch: Channel) -> int:
     return _IRQ[f"{Channel(ch).name}_ERR"].mask
+
+
+def accel_status_word(*, busy: bool = False, done: bool = False, error: bool = False,
+                      code: int = AccelError.NONE) -> int:
+    """An ACC_STATUS word."""
+    return ((int(busy) << _ACC_STATUS["BUSY"].lsb) | (int(done) << _ACC_STATUS["DONE"].lsb)
+            | (int(error) << _ACC_STATUS["ERROR"].lsb)
+            | ((int(code) << _ACC_STATUS["ERR_CODE"].lsb) & _ACC_STATUS["ERR_CODE"].mask))
 
 
 def status_word(*, busy: bool = False, done: bool = False, error: bool = False,
@@ -91,11 +107,22 @@ class ModelCard(CardBackend):
       completed descriptor reads / writes in card memory (the RTL may count a line twice where
       it splits a descriptor at a point inside a line); row hit / miss / conflict, refresh,
       ref_stall and busy stay 0.
+    - Accelerator: absent by default (CAPS.ACCEL = 0, ACC_CFG_* and the other read-only ACC_*
+      registers read 0). With `accel=AccelConfig(...)` CAPS.ACCEL is 1, ACC_CFG_* report the
+      configuration and `self.accel` is the `AccelModel` (its scratchpads are there for tests).
+      A write of ACC_CTRL.START restarts the counters and runs INSN_COUNT instructions from
+      INSN_BASE on card memory to the end or the first error, inside that mmio_write (BAD_CONFIG
+      without running if INSN_BASE is not 16-byte aligned or INSN_COUNT is 0), then sets
+      ACC_STATUS, ACC_ERR_PC, the counters and IRQ_STATUS.ACCEL_DONE or ACCEL_ERR. The
+      accelerator is never BUSY afterwards, so ABORT has nothing to stop and does nothing.
+      `accel_schedule_seed` (None: the model's fixed round robin) picks a random interleaving of
+      the units for every run; the model's cycle counters are an estimate (AccelModel).
     """
 
     def __init__(self, mem_size: int = DEFAULT_MEM_SIZE, *, host: HostMemory | None = None,
                  host_size: int = DEFAULT_HOST_SIZE, host_base: int = DEFAULT_HOST_BASE,
-                 bus_width: int = DEFAULT_BUS_WIDTH) -> None:
+                 bus_width: int = DEFAULT_BUS_WIDTH, accel: AccelConfig | None = None,
+                 accel_schedule_seed: int | None = None) -> None:
         if mem_size <= 0 or mem_size > _U64:
             raise ValueError(f"card memory size must be 1..2^64-1 bytes, got {mem_size}")
         self.host = host if host is not None else HostMemory(host_size, host_base)
@@ -104,6 +131,9 @@ class ModelCard(CardBackend):
         self._line = DramGeometry(mem_size).line_bytes
         self._mem: np.ndarray | None = None
         self._host_errors: list[tuple[int, int]] = []
+        #: The accelerator's functional model (None: the card has no accelerator).
+        self.accel = AccelModel(accel) if accel is not None else None
+        self.accel_schedule_seed = accel_schedule_seed
         self._reads = self._read_table()
         self.reset()
 
@@ -121,6 +151,9 @@ class ModelCard(CardBackend):
         self._active: Channel | None = None     # channel whose chain holds the data mover
         self._waiting: list[Channel] = []       # BUSY channels waiting for the mover
         self._last_served = Channel(len(Channel) - 1)
+        self._acc_status = accel_status_word()
+        self._acc_err_pc = 0
+        self._acc_counters = dict.fromkeys((c for c, _ in regs.ACCEL_COUNTERS), 0)
 
     @property
     def card_memory(self) -> np.ndarray:
@@ -151,6 +184,8 @@ class ModelCard(CardBackend):
             self._rw[offset] = value
         elif offset == regs.offset("IRQ_STATUS"):
             self._irq_status &= ~value
+        elif offset == regs.offset("ACC_CTRL"):
+            self._accel_ctrl(value)
         else:
             for ch in Channel:
                 if offset == regs.channel_reg(ch, "CTRL"):
@@ -173,8 +208,9 @@ class ModelCard(CardBackend):
     # --- registers ------------------------------------------------------------------------------
 
     def _read_table(self) -> dict[int, Callable[[], int]]:
+        cfg = self.accel.cfg if self.accel is not None else None
         caps = ((len(Channel) << _CAPS["CHANNELS"].lsb) | (regs.MAX_TAGS << _CAPS["TAGS"].lsb)
-                | (0 << _CAPS["ACCEL"].lsb))   # no accelerator yet
+                | (int(cfg is not None) << _CAPS["ACCEL"].lsb))
         t: dict[str, Callable[[], int]] = {
             "CARD_ID": lambda: regs.BY_NAME["CARD_ID"].reset,
             "VERSION": lambda: regs.BY_NAME["VERSION"].reset,
@@ -197,6 +233,17 @@ class ModelCard(CardBackend):
         for c in regs.DRAM_COUNTERS:
             t[f"DRAM_{c.upper()}_LO"] = lambda c=c: self._dram[c]
             t[f"DRAM_{c.upper()}_HI"] = lambda c=c: self._dram[c] >> 32
+        t["ACC_STATUS"] = lambda: self._acc_status
+        t["ACC_ERR_PC"] = lambda: self._acc_err_pc
+        for reg, value in (("ACC_CFG_N", cfg and cfg.n), ("ACC_CFG_ISA", cfg and isa.ISA_VERSION),
+                           ("ACC_CFG_INP_DEPTH", cfg and cfg.inp_depth),
+                           ("ACC_CFG_WGT_DEPTH", cfg and cfg.wgt_depth),
+                           ("ACC_CFG_ACC_DEPTH", cfg and cfg.acc_depth),
+                           ("ACC_CFG_QUEUE_DEPTH", cfg and cfg.queue_depth)):
+            t[reg] = lambda v=int(value or 0): v
+        for c, _ in regs.ACCEL_COUNTERS:
+            t[f"ACC_{c.upper()}_LO"] = lambda c=c: self._acc_counters[c]
+            t[f"ACC_{c.upper()}_HI"] = lambda c=c: self._acc_counters[c] >> 32
         # A register added to the spec must be added to the model: fail loudly, not read 0.
         for r in regs.REGISTERS:
             handled = r.access in (Access.RW, Access.WO) or r.name in t
@@ -216,6 +263,30 @@ class ModelCard(CardBackend):
             c.busy, c.done, c.error, c.code, c.completed = True, False, False, DmaError.NONE, 0
             self._waiting.append(ch)
             self._serve()
+
+    # --- the accelerator -------------------------------------------------------------------------
+
+    def _accel_ctrl(self, value: int) -> None:
+        if self.accel is None or not value & _ACC_CTRL["START"].mask:
+            return   # no accelerator; or ABORT, which finds the accelerator idle
+        self._acc_counters = dict.fromkeys(self._acc_counters, 0)
+        base = self._rw[regs.offset("ACC_INSN_BASE")]
+        count = self._rw[regs.offset("ACC_INSN_COUNT")]
+        if base % isa.INSN_BYTES or count == 0:
+            self._accel_stop(AccelError.BAD_CONFIG, 0)
+            return
+        slots = [self._rw[regs.offset(f"ACC_SLOT{i}")] for i in range(isa.NUM_SLOTS)]
+        mem = self.card_memory[:_ACCEL_SPACE]
+        result = self.accel.run_array(mem, base, count, slots,
+                                      schedule_seed=self.accel_schedule_seed)
+        self._acc_counters = {c: v & _U64 for c, v in result.counters.items()}
+        self._accel_stop(result.error, result.err_pc)
+
+    def _accel_stop(self, code: AccelError, pc: int) -> None:
+        error = code != AccelError.NONE
+        self._acc_status = accel_status_word(done=not error, error=error, code=code)
+        self._acc_err_pc = pc & _U32
+        self._irq_status |= _IRQ["ACCEL_ERR" if error else "ACCEL_DONE"].mask
 
     def _reset_channel(self, ch: Channel) -> None:
         c = self._ch[ch]
