@@ -1,0 +1,488 @@
+"""cocotb bench for accel_compute, the accelerator's compute unit (GEMM and ALU instructions).
+
+The bench stands in for the accelerator top: it models the three scratchpads (synchronous reads,
+data the cycle after *_re; a read and a write of one row in the same cycle read the old data),
+feeds instructions through the queue port (encoded with pyhost.spec.isa), drives the token
+inputs from its own counters, and raises stop one cycle after an error as the top does. Results
+are compared with :func:`reference`, a sequential model of the GEMM/ALU loops written from
+docs/isa.md: every scratchpad write in order (row and data), the final accumulator contents, the
+pops and pushes of each instruction and their timing against the writes, and the errors.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass, field
+
+import cocotb
+import numpy as np
+from cocotb.triggers import Event, FallingEdge, RisingEdge
+
+from pyhost.spec import isa
+from pyhost.spec.isa import AccelError, AluOp, Insn, Opcode
+from tb.accel.test_accel_vector import alu_ref
+from tb.common.clocking import reset, start_clock
+
+PC0 = 0x40          # insn_pc of a program's first instruction (the unit must pass pcs through)
+FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
+
+
+# --- scratchpads and the sequential reference ----------------------------------------------------
+
+@dataclass
+class Memories:
+    """Scratchpad contents, one Python int per row (lane n at bits [8n +: 8] / [32n +: 32])."""
+
+    n: int
+    inp: list[int]
+    wgt: list[int]
+    acc: list[int]
+
+    @classmethod
+    def random(cls, rng: random.Random, n: int, inp: int, wgt: int, acc: int) -> Memories:
+        return cls(n, [rng.getrandbits(8 * n) for _ in range(inp)],
+                   [rng.getrandbits(8 * n * n) for _ in range(wgt)],
+                   [rng.getrandbits(32 * n) for _ in range(acc)])
+
+    def copy(self) -> Memories:
+        return Memories(self.n, list(self.inp), list(self.wgt), list(self.acc))
+
+
+def lanes8(v: int, count: int) -> np.ndarray:
+    return np.frombuffer(v.to_bytes(count, "little"), np.int8).astype(np.int64)
+
+
+def lanes32(v: int, n: int) -> list[int]:
+    return np.frombuffer(v.to_bytes(4 * n, "little"), np.int32).tolist()
+
+
+def pack32(lanes) -> int:
+    return int.from_bytes(np.asarray(lanes, np.int64).astype(np.uint32).tobytes(), "little")
+
+
+def last_row(base: int, outer: int, inner: int, so: int, si: int) -> int:
+    """The largest row a loop touches (strides are unsigned)."""
+    return base + (outer - 1) * so + (inner - 1) * si
+
+
+def range_ok(ins: Insn, mem: Memories) -> bool:
+    """The SP_RANGE check of docs/isa.md: every row the instruction would touch exists."""
+    inp_d, wgt_d, acc_d = len(mem.inp), len(mem.wgt), len(mem.acc)
+    if ins.op == Opcode.GEMM:
+        o, i = ins.outer, ins.inner
+        return (last_row(ins.acc_base, o, i, ins.acc_so, ins.acc_si) < acc_d
+                and last_row(ins.inp_base, o, i, ins.inp_so, ins.inp_si) < inp_d
+                and ins.wgt_base < wgt_d)
+    o, i = ins.outer, ins.inner
+    ok = last_row(ins.dst_base, o, i, ins.dst_so, ins.dst_si) < acc_d
+    if not ins.use_imm:
+        extra = 1 if ins.alu_op == AluOp.REQ else 0
+        ok = ok and last_row(ins.src_base, o, i, ins.src_so, ins.src_si) + extra < acc_d
+    return ok
+
+
+def reference(program: list[Insn], mem: Memories) -> tuple[list[tuple[int, int, int]], int | None]:
+    """Run ``program`` sequentially on ``mem`` (in place). Returns every accumulator write as
+    (instruction index, row, data) and the index of the instruction that fails the range check
+    (the program stops there), or None. Opcodes other than GEMM/ALU do nothing here."""
+    n = mem.n
+    writes: list[tuple[int, int, int]] = []
+    for idx, ins in enumerate(program):
+        if ins.op not in (Opcode.GEMM, Opcode.ALU) or ins.outer == 0 or ins.inner == 0:
+            continue
+        if not range_ok(ins, mem):
+            return writes, idx
+        if ins.op == Opcode.GEMM:
+            w = lanes8(mem.wgt[ins.wgt_base], n * n).reshape(n, n)
+            for o in range(ins.outer):
+                for i in range(ins.inner):
+                    a = ins.acc_base + o * ins.acc_so + i * ins.acc_si
+                    x = lanes8(mem.inp[ins.inp_base + o * ins.inp_so + i * ins.inp_si], n)
+                    old = np.zeros(n, np.int64) if ins.reset else np.array(lanes32(mem.acc[a], n))
+                    mem.acc[a] = pack32(old + x @ w)
+                    writes.append((idx, a, mem.acc[a]))
+        else:
+            op = ins.alu_op
+            for o in range(ins.outer):
+                for i in range(ins.inner):
+                    d = ins.dst_base + o * ins.dst_so + i * ins.dst_si
+                    s = ins.src_base + o * ins.src_so + i * ins.src_si
+                    a = lanes32(mem.acc[d], n)
+                    b = [ins.imm] * n if ins.use_imm else lanes32(mem.acc[s], n)
+                    sh = lanes32(mem.acc[s + 1], n) if op == AluOp.REQ else [0] * n
+                    mem.acc[d] = pack32([alu_ref(op, a[k], b[k], sh[k], ins.imm)
+                                         for k in range(n)])
+                    writes.append((idx, d, mem.acc[d]))
+    return writes, None
+
+
+def iterations(ins: Insn) -> int:
+    return ins.outer * ins.inner if ins.op in (Opcode.GEMM, Opcode.ALU) else 0
+
+
+# --- the bench -----------------------------------------------------------------------------------
+
+def _bit(h) -> int:
+    v = h.value
+    assert v.is_resolvable, f"{h._name} is {v} after reset, expected 0 or 1"
+    return int(v)
+
+
+@dataclass
+class Log:
+    """What the unit did, cycle by cycle."""
+
+    writes: list[tuple[int, int, int]] = field(default_factory=list)    # cycle, row, data
+    pops: list[tuple[int, int, int]] = field(default_factory=list)      # cycle, prev, next
+    pushes: list[tuple[int, int, int]] = field(default_factory=list)    # cycle, prev, next
+    errs: list[tuple[int, int, int]] = field(default_factory=list)      # cycle, code, pc
+    takes: list[tuple[int, int]] = field(default_factory=list)          # cycle, pc
+    read_cycles: list[int] = field(default_factory=list)
+    wgt_reads: int = 0
+    macs: int = 0
+    gemm_busy: int = 0
+    status: dict[int, tuple[int, int, int]] = field(default_factory=dict)   # idle, waiting, busy
+    violations: list[str] = field(default_factory=list)
+
+
+class TB:
+    def __init__(self, dut, seed: int) -> None:
+        self.dut = dut
+        self.n = len(dut.inp_rdata) // 8
+        self.depths = (1 << len(dut.inp_raddr), 1 << len(dut.wgt_raddr),
+                       1 << len(dut.acc_raddr0))
+        self.icarus = "icarus" in cocotb.SIM_NAME.lower()
+        self.rng = random.Random(seed)
+        self.mem = Memories.random(self.rng, self.n, *self.depths)
+        self.task = None
+        self._fresh()
+        start_clock(dut)
+        dut.insn_valid.value = 0
+        dut.insn.value = 0
+        dut.insn_pc.value = 0
+        dut.tok_prev_avail.value = 0
+        dut.tok_next_avail.value = 0
+        dut.stop.value = 0
+        for s in ("inp_rdata", "wgt_rdata", "acc_rdata0", "acc_rdata1", "acc_rdata2"):
+            getattr(dut, s).value = 0
+
+    def _fresh(self) -> None:
+        self.init = self.mem.copy()
+        self.program: list[Insn] = []
+        self.pending: deque[tuple[int, int]] = deque()     # (instruction word, pc) not yet taken
+        self.tokens = {"prev": 0, "next": 0}
+        self.stop = False
+        self.auto_stop = True          # raise stop the cycle after err, as the accelerator top
+        self.p_gap = 0.0               # probability that insn_valid is low although one is queued
+        self.p_token = 0.0             # per cycle: probability that the other units give a token
+        self.cycle = 0
+        self.log = Log()
+        self.sampled = Event()         # set when a cycle's outputs have been sampled
+
+    async def reset(self) -> None:
+        """Reset the unit; the scratchpads as they are now are the reference's start."""
+        if self.task is not None:
+            self.task.cancel()
+        d = self.dut
+        d.insn_valid.value = 0
+        d.stop.value = 0
+        await reset(d, hold=4, settle=2)
+        self._fresh()
+        self.task = cocotb.start_soon(self._cycles())
+
+    async def restart(self, seed: int) -> None:
+        """Fresh random scratchpads and a reset, within one test."""
+        self.rng = random.Random(seed)
+        self.mem = Memories.random(self.rng, self.n, *self.depths)
+        await self.reset()
+
+    def queue(self, insns: list[Insn]) -> None:
+        for ins in insns:
+            self.pending.append((int.from_bytes(isa.encode(ins), "little"),
+                                 PC0 + len(self.program)))
+            self.program.append(ins)
+
+    async def _cycles(self) -> None:
+        """Drive each cycle's inputs just after the rising edge, sample the unit's outputs at
+        the falling edge, and play the scratchpads, the queue and the token counters."""
+        d, n, rng, log = self.dut, self.n, self.rng, self.log
+        rdata: dict[str, int | None] = {}
+        while True:
+            await RisingEdge(d.clk)
+            self.cycle += 1
+            cyc = self.cycle
+            # read data of last cycle's reads; anything else is garbage the unit must not use
+            d.inp_rdata.value = rdata.get("inp") if rdata.get("inp") is not None \
+                else rng.getrandbits(8 * n)
+            d.wgt_rdata.value = rdata.get("wgt") if rdata.get("wgt") is not None \
+                else rng.getrandbits(8 * n * n)
+            for p in "012":
+                v = rdata.get("acc" + p)
+                getattr(d, "acc_rdata" + p).value = v if v is not None else rng.getrandbits(32 * n)
+            if self.p_token and rng.random() < self.p_token:
+                k = rng.choice(("prev", "next"))
+                self.tokens[k] = min(self.tokens[k] + 1, 3)
+            head = self.pending[0] if self.pending and rng.random() >= self.p_gap else None
+            d.insn_valid.value = int(head is not None)
+            if head is not None:
+                d.insn.value = head[0]
+                d.insn_pc.value = head[1]
+            d.tok_prev_avail.value = int(self.tokens["prev"] > 0)
+            d.tok_next_avail.value = int(self.tokens["next"] > 0)
+            d.stop.value = int(self.stop)
+            stop = self.stop
+
+            await FallingEdge(d.clk)
+            mem = self.mem
+            rdata = {}
+            if _bit(d.inp_re):
+                rdata["inp"] = mem.inp[int(d.inp_raddr.value)]
+            if _bit(d.wgt_re):
+                rdata["wgt"] = mem.wgt[int(d.wgt_raddr.value)]
+                log.wgt_reads += 1
+            for p in "012":
+                if _bit(getattr(d, "acc_re" + p)):
+                    rdata["acc" + p] = mem.acc[int(getattr(d, "acc_raddr" + p).value)]
+            if rdata:
+                log.read_cycles.append(cyc)
+            if _bit(d.acc_we):          # after the reads: a same-cycle read sees the old row
+                row, data = int(d.acc_waddr.value), int(d.acc_wdata.value)
+                mem.acc[row] = data
+                log.writes.append((cyc, row, data))
+            ready = _bit(d.insn_ready)
+            if ready and stop:
+                log.violations.append(f"cycle {cyc}: insn_ready while stop")
+            if head is not None and ready:
+                self.pending.popleft()
+                log.takes.append((cyc, head[1]))
+            pp, pn = _bit(d.tok_pop_prev), _bit(d.tok_pop_next)
+            if pp or pn:
+                for k, v in (("prev", pp), ("next", pn)):
+                    if v and self.tokens[k] <= 0:
+                        log.violations.append(f"cycle {cyc}: pop_{k} without a token")
+                    self.tokens[k] -= v
+                if stop:
+                    log.violations.append(f"cycle {cyc}: pop while stop")
+                log.pops.append((cyc, pp, pn))
+            qp, qn = _bit(d.tok_push_prev), _bit(d.tok_push_next)
+            if qp or qn:
+                log.pushes.append((cyc, qp, qn))
+            if _bit(d.err):
+                log.errs.append((cyc, int(d.err_code.value), int(d.err_pc.value)))
+                if self.auto_stop:
+                    self.stop = True
+            st = (_bit(d.idle), _bit(d.waiting), _bit(d.busy))
+            log.status[cyc] = st
+            if st[0] + st[1] + st[2] > 1:
+                log.violations.append(f"cycle {cyc}: idle/waiting/busy = {st}")
+            log.macs += _bit(d.mac_pulse)
+            log.gemm_busy += _bit(d.gemm_busy)
+            self.sampled.set()
+
+    async def next_cycle(self) -> int:
+        """Wait until the next cycle has been sampled; returns its number."""
+        self.sampled.clear()
+        await self.sampled.wait()
+        return self.cycle
+
+    async def wait_idle(self, max_cycles: int = 20000) -> None:
+        """Until every queued instruction is taken (or stop is up) and the unit stays idle."""
+        quiet = 0
+        for _ in range(max_cycles):
+            cyc = await self.next_cycle()
+            done = (not self.pending or self.stop) and self.log.status[cyc][0]
+            quiet = quiet + 1 if done else 0
+            if quiet >= 4:
+                return
+        raise AssertionError(f"not idle after {max_cycles} cycles: {len(self.pending)} "
+                             f"instructions not taken, tokens {self.tokens}, status "
+                             f"{self.log.status.get(self.cycle)}")
+
+    async def run(self, insns: list[Insn], max_cycles: int = 20000) -> None:
+        self.queue(insns)
+        await self.wait_idle(max_cycles)
+
+    def check(self) -> None:
+        """Everything the unit did since reset against the sequential reference."""
+        log = self.log
+        assert not log.violations, f"protocol violations: {log.violations[:5]}"
+        ref = self.init.copy()
+        exp_writes, err_idx = reference(self.program, ref)
+        got = [(r, v) for _, r, v in log.writes]
+        for k, (g, (idx, row, data)) in enumerate(zip(got, exp_writes, strict=False)):
+            assert g == (row, data), (
+                f"write {k} (instruction {idx}: {self.program[idx]}): row {g[0]} "
+                f"{lanes32(g[1], self.n)}, expected row {row} {lanes32(data, self.n)}")
+        assert len(got) == len(exp_writes), \
+            f"{len(got)} accumulator writes, expected {len(exp_writes)}"
+        assert self.mem.acc == ref.acc, "accumulator contents differ from the reference"
+
+        ran = self.program if err_idx is None else self.program[:err_idx + 1]
+        exp_errs = [] if err_idx is None else [(AccelError.SP_RANGE, PC0 + err_idx)]
+        assert [(c, p) for _, c, p in log.errs] == exp_errs, \
+            f"errors (code, pc) {[(c, p) for _, c, p in log.errs]}, expected {exp_errs}"
+        assert [p for _, p in log.takes[:len(ran)]] == [PC0 + i for i in range(len(ran))], \
+            f"taken pcs {[p for _, p in log.takes]}"
+
+        # pops: one event per started instruction that has pop flags, with exactly its flags
+        poppers = [i for i, x in enumerate(ran) if x.pop_prev or x.pop_next]
+        assert [(p, q) for _, p, q in log.pops] == \
+            [(ran[i].pop_prev, ran[i].pop_next) for i in poppers], \
+            f"pops {log.pops}, expected for instructions {poppers}"
+        # pushes: one event per completed instruction (not the failing one)
+        done = ran if err_idx is None else ran[:-1]
+        pushers = [i for i, x in enumerate(done) if x.push_prev or x.push_next]
+        assert [(p, q) for _, p, q in log.pushes] == \
+            [(done[i].push_prev, done[i].push_next) for i in pushers], \
+            f"pushes {log.pushes}, expected for instructions {pushers}"
+
+        # timing: a pop precedes the instruction's first write by at least the read cycle; a
+        # push comes no earlier than the last write of its instruction and of every earlier one
+        wcyc: dict[int, list[int]] = {}
+        for (c, _, _), (idx, _, _) in zip(log.writes, exp_writes, strict=True):
+            wcyc.setdefault(idx, []).append(c)
+        for (c, _, _), i in zip(log.pops, poppers, strict=True):
+            if i in wcyc:
+                assert c < wcyc[i][0] - 1, \
+                    f"instruction {i} popped in cycle {c}, its first write is in {wcyc[i][0]}"
+        for (c, _, _), i in zip(log.pushes, pushers, strict=True):
+            before = [w for j, ws in wcyc.items() if j <= i for w in ws]
+            if before:
+                assert c >= max(before), \
+                    f"instruction {i} pushed in cycle {c}, before a write in cycle {max(before)}"
+        gemms = [x for x in done if x.op == Opcode.GEMM and iterations(x)]
+        assert log.wgt_reads == len(gemms), \
+            f"{log.wgt_reads} weight reads, expected one per GEMM ({len(gemms)})"
+        macs = sum(iterations(x) for x in gemms)
+        assert log.macs == macs, f"mac_pulse {log.macs} times, expected {macs}"
+
+
+# --- program generators --------------------------------------------------------------------------
+
+def rand_flags(rng: random.Random, p: float) -> dict[str, int]:
+    return {f: 1 for f in FLAGS if rng.random() < p}
+
+
+def rand_gemm(rng: random.Random, region: int = 24, p_flags: float = 0.0) -> Insn:
+    return isa.gemm(reset=int(rng.random() < 0.3), acc_base=rng.randrange(region),
+                    inp_base=rng.randrange(64), wgt_base=rng.randrange(8),
+                    outer=rng.choice([1, 1, 2, 3, 4]), inner=rng.choice([1, 2, 3, 5, 8]),
+                    acc_so=rng.choice([0, 1, 2, 4, 8]), acc_si=rng.choice([0, 0, 1, 1, 2, 3]),
+                    inp_so=rng.choice([0, 1, 5]), inp_si=rng.choice([0, 1, 2]),
+                    **rand_flags(rng, p_flags))
+
+
+def rand_alu(rng: random.Random, region: int = 24, p_flags: float = 0.0) -> Insn:
+    op = rng.choice(list(AluOp))
+    f = dict(dst_base=rng.randrange(region), src_base=rng.randrange(region),
+             outer=rng.choice([1, 1, 2, 3]), inner=rng.choice([1, 2, 3, 6]),
+             dst_so=rng.choice([0, 1, 2, 5]), dst_si=rng.choice([0, 0, 1, 1, 2]),
+             src_so=rng.choice([0, 1, 3]), src_si=rng.choice([0, 1, 1, 2]),
+             **rand_flags(rng, p_flags))
+    if op == AluOp.REQ:
+        return isa.req(rng.randint(-128, 127), rng.randint(-128, 127), rng.randint(-128, 127),
+                       **f)
+    if rng.random() < 0.35:
+        imm = rng.choice([0, 1, -1, 5, 31, 17, -(1 << 23), (1 << 23) - 1, rng.randint(-99, 99)])
+        return isa.alu(op, imm=imm, **f)
+    return isa.alu(op, **f)
+
+
+def rand_program(rng: random.Random, count: int, p_flags: float = 0.0,
+                 p_zero: float = 0.05) -> list[Insn]:
+    out = []
+    for _ in range(count):
+        ins = rand_gemm(rng, p_flags=p_flags) if rng.random() < 0.45 \
+            else rand_alu(rng, p_flags=p_flags)
+        if rng.random() < p_zero:
+            ins = Insn(ins.op, {**ins.fields, rng.choice(["outer", "inner"]): 0})
+        out.append(ins)
+    return out
+
+
+# --- tests ---------------------------------------------------------------------------------------
+
+@cocotb.test(timeout_time=2, timeout_unit="ms")
+async def test_gemm_loops(dut) -> None:
+    """GEMM loop nests: reset and accumulate, outer/inner strides on acc and inp, a new weight
+    tile per instruction, back to back."""
+    tb = TB(dut, seed=1)
+    await tb.reset()
+    await tb.run([
+        isa.gemm(reset=1, acc_base=0, inp_base=0, wgt_base=0, outer=4, inner=8, acc_so=8,
+                 acc_si=1, inp_so=8, inp_si=1),
+        isa.gemm(acc_base=0, inp_base=32, wgt_base=1, outer=4, inner=8, acc_so=8, acc_si=1,
+                 inp_so=8, inp_si=1),
+        isa.gemm(acc_base=40, inp_base=100, wgt_base=2, outer=3, inner=5, acc_so=100,
+                 acc_si=7, inp_so=1000, inp_si=200),
+        isa.gemm(reset=1, acc_base=7, inp_base=9, wgt_base=1023, outer=1, inner=1),
+        isa.gemm(acc_base=7, inp_base=8191, wgt_base=3, outer=1, inner=1),
+    ])
+    tb.check()
+
+
+@cocotb.test(timeout_time=2, timeout_unit="ms")
+async def test_alu_ops(dut) -> None:
+    """Every ALU operation on rows and on immediates; REQ with per-lane multiplier and shift rows
+    as the requantizer produces them, lo > hi included."""
+    tb = TB(dut, seed=2)
+    n = tb.n
+    rng = tb.rng
+    for r in range(200, 216, 2):        # REQ parameter rows: M in [2^30, 2^31), shifts 0..63
+        tb.mem.acc[r] = pack32([rng.randint(1 << 30, (1 << 31) - 1) for _ in range(n)])
+        tb.mem.acc[r + 1] = pack32(
+            [rng.choice([0, 1, 31, 32, 40, 62, 63]) | (rng.getrandbits(20) << 6)
+             for _ in range(n)])
+    await tb.reset()
+    prog = []
+    for k, op in enumerate(AluOp):
+        if op == AluOp.REQ:
+            continue
+        prog.append(isa.alu(op, dst_base=16 * k, src_base=100 + 8 * k, outer=2, inner=4,
+                            dst_so=4, dst_si=1, src_so=4, src_si=1))
+        prog.append(isa.alu(op, imm=rng.choice([-7, 3, 31, 1 << 20]), dst_base=16 * k + 8,
+                            outer=1, inner=8, dst_si=1))
+    prog += [isa.req(zp=-3, dst_base=300, src_base=200, outer=2, inner=4, dst_so=4, dst_si=1,
+                     src_so=2, src_si=4),
+             isa.req(zp=10, lo=-20, hi=20, dst_base=310, src_base=204, outer=1, inner=6,
+                     dst_si=1, src_si=2),
+             isa.req(zp=0, lo=50, hi=-50, dst_base=320, src_base=210, outer=1, inner=3,
+                     dst_si=1)]
+    await tb.run(prog)
+    tb.check()
+
+
+@cocotb.test(timeout_time=2, timeout_unit="ms")
+async def test_hazards(dut) -> None:
+    """Read-after-write at distance 1, 2 and 3 inside an instruction and across instructions:
+    GEMM with acc_si = 0, ALU src == dst, running sums over neighbouring rows, REQ reading a
+    shift row written one iteration earlier, ALU right after the GEMM that wrote its rows."""
+    tb = TB(dut, seed=3)
+    for rnd, gap in enumerate((0.0, 0.5)):
+        await tb.restart(seed=30 + rnd)
+        tb.p_gap = gap
+        await tb.run([
+            isa.gemm(acc_base=0, inp_base=0, wgt_base=0, outer=2, inner=6, acc_so=1, acc_si=0,
+                     inp_so=6, inp_si=1),                                    # same row x6
+            isa.gemm(reset=1, acc_base=5, inp_base=3, wgt_base=1, outer=3, inner=3, acc_so=1,
+                     acc_si=0, inp_si=1),                                    # reset on one row
+            isa.gemm(acc_base=10, inp_base=20, wgt_base=2, outer=4, inner=4, acc_so=1,
+                     acc_si=1, inp_si=1),                                    # overlapping rows
+            isa.alu(AluOp.ADD, dst_base=10, src_base=10, outer=1, inner=5),  # doubling
+            isa.alu(AluOp.ADD, dst_base=21, src_base=20, outer=1, inner=8, dst_si=1,
+                    src_si=1),                                               # running sum (d-1)
+            isa.alu(AluOp.MAX, dst_base=32, src_base=30, outer=1, inner=8, dst_si=1,
+                    src_si=1),                                               # distance 2
+            isa.alu(AluOp.SHR, dst_base=43, src_base=40, outer=1, inner=8, dst_si=1,
+                    src_si=1),                                               # distance 3
+            isa.alu(AluOp.MOV, dst_base=60, src_base=3, outer=1, inner=4, dst_si=1),
+            isa.req(zp=1, dst_base=59, src_base=60, outer=1, inner=3, dst_si=1),  # s+1 = d - 1
+            isa.gemm(reset=1, acc_base=70, inp_base=40, wgt_base=3, outer=1, inner=3,
+                     acc_si=1, inp_si=1),
+            isa.alu(AluOp.MUL, dst_base=72, src_base=71, outer=1, inner=1),  # row of the GEMM
+            isa.alu(AluOp.ADD, dst_base=70, src_base=72, outer=1, inner=2, dst_si=1),
+            isa.gemm(acc_base=72, inp_base=1, wgt_base=4, outer=1, inner=2),  # GEMM after ALU
+            isa.alu(AluOp.MIN, imm=-5, dst_base=72, outer=1, inner=1),
+        ])
+        tb.check()
