@@ -26,10 +26,7 @@ module accel_load #(
     parameter integer DATA_WIDTH = 512,         // card AXI data width
     parameter integer ADDR_WIDTH = 32,          // card AXI address width (>= 32)
     parameter integer MAX_BURST = 16,           // longest read burst (beats)
-    parameter integer MAX_OUTSTANDING = 4,      // read bursts in flight
-    parameter integer INP_AW = $clog2(INP_DEPTH),
-    parameter integer WGT_AW = $clog2(WGT_DEPTH),
-    parameter integer ACC_AW = $clog2(ACC_DEPTH)
+    parameter integer MAX_OUTSTANDING = 4       // read bursts in flight
 ) (
     input  wire                     clk,
     input  wire                     rst,
@@ -71,18 +68,21 @@ module accel_load #(
 
     // scratchpad write ports
     output wire                     inp_we,
-    output wire [INP_AW-1:0]        inp_waddr,
+    output wire [$clog2(INP_DEPTH)-1:0] inp_waddr,
     output wire [8*N-1:0]           inp_wdata,
     output wire                     wgt_we,
-    output wire [WGT_AW-1:0]        wgt_waddr,
+    output wire [$clog2(WGT_DEPTH)-1:0] wgt_waddr,
     output wire [8*N*N-1:0]         wgt_wdata,
     output wire                     acc_we,
-    output wire [ACC_AW-1:0]        acc_waddr,
+    output wire [$clog2(ACC_DEPTH)-1:0] acc_waddr,
     output wire [32*N-1:0]          acc_wdata
 );
 
 // --- geometry ------------------------------------------------------------------------------------
 localparam integer BEAT = DATA_WIDTH / 8;           // bytes per beat
+localparam integer INP_AW = $clog2(INP_DEPTH);
+localparam integer WGT_AW = $clog2(WGT_DEPTH);
+localparam integer ACC_AW = $clog2(ACC_DEPTH);
 localparam integer BSH = $clog2(BEAT);
 localparam integer PAGE_BEATS = 4096 / BEAT;
 localparam integer PW = $clog2(PAGE_BEATS);
@@ -118,9 +118,6 @@ initial begin
     if (INP_DEPTH < 2 || WGT_DEPTH < 2 || ACC_DEPTH < 2 || INP_DEPTH > 65536
         || WGT_DEPTH > 65536 || ACC_DEPTH > 65536)
         $fatal(1, "accel_load: scratchpad depths must be 2..65536");
-    if (INP_AW != $clog2(INP_DEPTH) || WGT_AW != $clog2(WGT_DEPTH)
-        || ACC_AW != $clog2(ACC_DEPTH))
-        $fatal(1, "accel_load: *_AW are derived from the depths; do not override them");
     if (PDW >= YW || PDW >= XW) $fatal(1, "accel_load: padding fields wider than sizes");
 end
 
