@@ -486,3 +486,282 @@ async def test_hazards(dut) -> None:
             isa.alu(AluOp.MIN, imm=-5, dst_base=72, outer=1, inner=1),
         ])
         tb.check()
+
+
+@cocotb.test(timeout_time=5, timeout_unit="ms")
+async def test_random_programs(dut) -> None:
+    """Random GEMM/ALU programs over a few dozen rows (so dense read-after-write hazards of every
+    distance), with dependency flags, tokens that arrive at random, queue gaps and empty loops."""
+    tb = TB(dut, seed=4)
+    rounds, count = (2, 40) if tb.icarus else (6, 120)
+    total = 0
+    for r in range(rounds):
+        await tb.restart(seed=40 + r)
+        tb.p_gap = (0.0, 0.3, 0.7)[r % 3]
+        tb.p_token = 0.2
+        await tb.run(rand_program(tb.rng, count, p_flags=0.15, p_zero=0.08), max_cycles=40000)
+        tb.check()
+        total += len(tb.log.writes)
+    dut._log.info("random programs: %d x %d instructions, %d writes checked", rounds, count, total)
+
+
+def _with(ins: Insn, **f: int) -> Insn:
+    return Insn(ins.op, {**ins.fields, **f})
+
+
+@cocotb.test(timeout_time=5, timeout_unit="ms")
+async def test_sp_range(dut) -> None:
+    """SP_RANGE on every row kind at the boundary: each case runs between a good GEMM and a good
+    ALU. A failing case pulses err once with its pc and code, pops its tokens, writes nothing,
+    pushes nothing, and nothing after it starts; a case that just fits, or has no iterations
+    (whatever its rows), runs and pushes."""
+    tb = TB(dut, seed=5)
+    inp_d, wgt_d, acc_d = tb.depths
+    g = dict(outer=1, inner=1)
+    cases = [
+        ("GEMM acc last = depth-1", isa.gemm(acc_base=acc_d - 9, outer=2, inner=5, acc_so=4,
+                                             acc_si=1, inp_si=1), False),
+        ("GEMM acc last = depth", isa.gemm(acc_base=acc_d - 8, outer=2, inner=5, acc_so=4,
+                                           acc_si=1, inp_si=1), True),
+        ("GEMM acc_base 0xFFFF", isa.gemm(acc_base=0xFFFF, **g), True),
+        ("GEMM inp last = depth-1", isa.gemm(inp_base=inp_d - 8, outer=2, inner=3, inp_so=3,
+                                             inp_si=2, acc_si=1), False),
+        ("GEMM inp last = depth", isa.gemm(inp_base=inp_d - 7, outer=2, inner=3, inp_so=3,
+                                           inp_si=2, acc_si=1), True),
+        ("GEMM wgt_base = depth-1", isa.gemm(wgt_base=wgt_d - 1, **g), False),
+        ("GEMM wgt_base = depth", isa.gemm(wgt_base=wgt_d, **g), True),
+        ("GEMM largest loop", isa.gemm(outer=4095, inner=4095, acc_so=4095, acc_si=255,
+                                       inp_so=4095, inp_si=255), True),
+        ("GEMM outer 0, rows out of range", isa.gemm(acc_base=0xFFFF, inp_base=0xFFFF,
+                                                     wgt_base=0xFFFF, outer=0, inner=9), False),
+        ("ALU dst last = depth-1", isa.alu(AluOp.MAX, dst_base=acc_d - 6, outer=2, inner=3,
+                                           dst_so=3, dst_si=1), False),
+        ("ALU dst last = depth", isa.alu(AluOp.MAX, dst_base=acc_d - 5, outer=2, inner=3,
+                                         dst_so=3, dst_si=1), True),
+        ("ALU dst_base 0x3FFF", isa.alu(AluOp.ADD, dst_base=0x3FFF, **g), True),
+        ("ALU src last = depth-1", isa.alu(AluOp.ADD, src_base=acc_d - 4, outer=1, inner=4,
+                                           src_si=1, dst_si=1), False),
+        ("ALU src last = depth", isa.alu(AluOp.ADD, src_base=acc_d - 3, outer=1, inner=4,
+                                         src_si=1, dst_si=1), True),
+        ("REQ shift row = depth-1", isa.req(src_base=acc_d - 2, dst_base=3, **g), False),
+        ("REQ shift row = depth", isa.req(src_base=acc_d - 1, dst_base=3, **g), True),
+        ("ALU imm, src out of range", isa.alu(AluOp.ADD, imm=3, src_base=0x3FFF, dst_base=5,
+                                              outer=2, inner=2, dst_si=1, dst_so=2), False),
+        ("ALU inner 0, rows out of range", isa.alu(AluOp.MUL, dst_base=0x3FFF, src_base=0x3FFF,
+                                                   outer=3, inner=0), False),
+        ("ALU largest loop", isa.alu(AluOp.MOV, outer=4095, inner=4095, dst_so=4095,
+                                     dst_si=255), True),
+    ]
+    for k, (label, ins, fails) in enumerate(cases):
+        await tb.restart(seed=50 + k)
+        tb.tokens["prev"] = 2
+        await tb.run([
+            isa.gemm(reset=1, acc_base=1, inp_base=2, wgt_base=3, outer=1, inner=4, acc_si=1,
+                     push_next=1),
+            _with(ins, pop_prev=1, push_prev=1, push_next=1),
+            isa.alu(AluOp.ADD, imm=1, dst_base=1, outer=1, inner=2, dst_si=1, pop_prev=1,
+                    push_prev=1),
+        ])
+        errs = tb.log.errs
+        assert len(errs) == int(fails), f"{label}: err pulses {errs}, expected {int(fails)}"
+        if fails:
+            assert errs[0][1] == AccelError.SP_RANGE and errs[0][2] == PC0 + 1, \
+                f"{label}: err code/pc {errs[0][1:]}, expected {(3, PC0 + 1)}"
+        tb.check()
+
+
+@cocotb.test(timeout_time=2, timeout_unit="ms")
+async def test_token_waits(dut) -> None:
+    """An instruction without its tokens is held (waiting, nothing read or written, the queue
+    not drained further) and starts in the cycle its tokens appear, popping them then; pushes
+    come with the last write; a held instruction is not waiting while the previous one runs."""
+    tb = TB(dut, seed=6)
+    await tb.reset()
+    log = tb.log
+    tb.queue([
+        isa.gemm(reset=1, acc_base=0, inp_base=0, wgt_base=0, outer=1, inner=20, acc_si=1,
+                 inp_si=1, pop_prev=1, push_next=1),
+        isa.req(zp=2, dst_base=0, src_base=100, outer=1, inner=20, dst_si=1, pop_next=1,
+                push_prev=1),
+        isa.gemm(acc_base=0, inp_base=50, wgt_base=1, outer=2, inner=2, acc_so=2, acc_si=1,
+                 pop_prev=1, pop_next=1, push_prev=1, push_next=1),
+    ])
+
+    async def hold(cycles: int) -> list[int]:
+        return [await tb.next_cycle() for _ in range(cycles)]
+
+    async def give(kind: str) -> int:
+        """A token becomes available in the returned cycle."""
+        tb.tokens[kind] += 1
+        return await tb.next_cycle()
+
+    held = await hold(40)
+    assert len(log.takes) == 1, f"took {len(log.takes)} instructions while the first waits"
+    assert not log.pops and not log.writes and not log.read_cycles, \
+        f"activity without tokens: pops {log.pops}, writes {len(log.writes)}"
+    assert all(log.status[c] == (0, 1, 0) for c in held[3:]), \
+        f"(idle, waiting, busy) while held: {sorted({log.status[c] for c in held[3:]})}"
+
+    c = await give("prev")
+    assert log.pops == [(c, 1, 0)], f"pops {log.pops}, expected pop_prev in cycle {c}"
+    await hold(60)                                       # GEMM runs; the REQ then waits for next
+    assert len(log.writes) == 20 and log.read_cycles[0] == c + 1, \
+        f"{len(log.writes)} writes, first read in {log.read_cycles[0]} (start was {c})"
+    assert log.pushes == [(log.writes[-1][0], 0, 1)], \
+        f"pushes {log.pushes}, expected push_next with the last write ({log.writes[-1][0]})"
+    gemm_cycles = range(c + 1, log.writes[-1][0] + 1)
+    assert all(log.status[k] == (0, 0, 1) for k in gemm_cycles), \
+        "not (busy, not waiting) while the first GEMM runs and the REQ is held"
+    assert log.status[tb.cycle] == (0, 1, 0), f"REQ not waiting: {log.status[tb.cycle]}"
+
+    c = await give("next")
+    await hold(40)
+    assert log.pops[1] == (c, 0, 1) and len(log.writes) == 40, \
+        f"REQ: pops {log.pops}, {len(log.writes)} writes"
+    c = await give("prev")                               # the last GEMM needs both tokens
+    await hold(20)
+    assert len(log.pops) == 2 and len(log.writes) == 40 and log.status[tb.cycle] == (0, 1, 0), \
+        f"last GEMM started with one of its two tokens: pops {log.pops}"
+    c = await give("next")
+    await tb.wait_idle()
+    assert log.pops[2] == (c, 1, 1), f"pops {log.pops}, expected both in cycle {c}"
+    tb.check()
+
+
+@cocotb.test(timeout_time=2, timeout_unit="ms")
+async def test_stop_while_waiting(dut) -> None:
+    """stop drops a held instruction: no pop even when its token comes, nothing read or written,
+    nothing more taken from the queue (insn_ready low), idle within two cycles."""
+    tb = TB(dut, seed=7)
+    await tb.reset()
+    log = tb.log
+    tb.queue([isa.gemm(acc_base=4, outer=1, inner=3, acc_si=1, pop_prev=1, push_next=1),
+              isa.alu(AluOp.ADD, imm=1, dst_base=4, outer=1, inner=1, push_next=1)])
+    for _ in range(10):
+        c = await tb.next_cycle()
+    assert log.status[c] == (0, 1, 0), f"(idle, waiting, busy) {log.status[c]}, expected waiting"
+    tb.stop = True
+    c_stop = await tb.next_cycle()
+    tb.tokens["prev"] = 1
+    for _ in range(30):
+        c = await tb.next_cycle()
+    assert log.status[c_stop + 2] == (1, 0, 0) and log.status[c] == (1, 0, 0), \
+        f"status after stop {log.status[c_stop + 2]}, later {log.status[c]}, expected idle"
+    assert not log.pops and not log.writes and not log.read_cycles and not log.pushes, \
+        f"activity after stop: pops {log.pops} pushes {log.pushes} writes {len(log.writes)}"
+    assert len(log.takes) == 1 and len(tb.pending) == 1, \
+        f"{len(log.takes)} taken, {len(tb.pending)} left in the queue, expected 1 and 1"
+    assert not log.violations, log.violations
+
+
+@cocotb.test(timeout_time=2, timeout_unit="ms")
+async def test_stop_while_running(dut) -> None:
+    """stop cuts a running GEMM short: iterations in flight finish (at most two more writes,
+    all correct), it never pushes, the next instruction never starts, the unit goes idle."""
+    tb = TB(dut, seed=8)
+    await tb.reset()
+    log = tb.log
+    tb.queue([isa.gemm(acc_base=10, inp_base=5, wgt_base=2, outer=1, inner=300, acc_si=1,
+                       inp_si=1, push_prev=1, push_next=1),
+              isa.alu(AluOp.MOV, imm=7, dst_base=0, outer=1, inner=4, dst_si=1, push_next=1)])
+    while len(log.writes) < 100:
+        c_stop = await tb.next_cycle()
+    tb.stop = True                        # stop is high from cycle c_stop + 1
+    for _ in range(10):
+        await tb.next_cycle()
+    last = log.writes[-1][0]
+    assert last <= c_stop + 2, f"writes until cycle {last}, stop was raised in {c_stop + 1}"
+    assert log.status[c_stop + 3] == (1, 0, 0), f"status {log.status[c_stop + 3]}, expected idle"
+    assert not log.pushes, f"pushes {log.pushes} for an instruction cut short"
+    exp, _ = reference(tb.program[:1], tb.init.copy())
+    got = [(r, v) for _, r, v in log.writes]
+    assert got == [(r, v) for _, r, v in exp[:len(got)]], "writes before the stop are wrong"
+    assert all(r >= 10 for r, _ in got), "the second instruction wrote"
+    assert not log.violations, log.violations
+
+
+@cocotb.test(timeout_time=2, timeout_unit="ms")
+async def test_empty_and_illegal(dut) -> None:
+    """Empty loops (outer or inner 0) and encodings the fetch unit never sends (LOAD, STORE,
+    END, opcodes 0 and 15, ALU op 7, REQ with use_imm) complete without hanging, with their pops
+    and their pushes after every earlier write; empty ones back to back take one cycle each."""
+    tb = TB(dut, seed=9)
+    await tb.reset()
+    tb.tokens = {"prev": 3, "next": 3}
+
+    def raw(opcode: int, **flags: int) -> Insn:
+        """A non-compute instruction: a no-op with flags for the reference."""
+        return Insn(Opcode.END, flags) if opcode not in (1, 2) else \
+            Insn(Opcode(opcode), {"buf": 2, **flags})
+
+    empties = [isa.gemm(acc_base=3, outer=0, inner=4, push_next=1),
+               isa.alu(AluOp.ADD, dst_base=3, outer=2, inner=0, push_prev=1),
+               isa.gemm(outer=0, inner=0, push_prev=1, push_next=1),
+               isa.req(outer=0, inner=1, push_next=1)]
+    prog = [isa.gemm(reset=1, acc_base=3, inp_base=1, wgt_base=1, outer=1, inner=6, acc_si=0)]
+    prog += empties
+    prog += [isa.alu(AluOp.ADD, src_base=3, dst_base=4, outer=1, inner=1, pop_prev=1,
+                     push_next=1),
+             raw(1, pop_next=1, push_next=1), raw(2, push_prev=1), raw(5, push_next=1),
+             isa.alu(7, dst_base=4, src_base=3, outer=1, inner=2, dst_si=1, push_prev=1)]
+    words = {7: 0x0 | 0x80, 8: 0xF | 0x40}     # opcodes 0 and 15 (replacing STORE and END)
+    tb.queue(prog)
+    for k, w in words.items():                 # swap in the raw words, flags kept equal
+        word, pc = tb.pending[k]
+        tb.pending[k] = (w, pc)
+    tb.program[7] = Insn(Opcode.END, {"push_next": 1})
+    tb.program[8] = Insn(Opcode.END, {"push_prev": 1})
+    await tb.wait_idle()
+    tb.check()
+    push_cycles = [c for c, _, _ in tb.log.pushes[:len(empties)]]
+    assert push_cycles == list(range(push_cycles[0], push_cycles[0] + len(empties))), \
+        f"empty instructions pushed in cycles {push_cycles}, expected one per cycle"
+
+    await tb.restart(seed=91)                  # REQ with use_imm: the shift row is unspecified
+    tb.queue([isa.alu(AluOp.REQ, imm=5, dst_base=2, outer=1, inner=3, dst_si=1, push_next=1)])
+    await tb.wait_idle()
+    assert len(tb.log.writes) == 3 and [(p, q) for _, p, q in tb.log.pushes] == [(0, 1)], \
+        f"REQ with use_imm: {len(tb.log.writes)} writes, pushes {tb.log.pushes}"
+
+
+@cocotb.test(timeout_time=5, timeout_unit="ms")
+async def test_throughput(dut) -> None:
+    """Cycle counts (printed): a stream of 256-iteration GEMM instructions runs one iteration
+    per cycle with at most 3 cycles of overhead per instruction, and the benchmark's pattern
+    (GEMMs over the K tiles of an output block, then one REQ pass over its rows)."""
+    tb = TB(dut, seed=10)
+    await tb.reset()
+    log = tb.log
+    count = 4 if tb.icarus else 16
+    await tb.run([isa.gemm(reset=int(k == 0), acc_base=0, inp_base=256 * (k % 8), wgt_base=k,
+                           outer=16, inner=16, acc_so=16, acc_si=1, inp_so=16, inp_si=1)
+                  for k in range(count)])
+    tb.check()
+    iters = 256 * count
+    cycles = log.writes[-1][0] - log.takes[0][0] + 1
+    dut._log.info("GEMM stream: %d instructions x 256 iterations: %d cycles from the first "
+                  "take to the last write, %.1f%% iterations, %.2f cycles overhead per "
+                  "instruction (pipeline fill included)", count, cycles, 100 * iters / cycles,
+                  (cycles - iters) / count)
+    assert cycles <= iters + 3 * count, f"{cycles} cycles for {iters} iterations"
+
+    await tb.restart(seed=11)
+    log = tb.log
+    blocks, ktiles = (1, 2) if tb.icarus else (2, 8)
+    prog = []
+    for b in range(blocks):
+        for k in range(ktiles):
+            prog.append(isa.gemm(reset=int(k == 0), acc_base=256 * b, inp_base=256 * k,
+                                 wgt_base=b * ktiles + k, outer=1, inner=256, acc_si=1,
+                                 inp_si=1))
+        prog.append(isa.req(zp=-1, dst_base=256 * b, src_base=2000, outer=1, inner=256,
+                            dst_si=1, push_next=1))
+    await tb.run(prog)
+    tb.check()
+    cycles = log.writes[-1][0] - log.takes[0][0] + 1
+    iters = sum(iterations(x) for x in prog)
+    dut._log.info("GEMM/REQ pattern: %d blocks x (%d GEMM + 1 REQ) x 256 iterations: %d cycles, "
+                  "%d GEMM iteration cycles (%.1f%%), %d overhead cycles in total; gemm_busy %d",
+                  blocks, ktiles, cycles, log.macs, 100 * log.macs / cycles, cycles - iters,
+                  log.gemm_busy)
+    assert cycles <= iters + 3 * len(prog), f"{cycles} cycles for {iters} iterations"
