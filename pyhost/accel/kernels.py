@@ -31,6 +31,8 @@ from pyhost.spec import isa
 from pyhost.spec.isa import AluOp, Buffer, Insn, Opcode, Unit
 
 Quant = Mapping[str, Any]
+#: The default accelerator build (the ISA's default parameters).
+DEFAULT_CFG = AccelConfig()
 
 #: Bytes of one beat of the card's 512-bit data bus (the model's timing estimate counts them).
 BEAT_BYTES = 64
@@ -539,7 +541,7 @@ def _req_imm(zp: int, lo: int, hi: int) -> int:
 def conv2d(in_shape: Sequence[int], q: Quant, *, inp: Ref, out: Ref, consts: Ref,
            strides: Sequence[int] = (1, 1), pads: Sequence[int] = (0, 0, 0, 0),
            dilations: Sequence[int] = (1, 1), group: int = 1,
-           act: tuple[int, int] | None = None, cfg: AccelConfig = AccelConfig(),
+           act: tuple[int, int] | None = None, cfg: AccelConfig = DEFAULT_CFG,
            name: str = "conv2d") -> Kernel:
     """Quantized Conv2d, bit-exact with compiler.quantize.kernels.qconv (+ clamp to `act`).
 
@@ -853,7 +855,7 @@ def _gemm_kernel(m: int, w_kn: np.ndarray, bias: np.ndarray, requant: tuple | No
 
 
 def gemm(m: int, q: Quant, *, inp: Ref, out: Ref, consts: Ref,
-         act: tuple[int, int] | None = None, cfg: AccelConfig = AccelConfig(),
+         act: tuple[int, int] | None = None, cfg: AccelConfig = DEFAULT_CFG,
          name: str = "gemm") -> Kernel:
     """Quantized Gemm / fully connected: (M, K) int8 @ (K, Nout) -> int8 (M, Nout), bit-exact
     with compiler.quantize.kernels.qgemm (+ clamp to `act`).
@@ -875,7 +877,7 @@ def gemm(m: int, q: Quant, *, inp: Ref, out: Ref, consts: Ref,
 
 
 def gemm_int32(m: int, weight_kn: np.ndarray, *, inp: Ref, out: Ref, consts: Ref,
-               bias: np.ndarray | None = None, cfg: AccelConfig = AccelConfig(),
+               bias: np.ndarray | None = None, cfg: AccelConfig = DEFAULT_CFG,
                name: str = "gemm_int32") -> Kernel:
     """(M, K) int8 @ (K, Nout) int8 (+ int32 bias) -> int32 (M, Nout) with STORE.ACC, no
     requantization: a direct test of the array (int32 wrap-around like the hardware)."""
@@ -888,7 +890,7 @@ def gemm_int32(m: int, weight_kn: np.ndarray, *, inp: Ref, out: Ref, consts: Ref
 
 def maxpool2d(in_shape: Sequence[int], kernel: Sequence[int], *, inp: Ref, out: Ref,
               strides: Sequence[int] | None = None, pads: Sequence[int] = (0, 0, 0, 0),
-              cfg: AccelConfig = AccelConfig(), name: str = "maxpool2d") -> Kernel:
+              cfg: AccelConfig = DEFAULT_CFG, name: str = "maxpool2d") -> Kernel:
     """int8 MaxPool2d (padding with -128, the int8 minimum): LOAD.ACC8 of a padded tile into
     ACC, one ALU MOV then a MAX per further window position over the tile's output rows, each
     with the two-level loop (output row, output column) and the pool strides; STORE.ACC8.
@@ -997,7 +999,7 @@ def add_multipliers(mults: Sequence[int], shifts: Sequence[int]) -> tuple[list[i
 
 
 def add(in_shape: Sequence[int], q: Quant, *, a: Ref, b: Ref, out: Ref, consts: Ref,
-        act: tuple[int, int] | None = None, cfg: AccelConfig = AccelConfig(),
+        act: tuple[int, int] | None = None, cfg: AccelConfig = DEFAULT_CFG,
         name: str = "add") -> Kernel:
     """Residual add of two int8 tensors of the same shape with their own scales and zero points
     into the output's (the quantizer's Add dict: `input_multipliers`, `input_shifts`,
@@ -1075,7 +1077,7 @@ def add(in_shape: Sequence[int], q: Quant, *, a: Ref, b: Ref, out: Ref, consts: 
 def global_avgpool(in_shape: Sequence[int], *, multiplier: int, shift: int,
                    input_zero_point: int, output_zero_point: int, inp: Ref, out: Ref,
                    consts: Ref, act: tuple[int, int] | None = None,
-                   cfg: AccelConfig = AccelConfig(), name: str = "global_avgpool") -> Kernel:
+                   cfg: AccelConfig = DEFAULT_CFG, name: str = "global_avgpool") -> Kernel:
     """GlobalAveragePool (ResNet-50's head): the sum of the H*W pixels of each channel block by
     a tree of ALU ADDs (halving the rows each pass), minus H*W times the input zero point, then
     REQ with (multiplier, shift) = quantize_multiplier(s_in / (H*W*s_out)):
@@ -1225,7 +1227,7 @@ class Estimate:
                 f"{self.insns} instructions")
 
 
-def estimate(insns: Sequence[Insn], cfg: AccelConfig = AccelConfig()) -> Estimate:
+def estimate(insns: Sequence[Insn], cfg: AccelConfig = DEFAULT_CFG) -> Estimate:
     """Cycle estimate of a stream: the in-order fetcher (one instruction per cycle, blocked
     while the unit holds queue_depth + 1 instructions), three units busy `insn_cycles` per
     instruction, starting when the tokens they pop have been pushed.
@@ -1304,7 +1306,7 @@ def _footprint(insn: Insn, n: int) -> list[tuple[Any, int, int, bool]]:
     return out
 
 
-def check_races(insns: Sequence[Insn], cfg: AccelConfig = AccelConfig()) -> int:
+def check_races(insns: Sequence[Insn], cfg: AccelConfig = DEFAULT_CFG) -> int:
     """Prove a stream race-free: every two instructions on different units whose footprints
     (scratchpad row ranges, slot-relative memory byte ranges) overlap with at least one write
     are ordered by tokens (the k-th pop of a counter waits for its k-th push). Raises
