@@ -39,8 +39,20 @@ def test_accel_vector(sim: str, n: int) -> None:
     assert res.tests == 3
 
 
+#: accel_compute configurations: the accelerator's defaults, and a small one (other address
+#: widths than the ISA fields) on Verilator only.
+COMPUTE_CONFIGS = {
+    "default": {},
+    "n4": {"N": 4, "INP_DEPTH": 2048, "WGT_DEPTH": 32, "ACC_DEPTH": 2048},
+}
+
+
 @pytest.mark.rtl
-def test_accel_compute(sim: str) -> None:
-    """The accel_compute bench passes (default N and scratchpad depths)."""
-    res = runner.run(sim, "accel_compute", COMPUTE_SRC, "tb.accel.test_accel_compute")
-    assert res.tests >= 1
+@pytest.mark.parametrize("config", list(COMPUTE_CONFIGS))
+def test_accel_compute(sim: str, config: str) -> None:
+    """The accel_compute bench passes."""
+    params = COMPUTE_CONFIGS[config]
+    _only_verilator_for_small_n(sim, params.get("N", 8))
+    res = runner.run(sim, "accel_compute", COMPUTE_SRC, "tb.accel.test_accel_compute",
+                     parameters=params)
+    assert res.tests == 10
