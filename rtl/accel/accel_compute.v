@@ -106,6 +106,14 @@ initial begin
         $fatal(1, "accel_compute: WGT_DEPTH must be a power of two 2..2^24, got %0d", WGT_DEPTH);
     if (ACC_AW < 1 || ACC_AW > 24 || (1 << ACC_AW) != ACC_DEPTH)
         $fatal(1, "accel_compute: ACC_DEPTH must be a power of two 2..2^24, got %0d", ACC_DEPTH);
+    // the decode below holds GEMM and ALU fields in registers of one width each
+    if (`F_GEMM_OUTER_W != 12 || `F_ALU_OUTER_W != 12 || `F_GEMM_INNER_W != 12
+            || `F_ALU_INNER_W != 12 || `F_GEMM_ACC_SO_W != 12 || `F_ALU_DST_SO_W != 12
+            || `F_GEMM_INP_SO_W != 12 || `F_ALU_SRC_SO_W != 12 || `F_GEMM_ACC_SI_W != 8
+            || `F_ALU_DST_SI_W != 8 || `F_GEMM_INP_SI_W != 8 || `F_ALU_SRC_SI_W != 8
+            || `F_GEMM_ACC_BASE_W != 16 || `F_GEMM_INP_BASE_W != 16 || `F_GEMM_WGT_BASE_W != 16
+            || `F_ALU_DST_BASE_W != 14 || `F_ALU_SRC_BASE_W != 14 || `F_ALU_IMM_W != 24)
+        $fatal(1, "accel_compute: ISA field widths changed (accel_isa.vh); adapt the decode");
 end
 
 // --- decode of the queue head (GEMM and ALU mapped onto one loop form) ---------------------------
