@@ -200,9 +200,12 @@ class TB:
 
     def queue(self, insns: list[Insn]) -> None:
         for ins in insns:
-            self.pending.append((int.from_bytes(isa.encode(ins), "little"),
-                                 PC0 + len(self.program)))
-            self.program.append(ins)
+            self.queue_raw(int.from_bytes(isa.encode(ins), "little"), ins)
+
+    def queue_raw(self, word: int, ref: Insn) -> None:
+        """Queue an instruction word; ``ref`` is what the reference runs for it."""
+        self.pending.append((word, PC0 + len(self.program)))
+        self.program.append(ref)
 
     async def _cycles(self) -> None:
         """Drive each cycle's inputs just after the rising edge, sample the unit's outputs at
@@ -702,28 +705,25 @@ async def test_empty_and_illegal(dut) -> None:
     await tb.reset()
     tb.tokens = {"prev": 3, "next": 3}
 
-    def raw(opcode: int, **flags: int) -> Insn:
-        """A non-compute instruction: a no-op with flags for the reference."""
-        return Insn(Opcode.END, flags) if opcode not in (1, 2) else \
-            Insn(Opcode(opcode), {"buf": 2, **flags})
+    def noop(opcode: int, **flags: int) -> tuple[int, Insn]:
+        """The word of a non-compute opcode with dependency flags, and what the reference runs
+        for it (an END, which it skips, with the same flags)."""
+        word = opcode | sum(1 << isa.field_lsb(Opcode.END, f) for f in flags)
+        return word, Insn(Opcode.END, flags)
 
     empties = [isa.gemm(acc_base=3, outer=0, inner=4, push_next=1),
                isa.alu(AluOp.ADD, dst_base=3, outer=2, inner=0, push_prev=1),
                isa.gemm(outer=0, inner=0, push_prev=1, push_next=1),
                isa.req(outer=0, inner=1, push_next=1)]
-    prog = [isa.gemm(reset=1, acc_base=3, inp_base=1, wgt_base=1, outer=1, inner=6, acc_si=0)]
-    prog += empties
-    prog += [isa.alu(AluOp.ADD, src_base=3, dst_base=4, outer=1, inner=1, pop_prev=1,
-                     push_next=1),
-             raw(1, pop_next=1, push_next=1), raw(2, push_prev=1), raw(5, push_next=1),
-             isa.alu(7, dst_base=4, src_base=3, outer=1, inner=2, dst_si=1, push_prev=1)]
-    words = {7: 0x0 | 0x80, 8: 0xF | 0x40}     # opcodes 0 and 15 (replacing STORE and END)
-    tb.queue(prog)
-    for k, w in words.items():                 # swap in the raw words, flags kept equal
-        word, pc = tb.pending[k]
-        tb.pending[k] = (w, pc)
-    tb.program[7] = Insn(Opcode.END, {"push_next": 1})
-    tb.program[8] = Insn(Opcode.END, {"push_prev": 1})
+    tb.queue([isa.gemm(reset=1, acc_base=3, inp_base=1, wgt_base=1, outer=1, inner=6,
+                       acc_si=0)] + empties
+             + [isa.alu(AluOp.ADD, src_base=3, dst_base=4, outer=1, inner=1, pop_prev=1,
+                        push_next=1)])
+    for opcode, flags in ((Opcode.LOAD, {"pop_next": 1, "push_next": 1}),
+                          (Opcode.STORE, {"push_prev": 1}), (Opcode.END, {"push_next": 1}),
+                          (0, {"pop_prev": 1, "push_prev": 1}), (15, {"push_next": 1})):
+        tb.queue_raw(*noop(int(opcode), **flags))
+    tb.queue([isa.alu(7, dst_base=4, src_base=3, outer=1, inner=2, dst_si=1, push_prev=1)])
     await tb.wait_idle()
     tb.check()
     push_cycles = [c for c, _, _ in tb.log.pushes[:len(empties)]]
