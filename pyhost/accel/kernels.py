@@ -741,7 +741,8 @@ def _gemm_plans(m: int, kb: int, nbo: int, cfg: AccelConfig, params: int) -> lis
 
 
 def _gemm_kernel(m: int, w_kn: np.ndarray, bias: np.ndarray, requant: tuple | None,
-                 inp: Ref, out: Ref, consts: Ref, cfg: AccelConfig, name: str) -> Kernel:
+                 inp: Ref, out: Ref, consts: Ref, cfg: AccelConfig, name: str, zin: int = 0
+                 ) -> Kernel:
     n = cfg.n
     _need(w_kn.ndim == 2, f"gemm weight must be 2-D, got {w_kn.shape}")
     k, nout = (int(v) for v in w_kn.shape)
@@ -845,7 +846,7 @@ def _gemm_kernel(m: int, w_kn: np.ndarray, bias: np.ndarray, requant: tuple | No
     return Kernel(
         name, tuple(insns),
         inputs=(TensorInfo("input", inp, (m, k, 1, 1), "int8", layout.act_bytes(k, 1, 1, n, m),
-                           0),),
+                           zin),),
         outputs=(TensorInfo("output", out, (m, nout, 1, 1), "int8" if requant else "int32",
                             layout.act_bytes(nout, 1, 1, n, m, 1 if requant else 4), zfill),),
         consts=blob.done(),
@@ -862,18 +863,18 @@ def gemm(m: int, q: Quant, *, inp: Ref, out: Ref, consts: Ref,
 
     `q` is the quantizer's dict (`weight` with `weight_axis`, `bias_corrected`, `multiplier`,
     `shift`, `input_zero_point`, `output_zero_point`). Input and output are rows of K/N (N/N)
-    blocks (`layout.pack_rows`); the input's padding lanes must hold its zero point, whose
-    products the corrected bias already accounts for only in real lanes, so they meet zero
-    weights.
+    blocks (`layout.pack_rows`); the input's padding lanes meet zero weights, so their contents
+    do not matter (by convention they hold the zero point, as every kernel's outputs do).
     """
     w = np.asarray(q["weight"])
     _need(w.ndim == 2, f"gemm weight must be 2-D, got {w.shape}")
     w_kn = w.T if int(q["weight_axis"]) == 0 else w
     zout = _int8("output zero point", q["output_zero_point"])
-    _int8("input zero point", q["input_zero_point"])
+    zin = _int8("input zero point", q["input_zero_point"])
     lo, hi = _bounds(act)
     return _gemm_kernel(int(m), np.asarray(w_kn), q["bias_corrected"],
-                        (q["multiplier"], q["shift"], zout, lo, hi), inp, out, consts, cfg, name)
+                        (q["multiplier"], q["shift"], zout, lo, hi), inp, out, consts, cfg, name,
+                        zin)
 
 
 def gemm_int32(m: int, weight_kn: np.ndarray, *, inp: Ref, out: Ref, consts: Ref,
@@ -890,12 +891,14 @@ def gemm_int32(m: int, weight_kn: np.ndarray, *, inp: Ref, out: Ref, consts: Ref
 
 def maxpool2d(in_shape: Sequence[int], kernel: Sequence[int], *, inp: Ref, out: Ref,
               strides: Sequence[int] | None = None, pads: Sequence[int] = (0, 0, 0, 0),
-              cfg: AccelConfig = DEFAULT_CFG, name: str = "maxpool2d") -> Kernel:
+              zero_point: int = 0, cfg: AccelConfig = DEFAULT_CFG,
+              name: str = "maxpool2d") -> Kernel:
     """int8 MaxPool2d (padding with -128, the int8 minimum): LOAD.ACC8 of a padded tile into
     ACC, one ALU MOV then a MAX per further window position over the tile's output rows, each
     with the two-level loop (output row, output column) and the pool strides; STORE.ACC8.
 
-    Bit-exact with a numpy max pool on int8 (the scale and zero point pass through).
+    Bit-exact with a numpy max pool on int8. The scale and `zero_point` pass through (it is
+    only recorded: padding channels keep the input's fill value, its zero point).
     """
     n = cfg.n
     _need(len(in_shape) == 4, f"maxpool2d input shape must be NCHW, got {tuple(in_shape)}")
@@ -904,6 +907,7 @@ def maxpool2d(in_shape: Sequence[int], kernel: Sequence[int], *, inp: Ref, out: 
     sh, sw = (int(v) for v in (strides if strides is not None else kernel))
     pt, pl, pb, pr = (int(v) for v in pads)
     _need(min(b, c, h, w, kh, kw, sh, sw) >= 1, "empty maxpool2d")
+    _int8("zero point", zero_point)
     for nm, p, k in (("top", pt, kh), ("bottom", pb, kh), ("left", pl, kw), ("right", pr, kw)):
         _need(0 <= p < k and p <= _PAD, f"padding {nm}={p} must be below the kernel size {k} "
               f"and at most {_PAD}")
@@ -961,9 +965,9 @@ def maxpool2d(in_shape: Sequence[int], kernel: Sequence[int], *, inp: Ref, out: 
     return Kernel(
         name, tuple(_pipeline(steps)),
         inputs=(TensorInfo("input", inp, (b, c, h, w), "int8", layout.act_bytes(c, h, w, n, b),
-                           0),),
+                           zero_point),),
         outputs=(TensorInfo("output", out, (b, c, oh, ow), "int8",
-                            layout.act_bytes(c, oh, ow, n, b), 0),),
+                            layout.act_bytes(c, oh, ow, n, b), zero_point),),
         consts=None,
         tiling={"rows": r, "steps": len(steps), "out_shape": (b, c, oh, ow)})
 

@@ -294,12 +294,14 @@ def test_maxpool2d_matches_numpy(shape, k, s, p, cfg) -> None:
     """maxpool2d equals a numpy max pool on int8 with -128 padding, bit for bit."""
     rng = np.random.default_rng(sum(shape))
     x = rng.integers(-128, 128, shape).astype(np.int8)
-    kern = K.maxpool2d(shape, k, strides=s, pads=p, inp=K.Ref(IN), out=K.Ref(OUT), cfg=cfg)
-    got = run([kern], {K.Ref(IN): layout.pack_act(x, cfg.n)}, cfg)[K.Ref(OUT)]
+    zp = -9
+    kern = K.maxpool2d(shape, k, strides=s, pads=p, zero_point=zp, inp=K.Ref(IN),
+                       out=K.Ref(OUT), cfg=cfg)
+    got = run([kern], {K.Ref(IN): layout.pack_act(x, cfg.n, zp)}, cfg)[K.Ref(OUT)]
     ref = maxpool_ref(x, k, s, p)
     y = layout.unpack_act(got, kern.outputs[0].shape, cfg.n)
     assert np.array_equal(y, ref), f"{np.sum(y != ref)} outputs differ"
-    assert got == layout.pack_act(ref, cfg.n, 0), "padding channels differ"
+    assert got == layout.pack_act(ref, cfg.n, kern.outputs[0].fill), "padding channels differ"
     if cfg is TINY:
         assert kern.tiling["rows"] < ref.shape[2], kern.tiling
 
@@ -441,7 +443,7 @@ def test_join_runs_a_residual_block_in_one_stream() -> None:
     c1 = K.conv2d(x.shape, q1, inp=r["x"], out=r["c1"], consts=K.Ref(cst, 0), strides=(2, 2),
                   pads=(3, 3, 3, 3), name="stem")
     p = K.maxpool2d(c1.outputs[0].shape, (3, 3), strides=(2, 2), pads=(1, 1, 1, 1),
-                    inp=r["c1"], out=r["p"])
+                    zero_point=q1["output_zero_point"], inp=r["c1"], out=r["p"])
     c2 = K.conv2d(p.outputs[0].shape, q2, inp=r["p"], out=r["c2"], consts=K.Ref(cst, 1 << 16),
                   pads=(1, 1, 1, 1), act=K.relu_bounds(zr))
     s = K.add(p.outputs[0].shape, qa, a=r["p"], b=r["c2"], out=r["s"],
