@@ -232,7 +232,8 @@ class _Window:
 class _Gen:
     """One program: memory layout, scratchpad windows, per-unit instruction streams."""
 
-    def __init__(self, rng: random.Random, cfg: AccelConfig, mem_size: int) -> None:
+    def __init__(self, rng: random.Random, cfg: AccelConfig, mem_size: int,
+                 n_insns: int = 60) -> None:
         if mem_size < MIN_MEM_SIZE:
             raise ValueError(f"generate needs at least {MIN_MEM_SIZE} bytes of card memory, "
                              f"got {mem_size}")
@@ -243,7 +244,9 @@ class _Gen:
         self.n = cfg.n
         self.mem_size = mem_size
         top = min(mem_size, MAX_FOOTPRINT)
-        span = min(_SPAN, top)
+        # Outputs take about 300 bytes per instruction at N = 8.
+        want = _SPAN + max(0, n_insns - 60) * 300 * max(1, cfg.n // 8)
+        span = min(-(-want // 4096) * 4096, top)
         self.lo = rng.randrange(0, top - span + 1, 4096) if rng.random() < 0.5 \
             else top - span
         self.hi = self.lo + span
@@ -265,7 +268,8 @@ class _Gen:
             a = max(a, boundary - r.randrange(1, max(2, size // align)) * align)
         a = -(-a // align) * align
         if a + size > self.hi:
-            raise ValueError("random program does not fit its card memory span")
+            raise ValueError(f"the random program does not fit its {self.hi - self.lo} bytes of "
+                             "card memory: ask for fewer instructions or more memory")
         self.cur = a + size
         return a
 
@@ -614,8 +618,9 @@ def _streams(g: _Gen, n_insns: int) -> list[list[Insn]]:
 def generate(rng: random.Random, cfg: AccelConfig, *, mem_size: int,
              n_insns: int = 60) -> RandomProgram:
     """A race-free, error-free, deadlock-free random program of about `n_insns` instructions
-    (END last) whose card-memory footprint lies in [0, min(mem_size, 1 MiB))."""
-    g = _Gen(rng, cfg, mem_size)
+    (at least about 30: the window fills and two tiles; END last) whose card-memory footprint
+    lies in [0, min(mem_size, 1 MiB)). ValueError if it cannot fit."""
+    g = _Gen(rng, cfg, mem_size, n_insns)
     program = _merge(rng, _streams(g, n_insns)) + [isa.end()]
     return _finish(g, program)
 
