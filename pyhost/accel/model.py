@@ -297,7 +297,8 @@ class AccelModel:
     - computes REQ's rounding sum exactly (65 bits, as rtl/accel/accel_vector.v does; a 64-bit
       sum would wrap for A = M = -2**31 with shift 63).
 
-    Counters: `insns`, `macs`, `bytes_loaded` and `bytes_stored` are exact (the RTL's values).
+    Counters: `insns`, `macs`, `bytes_loaded` and `bytes_stored` are exact (the RTL's values for
+    a run without error; after an error they depend on timing, in the RTL too).
     The cycle counters are an estimate, not cycle-accurate: an instruction of the load unit is
     busy max(scratchpad rows written, 64-byte beats) + 1 cycles, a store the same with rows read,
     a GEMM or ALU outer*inner + 1; the fetcher dispatches one instruction per cycle, no sooner than
