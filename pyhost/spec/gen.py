@@ -151,10 +151,22 @@ def isa_md() -> str:
            "## Opcodes", "", "| code | name | unit | meaning |", "|---|---|---|---|"]
     src = Path(isa.__file__).read_text()
 
+    lines = src.splitlines()
+
     def doc_of(name: str) -> str:
-        for line in src.splitlines():
+        """The trailing comment of ``NAME = value``, with its indented continuation lines."""
+        for i, line in enumerate(lines):
             if line.strip().startswith(f"{name} = "):
-                return line.split("#", 1)[1].strip() if "#" in line else ""
+                if "#" not in line:
+                    return ""
+                col = line.index("#")
+                parts = [line[col + 1:].strip()]
+                for nxt in lines[i + 1:]:
+                    if len(nxt) > col and not nxt[:col].strip() and nxt[col] == "#":
+                        parts.append(nxt[col + 1:].strip())
+                    else:
+                        break
+                return " ".join(parts)
         return ""
     for o in isa.Opcode:
         unit = isa.UNIT_OF.get(o)

@@ -530,8 +530,9 @@ Iterations take effect in order: a later iteration sees the rows an earlier one 
             ACC[d] = op(A, B)                                      # lane by lane, int32
 
 REQ reads the multiplier M from row s and the shift from row s+1 (low 6 bits of each lane),
-computes the 64-bit product A * M, adds 2**(shift-1) when shift > 0, shifts right
-arithmetically, adds zp, and clamps to [lo, hi]: the requantization of
+computes the product A * M, adds 2**(shift-1) when shift > 0, shifts right arithmetically (all
+exact: A = M = -2**31 with shift 63 needs a 65-bit sum), adds zp, and clamps with
+min(max(y, lo), hi): the requantization of
 compiler/quantize/requant.py, per lane, so per-channel parameters are rows of M and shifts.
 Iterations take effect in order, as for GEMM.
 """

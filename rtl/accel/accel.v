@@ -71,7 +71,10 @@ localparam integer WGT_AW = $clog2(WGT_DEPTH);
 localparam integer ACC_AW = $clog2(ACC_DEPTH);
 localparam integer QW = 128 + 32;                  // queue entry: {pc, instruction}
 localparam integer NCNT = `ACCEL_COUNTERS;
-localparam [2:0] AXSIZE = $clog2(DATA_WIDTH / 8);
+localparam integer AXSIZE_I = $clog2(DATA_WIDTH / 8);
+localparam [2:0] AXSIZE = AXSIZE_I[2:0];
+localparam integer CNT_BYTES_I = 8 * NCNT;
+localparam [11:0] CNT_BYTES = CNT_BYTES_I[11:0];
 
 initial begin
     if (N != 4 && N != 8 && N != 16) $fatal(1, "accel: N must be 4, 8 or 16");
@@ -100,7 +103,9 @@ generate for (gs = 0; gs < `ISA_NUM_SLOTS; gs = gs + 1) begin : g_slot
     assign slots[gs*32 +: 32] = slot_reg[gs];
 end endgenerate
 
-wire stop = state_reg == S_STOP;
+// Units start nothing unless a program runs (after an error, instructions may be left in the
+// queues until the next START flushes them).
+wire stop;
 
 // --- unit wiring ---------------------------------------------------------------------------------
 // fetch
@@ -161,6 +166,7 @@ wire start_cmd = wr_ctrl && reg_wdata[`ACC_CTRL_START_LSB] && state_reg == S_IDL
 wire abort_cmd = wr_ctrl && reg_wdata[`ACC_CTRL_ABORT_LSB] && state_reg == S_RUN;
 wire bad_config = insn_base_reg[3:0] != 4'd0 || insn_count_reg == 32'd0;
 wire start_ok = start_cmd && !bad_config;
+assign stop = !(state_reg == S_RUN || start_ok);
 wire slot_hit = reg_waddr >= `ACCEL_SLOT_BASE
                 && reg_waddr < `ACCEL_SLOT_BASE + 12'd4 * `ISA_NUM_SLOTS;
 wire [11:0] slot_off = reg_waddr - `ACCEL_SLOT_BASE;
@@ -327,9 +333,10 @@ wire rslot_hit = reg_raddr >= `ACCEL_SLOT_BASE
                  && reg_raddr < `ACCEL_SLOT_BASE + 12'd4 * `ISA_NUM_SLOTS;
 wire [11:0] rslot_off = reg_raddr - `ACCEL_SLOT_BASE;
 wire rcnt_hit = reg_raddr >= `ACCEL_COUNTER_BASE
-                && reg_raddr < `ACCEL_COUNTER_BASE + 12'd8 * NCNT;
+                && reg_raddr < `ACCEL_COUNTER_BASE + CNT_BYTES;
 wire [11:0] rcnt_off = reg_raddr - `ACCEL_COUNTER_BASE;
-wire [63:0] rcnt = cnt_reg[rcnt_off[7:3]];
+wire [3:0]  rcnt_idx = rcnt_off[6:3];
+wire [63:0] rcnt = cnt_reg[rcnt_idx];
 
 always @* begin
     reg_rdata = 32'd0;
@@ -512,7 +519,7 @@ accel_store #(
 // such flags); their outputs are tied off inside the units. Byte-lane and ID bits not decoded:
 wire unused_ok = &{1'b0, ld_pop_prev, ld_push_prev, st_pop_next, st_push_next, m_axi_bid,
                    m_axi_rid[ID_WIDTH-1:0], slot_off[11:6], slot_off[1:0], rslot_off[11:6],
-                   rslot_off[1:0], rcnt_off[11:8], rcnt_off[1:0], reg_wstrb[3:1]};
+                   rslot_off[1:0], rcnt_off[11:7], rcnt_off[1:0], reg_wstrb[3:1]};
 
 endmodule
 
