@@ -228,16 +228,40 @@ def _flag(insn: Insn, *flags: str) -> Insn:
     return Insn(insn.op, {**insn.fields, **dict.fromkeys(flags, 1)})
 
 
-def insn_cycles(insn: Insn, n: int) -> int:
-    """Busy cycles of one instruction, the functional model's timing rule: a GEMM/ALU runs
-    outer*inner iterations + 1, a LOAD/STORE max(scratchpad rows, bus beats) + 1."""
+#: Memory model of `estimate(..., mem_latency=...)` and of the tiling search: the RTL load and
+#: store units issue one burst per memory row (at most MAX_BURST beats) and keep at most
+#: MAX_OUTSTANDING bursts in flight (rtl/accel/accel_load.v and accel_store.v defaults); a read
+#: takes about 24 cycles (README: ~60 ns mean sequential latency at 400 MHz). The functional
+#: model's timing estimate has no latency.
+MAX_BURST_BEATS = 16
+MAX_OUTSTANDING = 4
+RTL_MEM_LATENCY = 24
+
+
+def mem_cycles(rows: int, row_bytes: int, sp_rows: int, mem_latency: int = 0) -> int:
+    """Busy cycles of a LOAD/STORE moving `rows` memory rows of `row_bytes` bytes and `sp_rows`
+    scratchpad rows: one scratchpad row per cycle, one beat per cycle, and with `mem_latency`
+    each burst holds one of MAX_OUTSTANDING slots for latency + beats cycles."""
+    beats = -(-row_bytes // BEAT_BYTES)
+    per_row = beats
+    if mem_latency and beats:
+        bursts = -(-beats // MAX_BURST_BEATS)
+        per_row = max(beats, -(-bursts * (mem_latency + min(beats, MAX_BURST_BEATS))
+                               // MAX_OUTSTANDING))
+    return max(sp_rows, rows * per_row) + 1
+
+
+def insn_cycles(insn: Insn, n: int, mem_latency: int = 0) -> int:
+    """Busy cycles of one instruction. With mem_latency 0 this is the functional model's
+    timing rule: a GEMM/ALU runs outer*inner iterations + 1, a LOAD/STORE
+    max(scratchpad rows, bus beats) + 1; `mem_latency` adds the burst latency (`mem_cycles`)."""
     if insn.op in (Opcode.GEMM, Opcode.ALU):
         return insn.outer * insn.inner + 1
     if insn.op in (Opcode.LOAD, Opcode.STORE):
         e = isa.element_bytes(Buffer(insn.buf), n)
         y, x = insn.y_size, insn.x_size
         rows = (insn.pad_top + y + insn.pad_bottom) * (insn.pad_left + x + insn.pad_right)
-        return max(rows, y * -(-x * e // BEAT_BYTES)) + 1
+        return mem_cycles(y if x else 0, x * e, rows, mem_latency)
     return 0
 
 
@@ -366,10 +390,6 @@ def _base(version: int, versions: int, regions: int, size: int) -> int:
 #: few steps, which is what the RTL wants too).
 _INSN_COST = 4
 _STEP_COST = 8
-#: The search counts loads at this multiple of the model's estimate (one element per cycle),
-#: so that the chosen tiling still hides them if the memory is slower than that.
-_LOAD_WEIGHT = 2
-
 
 def _pipe_cost(order: str, nrt: int, groups: int, passes: int, g_step: int, q_tile: int,
                li: int, lw: int, lb: int) -> int:
@@ -393,7 +413,8 @@ def _pipe_cost(order: str, nrt: int, groups: int, passes: int, g_step: int, q_ti
 
 def _load_contig(buf: Buffer, sp_base: int, slot: int, offset: int, count: int, elem: int
                  ) -> list[Insn]:
-    """LOADs of `count` contiguous elements (split where x_size would overflow)."""
+    """LOADs of `count` contiguous elements as single memory rows (split where x_size would
+    overflow): long bursts instead of one per row."""
     out = []
     done = 0
     while done < count:
@@ -402,6 +423,63 @@ def _load_contig(buf: Buffer, sp_base: int, slot: int, offset: int, count: int, 
                             y_size=1, x_size=k, y_stride=k))
         done += k
     return out
+
+
+def _load(buf: Buffer, elem: int, **f: int) -> list[Insn]:
+    """A LOAD; rows that are contiguous in memory and unpadded become single long rows."""
+    y, x = f["y_size"], f["x_size"]
+    pads = any(f.get(k) for k in ("pad_top", "pad_bottom", "pad_left", "pad_right"))
+    if y > 1 and f["y_stride"] == x and not pads:
+        return _load_contig(buf, f["sp_base"], f["slot"], f["offset"], y * x, elem)
+    return [isa.load(buf, **f)]
+
+
+def _store(buf: Buffer, elem: int, **f: int) -> list[Insn]:
+    """A STORE; rows that are contiguous in memory become single long rows."""
+    y, x = f["y_size"], f["x_size"]
+    if y > 1 and f["y_stride"] == x:
+        out, done, total = [], 0, y * x
+        while done < total:
+            k = min(_XY, total - done)
+            out.append(isa.store(buf, slot=f["slot"], sp_base=f["sp_base"] + done,
+                                 offset=f["offset"] + done * elem, y_size=1, x_size=k,
+                                 y_stride=k))
+            done += k
+        return out
+    return [isa.store(buf, **f)]
+
+
+#: Copies of each bias row in memory: a bias broadcast over P accumulator rows is P/BIAS_COPIES
+#: memory rows of BIAS_COPIES elements (y_stride 0) instead of P one-element bursts.
+BIAS_COPIES = 8
+
+
+def _bias_loads(slot: int, offset: int, sp_base: int, rows: int, width: int) -> list[Insn]:
+    """LOAD.ACC of a bias group of `width` rows (stored BIAS_COPIES times in a row at `offset`)
+    into `rows` x `width` accumulator rows, row-major."""
+    copies = max(1, BIAS_COPIES // width)
+    full, rest = divmod(rows, copies)
+    out = []
+    if full:
+        out.append(isa.load(Buffer.ACC, slot=slot, sp_base=sp_base, offset=offset, y_size=full,
+                            x_size=copies * width, y_stride=0))
+    if rest:
+        out.append(isa.load(Buffer.ACC, slot=slot, sp_base=sp_base + full * copies * width,
+                            offset=offset, y_size=1, x_size=rest * width, y_stride=0))
+    return out
+
+
+def _bias_blob(bias_rows: np.ndarray, groups: Sequence[range]) -> tuple[bytes, list[int]]:
+    """The bias section: per group, its rows repeated max(1, BIAS_COPIES // width) times;
+    returns the bytes and each group's byte offset in the section."""
+    parts, offs, at = [], [], 0
+    for g in groups:
+        copies = max(1, BIAS_COPIES // len(g))
+        blk = layout.acc_rows_bytes(np.tile(bias_rows[g.start:g.stop], (copies, 1)))
+        offs.append(at)
+        parts.append(blk)
+        at += len(blk)
+    return b"".join(parts), offs
 
 
 @dataclass(frozen=True)
@@ -494,6 +572,7 @@ def _conv_geom(in_shape: Sequence[int], w: np.ndarray, strides: Sequence[int],
 
 
 def _conv_plans(g: _Geom, cfg: AccelConfig, params: int) -> list[_Plan]:
+    n = cfg.n
     taps = g.kh * g.kw
     total_tiles = g.nbo * g.nbi * taps
     resident = total_tiles <= cfg.wgt_depth
@@ -520,15 +599,21 @@ def _conv_plans(g: _Geom, cfg: AccelConfig, params: int) -> list[_Plan]:
                             or (not resident and obg * cbp * taps
                                 > _region(cfg.wgt_depth, wgt_v, WGT_REGIONS))):
                         continue
-                    li = _LOAD_WEIGHT * cbp * (rin * g.wp + 1)
-                    lw = _LOAD_WEIGHT * (obg * cbp * taps + 1)
-                    lb = _LOAD_WEIGHT * obg * (p + 1)
-                    first = li + lb + _LOAD_WEIGHT * params + (
-                        _LOAD_WEIGHT * total_tiles if resident else lw)
+                    lat = RTL_MEM_LATENCY
+                    if g.pt or g.pb or g.pl or g.pr:
+                        li = cbp * mem_cycles(rin, g.w * n, rin * g.wp, lat)
+                    else:
+                        li = cbp * mem_cycles(1, rin * g.w * n, rin * g.wp, lat)
+                    lw = mem_cycles(1, obg * cbp * taps * n * n, obg * cbp * taps, lat)
+                    lb = obg * mem_cycles(_cdiv(p, BIAS_COPIES), BIAS_COPIES * 4 * n, p, lat)
+                    st = mem_cycles(obg, p * n, obg * p, lat)
+                    first = li + lb + mem_cycles(1, params * 4 * n, params, lat) + (
+                        mem_cycles(1, total_tiles * n * n, total_tiles, lat) if resident else lw)
                     cost = _pipe_cost(order, nrt, groups, passes,
                                       obg * cbp * taps * (p + _INSN_COST), obg * p + _INSN_COST,
                                       0 if inp_v == 1 else li, 0 if wgt_v == 1 else lw, lb)
-                    cost += first + obg * p + nrt * groups * passes * _STEP_COST
+                    cost = max(cost, acc_v * st) + first + st
+                    cost += nrt * groups * passes * _STEP_COST
                     out.append(_Plan(r, obg, cbp, order, inp_v, wgt_v, acc_v, resident,
                                      cost))
     return out
@@ -583,7 +668,9 @@ def conv2d(in_shape: Sequence[int], q: Quant, *, inp: Ref, out: Ref, consts: Ref
         for pi, pa in enumerate(passes if not plan.resident else [range(0, g.nbi)]):
             chunk_off[(gi, pi)] = o
             o += len(gr) * len(pa) * taps * n * n
-    bias_off = blob.add("bias", layout.acc_rows_bytes(layout.lane_rows(bias, n)))
+    bias_bytes, bias_rel = _bias_blob(layout.lane_rows(bias, n),
+                                      [range(ob, ob + 1) for ob in range(g.nbo)])
+    bias_off = blob.add("bias", bias_bytes)
     req_off = blob.add("requant", layout.acc_rows_bytes(
         _requant_rows(q["multiplier"], q["shift"], g.nbo, n)))
     _need(len(np.asarray(q["multiplier"]).reshape(-1)) == g.co,
@@ -630,19 +717,18 @@ def conv2d(in_shape: Sequence[int], q: Quant, *, inp: Ref, out: Ref, consts: Ref
             y0 = max(iy_lo, 0)
             ys = min(iy_hi, g.h - 1) - y0 + 1
             for j, cb in enumerate(pa):
-                loads.append(isa.load(
-                    Buffer.INP, slot=inp.slot, sp_base=inp_base + j * region,
+                loads += _load(
+                    Buffer.INP, n, slot=inp.slot, sp_base=inp_base + j * region,
                     offset=inp.offset + ((b * g.nbi + cb) * g.h + y0) * g.w * n,
                     y_size=ys, x_size=g.w, y_stride=g.w, pad_top=top, pad_bottom=bot,
-                    pad_left=g.pl, pad_right=g.pr, pad_value=zin))
+                    pad_left=g.pl, pad_right=g.pr, pad_value=zin)
         if new["wgt"] and not plan.resident:
             loads += _load_contig(Buffer.WGT, wgt_base, consts.slot, chunk_off[(gi, pi)],
                                   len(gr) * len(pa) * taps, n * n)
         if new["acc"]:
             for j, ob in enumerate(gr):
-                loads.append(isa.load(Buffer.ACC, slot=consts.slot, sp_base=acc_base + j * p,
-                                      offset=bias_off + ob * 4 * n, y_size=p, x_size=1,
-                                      y_stride=0))
+                loads += _bias_loads(consts.slot, bias_off + bias_rel[ob], acc_base + j * p, p,
+                                     1)
         compute: list[Insn] = []
         for j, ob in enumerate(gr):
             for k, cb in enumerate(pa):
@@ -664,9 +750,8 @@ def conv2d(in_shape: Sequence[int], q: Quant, *, inp: Ref, out: Ref, consts: Ref
                                    outer=len(gr), inner=p, dst_so=p, dst_si=1, src_so=2))
             obase = out.offset + ((b * g.nbo + gr.start) * g.oh + oy0) * g.ow * n
             if g.oh * g.ow <= _YSTRIDE:
-                stores.append(isa.store(Buffer.ACC8, slot=out.slot, sp_base=acc_base,
-                                        offset=obase, y_size=len(gr), x_size=p,
-                                        y_stride=g.oh * g.ow))
+                stores += _store(Buffer.ACC8, n, slot=out.slot, sp_base=acc_base, offset=obase,
+                                 y_size=len(gr), x_size=p, y_stride=g.oh * g.ow)
             else:
                 for j in range(len(gr)):
                     stores.append(isa.store(Buffer.ACC8, slot=out.slot, sp_base=acc_base + j * p,
@@ -700,7 +785,9 @@ def conv2d_output_shape(in_shape: Sequence[int], weight_shape: Sequence[int],
     return int(b), int(co), int(oh), int(ow)
 
 
-def _gemm_plans(m: int, kb: int, nbo: int, cfg: AccelConfig, params: int) -> list[_Plan]:
+def _gemm_plans(m: int, kb: int, nbo: int, cfg: AccelConfig, params: int, elem_out: int
+                ) -> list[_Plan]:
+    n = cfg.n
     total_tiles = kb * nbo
     resident = total_tiles <= cfg.wgt_depth
     acc_rows = cfg.acc_depth - params
@@ -726,15 +813,25 @@ def _gemm_plans(m: int, kb: int, nbo: int, cfg: AccelConfig, params: int) -> lis
                             or (not resident
                                 and obg * kbp > _region(cfg.wgt_depth, wgt_v, WGT_REGIONS))):
                         continue
-                    li = _LOAD_WEIGHT * (kbp * mt + 1)
-                    lw = _LOAD_WEIGHT * (obg * kbp + 1)
-                    lb = _LOAD_WEIGHT * (obg * mt + 1)
-                    first = li + lb + _LOAD_WEIGHT * params + (
-                        _LOAD_WEIGHT * total_tiles if resident else lw)
+                    lat = RTL_MEM_LATENCY
+                    if kbp == kb:
+                        li = mem_cycles(1, mt * kb * n, mt * kb, lat)
+                    else:
+                        li = mem_cycles(mt, kbp * n, mt * kbp, lat)
+                    lw = mem_cycles(1, obg * kbp * n * n, obg * kbp, lat)
+                    copies = max(1, BIAS_COPIES // obg)
+                    lb = mem_cycles(_cdiv(mt, copies), copies * obg * 4 * n, mt * obg, lat)
+                    if obg == nbo:
+                        st = mem_cycles(1, mt * obg * elem_out, mt * obg, lat)
+                    else:
+                        st = mem_cycles(mt, obg * elem_out, mt * obg, lat)
+                    first = li + lb + mem_cycles(1, params * 4 * n, params, lat) + (
+                        mem_cycles(1, total_tiles * n * n, total_tiles, lat) if resident else lw)
                     cost = _pipe_cost(order, nmt, groups, passes,
                                       obg * kbp * (mt + _INSN_COST), obg * mt + _INSN_COST,
                                       0 if inp_v == 1 else li, 0 if wgt_v == 1 else lw, lb)
-                    cost += first + obg * mt + nmt * groups * passes * _STEP_COST
+                    cost = max(cost, acc_v * st) + first + st
+                    cost += nmt * groups * passes * _STEP_COST
                     out.append(_Plan(mt, obg, kbp, order, inp_v, wgt_v, acc_v, resident,
                                      cost))
     return out
@@ -757,7 +854,7 @@ def _gemm_kernel(m: int, w_kn: np.ndarray, bias: np.ndarray, requant: tuple | No
     _need(params < cfg.acc_depth, f"{nbo} output blocks need {params} ACC rows of "
           "requantization parameters")
     _need(kb <= _YSTRIDE and nbo <= _YSTRIDE, "K or N exceeds the LOAD/STORE stride field")
-    plan = _choose(_gemm_plans(m, kb, nbo, cfg, params), f"gemm {m}x{k}x{nout}",
+    plan = _choose(_gemm_plans(m, kb, nbo, cfg, params, elem_out), f"gemm {m}x{k}x{nout}",
                    "the weight or the accumulators are too large")
     groups = _ranges(nbo, plan.obg)
     passes = _ranges(kb, plan.cbp)
@@ -772,7 +869,8 @@ def _gemm_kernel(m: int, w_kn: np.ndarray, bias: np.ndarray, requant: tuple | No
         for pi, pa in enumerate(pl):
             chunk_off[(gi, pi)] = o
             o += len(gr) * len(pa) * n * n
-    bias_off = blob.add("bias", layout.acc_rows_bytes(layout.lane_rows(bias, n)))
+    bias_bytes, bias_rel = _bias_blob(layout.lane_rows(bias, n), groups)
+    bias_off = blob.add("bias", bias_bytes)
     if requant:
         mult, shift, zout, lo, hi = requant
         _need(np.asarray(mult).size == nout, "one multiplier and shift per output")
@@ -810,16 +908,14 @@ def _gemm_kernel(m: int, w_kn: np.ndarray, bias: np.ndarray, requant: tuple | No
             if requant:
                 loads += _load_contig(Buffer.ACC, 0, consts.slot, req_off, params, 4 * n)
         if new["inp"]:
-            loads.append(isa.load(Buffer.INP, slot=inp.slot, sp_base=inp_base,
-                                  offset=inp.offset + (m0 * kb + pa.start) * n, y_size=mt,
-                                  x_size=kbp, y_stride=kb))
+            loads += _load(Buffer.INP, n, slot=inp.slot, sp_base=inp_base,
+                           offset=inp.offset + (m0 * kb + pa.start) * n, y_size=mt,
+                           x_size=kbp, y_stride=kb)
         if new["wgt"] and not plan.resident:
             loads += _load_contig(Buffer.WGT, wgt_base, consts.slot, chunk_off[(gi, pi)],
                                   obg * kbp, n * n)
         if new["acc"]:
-            loads.append(isa.load(Buffer.ACC, slot=consts.slot, sp_base=acc_base,
-                                  offset=bias_off + gr.start * 4 * n, y_size=mt, x_size=obg,
-                                  y_stride=0))
+            loads += _bias_loads(consts.slot, bias_off + bias_rel[gi], acc_base, mt, obg)
         compute: list[Insn] = []
         for j, ob in enumerate(gr):
             for kk, cb in enumerate(pa):
@@ -832,10 +928,10 @@ def _gemm_kernel(m: int, w_kn: np.ndarray, bias: np.ndarray, requant: tuple | No
             if requant:
                 compute.append(isa.req(zout, lo, hi, dst_base=acc_base, src_base=2 * gr.start,
                                        outer=mt, inner=obg, dst_so=obg, dst_si=1, src_si=2))
-            stores.append(isa.store(Buffer.ACC8 if requant else Buffer.ACC, slot=out.slot,
-                                    sp_base=acc_base,
-                                    offset=out.offset + (m0 * nbo + gr.start) * elem_out,
-                                    y_size=mt, x_size=obg, y_stride=nbo))
+            stores += _store(Buffer.ACC8 if requant else Buffer.ACC, elem_out, slot=out.slot,
+                             sp_base=acc_base,
+                             offset=out.offset + (m0 * nbo + gr.start) * elem_out,
+                             y_size=mt, x_size=obg, y_stride=nbo)
         steps.append(_Step(loads, compute, stores, new["acc"]))
     assert (ver["inp"] + 1, ver["acc"] + 1) == (plan.inp_v, plan.acc_v), (ver, plan)
     assert plan.resident or ver["wgt"] + 1 == plan.wgt_v, (ver, plan)
@@ -946,11 +1042,11 @@ def maxpool2d(in_shape: Sequence[int], kernel: Sequence[int], *, inp: Ref, out: 
         iy_lo = oy0 * sh - pt
         iy_hi = iy_lo + rows_in(rr) - 1
         y0 = max(iy_lo, 0)
-        load = isa.load(Buffer.ACC8, slot=inp.slot, sp_base=a_base,
-                        offset=inp.offset + ((bi * cb + ci) * h + y0) * w * n,
-                        y_size=min(iy_hi, h - 1) - y0 + 1, x_size=w, y_stride=w,
-                        pad_top=max(0, -iy_lo), pad_bottom=max(0, iy_hi - (h - 1)),
-                        pad_left=pl, pad_right=pr, pad_value=-128)
+        loads = _load(Buffer.ACC8, n, slot=inp.slot, sp_base=a_base,
+                      offset=inp.offset + ((bi * cb + ci) * h + y0) * w * n,
+                      y_size=min(iy_hi, h - 1) - y0 + 1, x_size=w, y_stride=w,
+                      pad_top=max(0, -iy_lo), pad_bottom=max(0, iy_hi - (h - 1)),
+                      pad_left=pl, pad_right=pr, pad_value=-128)
         compute = []
         for ky in range(kh):
             for kx in range(kw):
@@ -958,10 +1054,10 @@ def maxpool2d(in_shape: Sequence[int], kernel: Sequence[int], *, inp: Ref, out: 
                 compute.append(isa.alu(op, dst_base=o_base, src_base=a_base + ky * wp + kx,
                                        outer=rr, inner=ow, dst_so=ow, dst_si=1,
                                        src_so=sh * wp, src_si=sw))
-        store = isa.store(Buffer.ACC8, slot=out.slot, sp_base=o_base,
-                          offset=out.offset + ((bi * cb + ci) * oh + oy0) * ow * n,
-                          y_size=rr, x_size=ow, y_stride=ow)
-        steps.append(_Step([load], compute, [store], True))
+        stores = _store(Buffer.ACC8, n, slot=out.slot, sp_base=o_base,
+                        offset=out.offset + ((bi * cb + ci) * oh + oy0) * ow * n,
+                        y_size=rr, x_size=ow, y_stride=ow)
+        steps.append(_Step(loads, compute, stores, True))
     return Kernel(
         name, tuple(_pipeline(steps)),
         inputs=(TensorInfo("input", inp, (b, c, h, w), "int8", layout.act_bytes(c, h, w, n, b),
@@ -1125,9 +1221,7 @@ def global_avgpool(in_shape: Sequence[int], *, multiplier: int, shift: int,
         if t == 0:
             loads.append(isa.load(Buffer.ACC, slot=consts.slot, sp_base=0, offset=prm_off,
                                   y_size=1, x_size=params, y_stride=params))
-        loads.append(isa.load(Buffer.ACC8, slot=inp.slot, sp_base=base,
-                              offset=inp.offset + first * hw * n, y_size=k, x_size=hw,
-                              y_stride=hw))
+        loads += _load_contig(Buffer.ACC8, base, inp.slot, inp.offset + first * hw * n, k * hw, n)
         compute = []
         rows = hw
         while rows > 1:
@@ -1231,10 +1325,13 @@ class Estimate:
                 f"{self.insns} instructions")
 
 
-def estimate(insns: Sequence[Insn], cfg: AccelConfig = DEFAULT_CFG) -> Estimate:
+def estimate(insns: Sequence[Insn], cfg: AccelConfig = DEFAULT_CFG, mem_latency: int = 0
+             ) -> Estimate:
     """Cycle estimate of a stream: the in-order fetcher (one instruction per cycle, blocked
     while the unit holds queue_depth + 1 instructions), three units busy `insn_cycles` per
-    instruction, starting when the tokens they pop have been pushed.
+    instruction, starting when the tokens they pop have been pushed. With mem_latency 0 these
+    are the functional model's timing rules (its `cycles` counter); RTL_MEM_LATENCY adds the
+    burst latency of the RTL's load and store units (`mem_cycles`), a closer guess for the RTL.
 
     Processes the stream in order, so it also checks that every pop has its push earlier in
     the stream (AccelKernelError otherwise: such a program can deadlock on full queues).
@@ -1264,7 +1361,7 @@ def estimate(insns: Sequence[Insn], cfg: AccelConfig = DEFAULT_CFG) -> Estimate:
                 raise AccelKernelError(f"instruction {pc} ({insn}) pops a token that no earlier "
                                        "instruction pushed")
             start = max(start, tokens[c].popleft())
-        dur = insn_cycles(insn, cfg.n)
+        dur = insn_cycles(insn, cfg.n, mem_latency)
         end = start + dur
         unit_t[u] = end
         finish[u].append(end)
