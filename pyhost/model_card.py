@@ -107,9 +107,10 @@ class ModelCard(CardBackend):
       completed descriptor reads / writes in card memory (the RTL may count a line twice where
       it splits a descriptor at a point inside a line); row hit / miss / conflict, refresh,
       ref_stall and busy stay 0.
-    - Accelerator: absent by default (CAPS.ACCEL = 0, ACC_CFG_* and the other read-only ACC_*
-      registers read 0). With `accel=AccelConfig(...)` CAPS.ACCEL is 1, ACC_CFG_* report the
-      configuration and `self.accel` is the `AccelModel` (its scratchpads are there for tests).
+    - Accelerator: present by default in the RTL card's default configuration (`accel` is an
+      AccelConfig; CAPS.ACCEL is 1, ACC_CFG_* report it and `self.accel` is the `AccelModel`,
+      whose scratchpads are there for tests). `accel=None` builds a card without one (CAPS.ACCEL
+      = 0, ACC_CFG_* and the other read-only ACC_* registers read 0).
       A write of ACC_CTRL.START restarts the counters and runs INSN_COUNT instructions from
       INSN_BASE on card memory to the end or the first error, inside that mmio_write (BAD_CONFIG
       without running if INSN_BASE is not 16-byte aligned or INSN_COUNT is 0), then sets
@@ -121,7 +122,7 @@ class ModelCard(CardBackend):
 
     def __init__(self, mem_size: int = DEFAULT_MEM_SIZE, *, host: HostMemory | None = None,
                  host_size: int = DEFAULT_HOST_SIZE, host_base: int = DEFAULT_HOST_BASE,
-                 bus_width: int = DEFAULT_BUS_WIDTH, accel: AccelConfig | None = None,
+                 bus_width: int = DEFAULT_BUS_WIDTH, accel: AccelConfig | None = AccelConfig(),
                  accel_schedule_seed: int | None = None) -> None:
         if mem_size <= 0 or mem_size > _U64:
             raise ValueError(f"card memory size must be 1..2^64-1 bytes, got {mem_size}")

@@ -53,6 +53,7 @@ class _Read:
     addr: int
     beats: int
     ready_at: int
+    seq: int = 0
     sent: int = 0
 
 
@@ -93,6 +94,7 @@ class HostMemoryAxiSlave:
         self.reordered = 0            # reads completed before an older one
         self.undefined_writes = 0     # write beats with X/Z in a byte whose strobe is set
         self.listeners: list = []     # callables(kind, addr, beats) for monitors
+        self._seq = 0                 # arrival order of reads
         for n in ("arready", "rvalid", "awready", "wready", "bvalid"):
             self.s[n].value = 0
         cocotb.start_soon(self._run())
@@ -150,7 +152,8 @@ class HostMemoryAxiSlave:
                 addr = int(s["araddr"].value)
                 beats = int(s["arlen"].value) + 1
                 delay = cfg.read_latency + (self.rng.randint(0, cfg.jitter) if cfg.jitter else 0)
-                reads.append(_Read(int(s["arid"].value), addr, beats, c + delay))
+                self._seq += 1
+                reads.append(_Read(int(s["arid"].value), addr, beats, c + delay, self._seq))
                 for fn in self.listeners:
                     fn("read", addr, beats, None)
                 self.max_reads_in_flight = max(self.max_reads_in_flight, len(reads))
@@ -212,11 +215,12 @@ class HostMemoryAxiSlave:
                 ready = [r for r in reads if r.ready_at <= c]
                 if ready:
                     if cfg.out_of_order:
-                        # any ready read whose ID has no older read pending (AXI: in order per ID)
+                        # any ready read whose ID has no older read pending (AXI: in order per
+                        # ID); older by arrival, since jitter can make a younger read ready first
                         ok = [r for r in ready
-                              if not any(o.rid == r.rid and o.ready_at < r.ready_at
+                              if not any(o.rid == r.rid and o.seq < r.seq
                                          for o in reads if o is not r)]
-                        cur = self.rng.choice(ok or ready)
+                        cur = self.rng.choice(ok) if ok else None
                     else:
                         cur = reads[0] if reads[0].ready_at <= c else None
                     if cur is not None:

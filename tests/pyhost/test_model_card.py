@@ -74,12 +74,13 @@ def b() -> Bench:
 
 # --- registers ----------------------------------------------------------------------------------
 
-DYNAMIC = {"MEM_SIZE_LO", "MEM_SIZE_HI", "BUS_WIDTH", "CAPS"}
+DYNAMIC = {"MEM_SIZE_LO", "MEM_SIZE_HI", "BUS_WIDTH", "CAPS", "ACC_CFG_N", "ACC_CFG_ISA",
+           "ACC_CFG_INP_DEPTH", "ACC_CFG_WGT_DEPTH", "ACC_CFG_ACC_DEPTH", "ACC_CFG_QUEUE_DEPTH"}
 
 
 def test_reset_values(b: Bench) -> None:
     """Every register reads its spec reset value; the parameters read what the card was built
-    with (MEM_SIZE, BUS_WIDTH 512, CAPS = 3 channels, 32 tags, no accelerator)."""
+    with (MEM_SIZE, BUS_WIDTH 512, CAPS = 3 channels, 32 tags, the accelerator)."""
     for r in regs.REGISTERS:
         if r.name not in DYNAMIC:
             assert b.card.mmio_read(r.offset) == r.reset, r.name
@@ -92,7 +93,8 @@ def test_reset_values(b: Bench) -> None:
     v = b.rd("CAPS")
     assert (v & caps["CHANNELS"].mask) >> caps["CHANNELS"].lsb == 3
     assert (v & caps["TAGS"].mask) >> caps["TAGS"].lsb == regs.MAX_TAGS
-    assert not v & caps["ACCEL"].mask
+    assert v & caps["ACCEL"].mask
+    assert not ModelCard(accel=None).mmio_read(regs.offset("CAPS")) & caps["ACCEL"].mask
 
 
 def test_card_memory_is_lazy() -> None:
