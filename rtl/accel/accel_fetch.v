@@ -9,9 +9,10 @@
 //
 // Reads are INCR bursts of at most MAX_BURST beats, never across 4 KiB and never beyond the
 // program's last beat. A burst is only requested when the prefetch buffer (2 * MAX_BURST beats,
-// at least 16, rounded up to a power of two) has room for all of its beats, so R is never stalled: the unit
-// shares the read data channel with the load unit and must not hold it up. Dispatch takes one
-// instruction per cycle from the buffer's head beat while the target queue has room.
+// at least 16, rounded up to a power of two) has room for all of its beats, so R is never
+// stalled: the unit shares the read data channel with the load unit and must not hold it up.
+// Dispatch takes one instruction per cycle from the buffer's head beat while the target queue
+// has room.
 //
 // Errors are reported in program order, as the instruction (or the beat holding it) reaches the
 // head: FETCH_BUS (a beat that came back with RRESP != OKAY; err_pc = its first instruction),

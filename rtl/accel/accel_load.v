@@ -263,7 +263,7 @@ end else begin : g_single
     always @(posedge clk) asm_reg <= 1'b0;
 end endgenerate
 
-// --- outputs registered ----------------------------------------------------------------------------
+// --- registered outputs ---------------------------------------------------------------------
 reg                inp_we_reg, wgt_we_reg, acc_we_reg;
 reg [SPW-1:0]      waddr_reg;
 reg [8*N-1:0]      inp_wd_reg;

@@ -350,10 +350,11 @@ class TB:
     def check(self, run: Run, exp: Expect, what: str) -> None:
         got = [(q, pc) for q, pc, _ in run.dispatched]
         want = [(q, pc) for q, pc, _ in exp.dispatched]
+        diff = next((i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b),
+                    min(len(got), len(want)))
         assert got == want, f"{what}: dispatched {got[:8]}... ({len(got)}), expected " \
-            f"{want[:8]}... ({len(want)}); first difference at " \
-            f"{next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))}"
-        for (q, pc, raw), (_, _, exp_raw) in zip(run.dispatched, exp.dispatched):
+            f"{want[:8]}... ({len(want)}); first difference at {diff}"
+        for (q, pc, raw), (_, _, exp_raw) in zip(run.dispatched, exp.dispatched, strict=True):
             assert raw == exp_raw, f"{what}: pc {pc} to {q}: {raw.hex()}, expected {exp_raw.hex()}"
         want_err = [exp.err] if exp.err else []
         assert run.errs == want_err, f"{what}: errors {run.errs}, expected {want_err}"
