@@ -9,9 +9,10 @@ requantization rows) and the tensors it reads and writes. `join` concatenates ke
 stream with the token hand-off between them and appends END. The layouts are in `layout`; the
 tiling and the token scheme are described in docs/accel-kernels.md.
 
-Every kernel is a software pipeline of *steps* (a tile of work): the load unit fills one half of
-each scratchpad region while the compute unit works on the other half and the store unit drains
-the previous tile, ordered by the dependency tokens as in VTA (see `_pipeline`).
+Every kernel is a software pipeline of *steps* (a tile of work): the load unit fills the next
+region of each scratchpad (INP and WGT halves, ACC thirds) while the compute unit works on the
+current one and the store unit drains the previous tile, ordered by the dependency tokens as in
+VTA (see `_pipeline`).
 `estimate` is a static cycle estimate of a stream and `check_races` proves statically that every
 pair of conflicting accesses on different units is ordered by tokens.
 """
@@ -619,10 +620,6 @@ def _conv_plans(g: _Geom, cfg: AccelConfig, params: int) -> list[_Plan]:
     return out
 
 
-def _req_imm(zp: int, lo: int, hi: int) -> int:
-    return isa.req_imm(zp, lo, hi)
-
-
 def conv2d(in_shape: Sequence[int], q: Quant, *, inp: Ref, out: Ref, consts: Ref,
            strides: Sequence[int] = (1, 1), pads: Sequence[int] = (0, 0, 0, 0),
            dilations: Sequence[int] = (1, 1), group: int = 1,
@@ -646,6 +643,7 @@ def conv2d(in_shape: Sequence[int], q: Quant, *, inp: Ref, out: Ref, consts: Ref
     lo, hi = _bounds(act)
     bias = np.asarray(q["bias_corrected"], np.int64).reshape(-1)
     _need(bias.size == g.co, f"{bias.size} bias values for {g.co} output channels")
+    _need(bool((np.abs(bias) < 2**31).all()), "bias values must fit int32")
     _check_ref(inp, n, "input")
     _check_ref(out, n, "output")
     params = 2 * g.nbo
@@ -778,6 +776,8 @@ def conv2d(in_shape: Sequence[int], q: Quant, *, inp: Ref, out: Ref, consts: Ref
 def conv2d_output_shape(in_shape: Sequence[int], weight_shape: Sequence[int],
                         strides: Sequence[int] = (1, 1), pads: Sequence[int] = (0, 0, 0, 0),
                         dilations: Sequence[int] = (1, 1)) -> tuple[int, int, int, int]:
+    """NCHW output shape of `conv2d` (pads top, left, bottom, right), e.g. to plan memory
+    before generating the kernel."""
     b, _, h, w = in_shape
     co, _, kh, kw = weight_shape
     oh = (h + pads[0] + pads[2] - ((kh - 1) * dilations[0] + 1)) // strides[0] + 1
@@ -847,6 +847,7 @@ def _gemm_kernel(m: int, w_kn: np.ndarray, bias: np.ndarray, requant: tuple | No
     kb, nbo = layout.blocks(k, n), layout.blocks(nout, n)
     bias = np.asarray(bias, np.int64).reshape(-1)
     _need(bias.size == nout, f"{bias.size} bias values for {nout} outputs")
+    _need(bool((np.abs(bias) < 2**31).all()), "bias values must fit int32")
     elem_out = n if requant else 4 * n
     _check_ref(inp, n, "input")
     _check_ref(out, elem_out, "output")

@@ -127,6 +127,7 @@ def _conv_case(shape, co, k, stride, pads, dil=(1, 1), act=None, cfg=CFG, seed=0
     if bounds is not None:
         ref = np.clip(ref, *bounds).astype(np.int8)
     o = kern.outputs[0]
+    assert o.shape == K.conv2d_output_shape(shape, q["weight"].shape, stride, pads, dil)
     y = layout.unpack_act(got, o.shape, cfg.n)
     assert y.shape == ref.shape, (y.shape, ref.shape)
     bad = np.argwhere(y != ref)
@@ -205,6 +206,9 @@ def test_conv2d_dilation_and_fused_activations() -> None:
     _conv_case((1, 6, 15, 16), 10, (3, 3), (1, 1), (2, 1, 2, 2), dil=(2, 2), seed=3)
     _conv_case((1, 16, 12, 12), 24, (3, 3), (1, 1), (1, 1, 1, 1), act=K.relu_bounds, seed=4)
     _conv_case((1, 16, 12, 12), 24, (1, 1), (1, 1), (0, 0, 0, 0), act=(-20, 50), seed=5)
+    # Clip(0, 6) with scale 0.05, zero point -100: 0 -> -100, 6 -> 6 / 0.05 - 100 = 20
+    assert K.clip_bounds(0.0, 6.0, 0.05, -100) == (-100, 20)
+    assert K.clip_bounds(-1e9, 1e9, 0.05, 0) == (-128, 127)
 
 
 def test_conv2d_forced_tiling_on_small_scratchpads() -> None:
