@@ -212,8 +212,8 @@ class _Blob:
 class _Step:
     """One tile of work: its loads, its compute, and (if it finishes its ACC tile) the stores.
 
-    `new_acc` says the step starts a new ACC tile; its loads then write that tile's half of ACC
-    (bias or input rows), which the store of the tile two before may still be reading.
+    `new_acc` says the step starts a new ACC tile; its loads then write that tile's ACC region
+    (bias or input rows), which the store of the tile ACC_REGIONS before may still be reading.
     """
 
     loads: list[Insn]
