@@ -36,6 +36,8 @@ _U64 = (1 << 64) - 1
 
 _STATUS = {f.name: f for f in regs.CH_STATUS_FIELDS}
 _CTRL = {f.name: f for f in regs.CH_CTRL_FIELDS}
+#: The accelerator of the default RTL card build.
+DEFAULT_ACCEL = AccelConfig()
 _IRQ = {f.name: f for f in regs.IRQ_FIELDS}
 _CAPS = {f.name: f for f in regs.BY_NAME["CAPS"].fields}
 _ACC_CTRL = {f.name: f for f in regs.BY_NAME["ACC_CTRL"].fields}
@@ -122,7 +124,7 @@ class ModelCard(CardBackend):
 
     def __init__(self, mem_size: int = DEFAULT_MEM_SIZE, *, host: HostMemory | None = None,
                  host_size: int = DEFAULT_HOST_SIZE, host_base: int = DEFAULT_HOST_BASE,
-                 bus_width: int = DEFAULT_BUS_WIDTH, accel: AccelConfig | None = AccelConfig(),
+                 bus_width: int = DEFAULT_BUS_WIDTH, accel: AccelConfig | None = DEFAULT_ACCEL,
                  accel_schedule_seed: int | None = None) -> None:
         if mem_size <= 0 or mem_size > _U64:
             raise ValueError(f"card memory size must be 1..2^64-1 bytes, got {mem_size}")

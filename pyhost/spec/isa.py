@@ -507,7 +507,8 @@ LOAD writes the padded tile row-major from `sp_base`: `(pad_top + y_size + pad_b
 width, and every padding row gets `pad_value` in every byte (INP, WGT) or lane (ACC, ACC8).
 ACC8 sign-extends each byte to an int32 lane. STORE (ACC or ACC8 only, no padding) writes
 scratchpad row `sp_base + y * x_size + x` to memory element (y, x); ACC8 writes the low byte of
-each lane. y_size or x_size 0 moves nothing.
+each lane. y_size or x_size 0 reads and writes no card memory; a LOAD still writes its padding
+rows and elements (a way to fill scratchpad rows with a constant).
 
 ## GEMM
 
