@@ -932,7 +932,8 @@ async def test_tokens(dut) -> None:
 @cocotb.test(timeout_time=50, timeout_unit="ms")
 async def test_throughput(dut) -> None:
     """Long rows without back-pressure: the load unit writes one element per cycle and the store
-    unit streams one ACC row per cycle; prints bytes per cycle for each buffer."""
+    unit streams one ACC row per cycle (checked when MAX_OUTSTANDING >= 2); prints bytes per
+    cycle for each buffer."""
     tb = TB(dut, 27)
     await tb.reset()
     g = tb.g
@@ -956,6 +957,8 @@ async def test_throughput(dut) -> None:
         dut._log.info("%-11s %6.2f bytes/cycle (%.2f elements/cycle, element %d bytes)",
                       name, rate, rate / e, e)
     tb.check_memory()
+    if tb.max_out < 2:
+        return          # one burst at a time: every write burst waits for its B response
     for name, (rate, e) in rates.items():
         # one element (scratchpad row) per cycle, at most a beat per cycle
         ideal = min(e, BEAT)

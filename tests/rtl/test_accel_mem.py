@@ -23,14 +23,22 @@ LS_SOURCES = [ACCEL / "accel_load.v", ACCEL / "accel_store.v",
               runner.ROOT / "tb" / "accel" / "accel_ls_wrap.v"]
 
 
+#: N = 8 with the default bursts; N = 16 (multi-beat WGT elements, one ACC row per beat) and
+#: N = 4 with smaller scratchpads and short bursts / few bursts in flight.
+LS_CONFIGS = {
+    8: {},
+    16: {"INP_DEPTH": 2048, "WGT_DEPTH": 256, "ACC_DEPTH": 1024, "MAX_BURST": 8,
+         "MAX_OUTSTANDING": 2},
+    4: {"INP_DEPTH": 2048, "WGT_DEPTH": 256, "ACC_DEPTH": 1024, "MAX_BURST": 3,
+        "MAX_OUTSTANDING": 1},
+}
+
+
 @pytest.mark.rtl
-@pytest.mark.parametrize("n", [8, 16, 4])
+@pytest.mark.parametrize("n", list(LS_CONFIGS))
 def test_accel_load_store(sim: str, n: int) -> None:
-    """The accel_load/accel_store bench passes for N = 8, 16 (multi-beat WGT elements, one ACC
-    row per beat) and 4 (with smaller scratchpads)."""
-    params: dict[str, object] = {"N": n}
-    if n != 8:
-        params.update(INP_DEPTH=2048, WGT_DEPTH=256, ACC_DEPTH=1024)
+    """The accel_load/accel_store bench passes in each configuration."""
+    params: dict[str, object] = {"N": n, **LS_CONFIGS[n]}
     res = runner.run(sim, "accel_ls_wrap", LS_SOURCES, "tb.accel.test_accel_load_store",
                      parameters=params)
     assert res.tests == 7
