@@ -168,6 +168,8 @@ class Item:
     w_beats: int = 0
     bs: int = 0
     done: str = ""              # "ok", "err" or "dropped"
+    last_write_at: int = -1     # cycle of the last scratchpad write (load)
+    last_b_at: int = -1         # cycle of the last write response (store)
     finished_at: int = -1
     saw_stop: bool = False
 
@@ -500,6 +502,7 @@ class TB:
                 writes -= 1
                 if self.cur["st"] is not None:
                     self.cur["st"].bs += 1
+                    self.cur["st"].last_b_at = c
 
             # ---------------- units
             for u in ("ld", "st"):
@@ -531,6 +534,7 @@ class TB:
                             self.fail(f"pc {cur.pc} write {cur.writes_seen}: {port}[{row}] = "
                                       f"{val:#x}, expected {ep}[{er}] = {ev:#x} ({cur.insn})")
                         cur.writes_seen += 1
+                        cur.last_write_at = c
                 # token pops
                 if _on(getattr(d, f"{u}_tok_pop_{pop_name}")):
                     avail = drv["c2l"] if u == "ld" else drv["c2s"]
@@ -569,6 +573,13 @@ class TB:
                             self.fail(f"pc {cur.pc}: bytes {nb}, expected {cur.exp.nbytes}")
                         if cur.push and not push:
                             self.fail(f"pc {cur.pc} finished without its push")
+                        # the push comes with the last scratchpad write (LOAD), or right after
+                        # the last write response (STORE)
+                        if u == "ld" and cur.exp.writes and cur.last_write_at != c:
+                            self.fail(f"pc {cur.pc} finished at {c}, last write at "
+                                      f"{cur.last_write_at}")
+                        if u == "st" and cur.exp.beats and not 0 < c - cur.last_b_at <= 2:
+                            self.fail(f"pc {cur.pc} finished at {c}, last B at {cur.last_b_at}")
                         if cur.pop and not cur.popped:
                             self.fail(f"pc {cur.pc} finished without its pop")
                         if u == "ld" and cur.writes_seen != len(cur.exp.writes):
@@ -598,6 +609,8 @@ class TB:
                 busy = _on(getattr(d, f"{u}_busy"))
                 if idle and busy:
                     self.fail(f"{u} idle and busy")
+                if busy and (cur is None or (cur.pop and not cur.popped)):
+                    self.fail(f"{u} busy without a started instruction")
                 inflight = (reads + ar_prev_valid) if u == "ld" else (writes + len(wq)
                                                                        + aw_prev_valid)
                 if idle and inflight:
