@@ -36,7 +36,6 @@ from tb.common.host_memory_axi import HostMemoryConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-SOURCES = ("csr", "pcie_dma", "axi_interconnect", "dram_ctrl", "card_top")
 CARD_MEM = 64 << 20
 LATENCY_CYCLES = 200                      # 500 ns host memory read latency
 SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20]
@@ -164,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     raw = RESULTS / "dma.raw.json"
     raw.unlink(missing_ok=True)
-    b = runner.build("verilator", "card_top", runner.rtl_sources(*SOURCES),
+    b = runner.build("verilator", "card_top", runner.card_sources(),
                      {"MEM_SIZE": f"64'd{CARD_MEM}"})
     runner.test(b, "bench.dma_bench", run_name="bench",
                 extra_env={"BENCH_OUT": str(raw), "COCOTB_LOG_LEVEL": "WARNING"})

@@ -100,7 +100,7 @@ async def card_round_trip(dut) -> None:
 
 def card_demo(sim: str, mem: int) -> int:
     params = {"MEM_SIZE": f"64'd{mem}"}
-    sources = runner.rtl_sources("csr", "pcie_dma", "axi_interconnect", "dram_ctrl", "card_top")
+    sources = runner.card_sources()
     b = runner.build(sim, "card_top", sources, params, waves=True)
     out = b.build_dir / "demo.json"
     out.unlink(missing_ok=True)

@@ -475,7 +475,8 @@ The fetch unit reads INSN_COUNT instructions from card memory at INSN_BASE (16-b
 checks each one (opcode, dependency flags, buffer, ALU operation) when it is next to dispatch,
 and appends it to its unit's queue (QUEUE_DEPTH entries; the unit holds one more while it runs
 it). It blocks while that queue is full. END stops fetching; the accelerator is done when every
-queue is empty and every unit idle. Reaching INSN_COUNT without END is NO_END.
+queue is empty and every unit idle. Reaching INSN_COUNT without END is NO_END, reported (with
+ERR_PC = INSN_COUNT) once the dispatched instructions have run, as for END.
 
 The three units run in parallel, each in its own program order: LOAD on the load unit, GEMM and
 ALU on the compute unit, STORE on the store unit. Four token counters order them: load->compute,
@@ -492,7 +493,9 @@ When every unit waits for a token (or is idle with an empty queue) and the fetch
 finished or is blocked on a full queue, nothing can ever move: the accelerator stops with
 DEADLOCK. At the first error the accelerator stops starting instructions, lets memory transfers
 in flight finish, and then reports the error code and the index of the instruction (ERR_PC); the
-scratchpads and card memory are then unspecified for instructions at or after it.
+scratchpads and card memory are then unspecified for instructions at or after it. DEADLOCK,
+TOKEN_OVERFLOW and ABORTED have no culprit instruction: their ERR_PC is the number of
+instructions dispatched so far.
 
 Each instruction checks its scratchpad range before it has any effect (SP_RANGE), and LOAD/STORE
 check that the address (slot base + offset) is a multiple of the element size (MISALIGNED).

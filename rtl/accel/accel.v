@@ -96,6 +96,8 @@ reg [31:0] slot_reg [0:`ISA_NUM_SLOTS-1];
 reg [63:0] cnt_reg [0:NCNT-1];
 reg [7:0]  tok_l2c_reg, tok_c2l_reg, tok_c2s_reg, tok_s2c_reg;
 reg        dl_prev_reg;
+reg        no_end_reg;          // the fetch unit ran out of instructions without END
+reg [31:0] no_end_pc_reg;
 
 wire [`ISA_NUM_SLOTS*32-1:0] slots;
 genvar gs;
@@ -189,10 +191,13 @@ wire dl_now = state_reg == S_RUN
     && ((cp_idle && q_cp_empty) || cp_waiting)
     && ((st_idle && q_st_empty) || st_waiting)
     && (ld_waiting || cp_waiting || st_waiting)
-    && (f_ended || f_blocked) && !any_push;
+    && (f_ended || f_blocked || no_end_reg) && !any_push;
 wire deadlock = dl_now && dl_prev_reg;
 
-// --- errors: the first one wins; same cycle: fetch, load, compute, store, then this module
+// --- errors: the first one wins; same cycle: fetch, load, compute, store, then this module.
+// NO_END is not an error yet: every dispatched instruction comes before it, so they all run
+// first (as for END) and NO_END is reported when they have finished.
+wire f_no_end = f_err && f_err_code == `ACC_ERR_NO_END;
 reg        err_any;
 reg [7:0]  err_code_now;
 reg [31:0] err_pc_now;
@@ -200,7 +205,7 @@ always @* begin
     err_any = 1'b1;
     err_code_now = `ACC_ERR_NONE;
     err_pc_now = 32'd0;
-    if (f_err) begin
+    if (f_err && !f_no_end) begin
         err_code_now = f_err_code;
         err_pc_now = f_err_pc;
     end else if (ld_err) begin
@@ -227,7 +232,7 @@ always @* begin
 end
 
 wire all_idle = f_idle && ld_idle && cp_idle && st_idle;
-wire finished = f_ended && all_idle && q_ld_empty && q_cp_empty && q_st_empty;
+wire finished = (f_ended || no_end_reg) && all_idle && q_ld_empty && q_cp_empty && q_st_empty;
 
 integer i;
 always @(posedge clk) begin
@@ -278,6 +283,7 @@ always @(posedge clk) begin
             tok_c2l_reg <= 8'd0;
             tok_c2s_reg <= 8'd0;
             tok_s2c_reg <= 8'd0;
+            no_end_reg <= 1'b0;
             if (bad_config) begin
                 error_reg <= 1'b1;
                 err_code_reg <= `ACC_ERR_BAD_CONFIG;
@@ -287,10 +293,20 @@ always @(posedge clk) begin
             end
         end
         S_RUN: begin
+            if (f_no_end) begin
+                no_end_reg <= 1'b1;
+                no_end_pc_reg <= f_err_pc;
+            end
             if (err_any) begin
                 err_code_reg <= err_code_now;
                 err_pc_reg <= err_pc_now;
                 state_reg <= S_STOP;
+            end else if (finished && no_end_reg) begin
+                error_reg <= 1'b1;
+                err_code_reg <= `ACC_ERR_NO_END;
+                err_pc_reg <= no_end_pc_reg;
+                irq_err_reg <= 1'b1;
+                state_reg <= S_IDLE;
             end else if (finished) begin
                 done_reg <= 1'b1;
                 irq_done_reg <= 1'b1;
@@ -322,6 +338,8 @@ always @(posedge clk) begin
         tok_c2s_reg <= 8'd0;
         tok_s2c_reg <= 8'd0;
         dl_prev_reg <= 1'b0;
+        no_end_reg <= 1'b0;
+        no_end_pc_reg <= 32'd0;
     end
 end
 
@@ -362,17 +380,18 @@ always @* begin
     if (rcnt_hit) reg_rdata = rcnt_off[2] ? rcnt[63:32] : rcnt[31:0];
 end
 
-// --- instruction queues --------------------------------------------------------------------------
+// --- instruction queues: emptied while stopping after an error and at START ---------------------
+wire q_flush = start_ok || state_reg == S_STOP;
 accel_fifo #(.WIDTH(QW), .DEPTH(QUEUE_DEPTH)) q_ld (
-    .clk(clk), .rst(rst), .flush(start_ok),
+    .clk(clk), .rst(rst), .flush(q_flush),
     .wr_en(f_push_ld), .wr_data({f_pc, f_insn}), .full(q_ld_full),
     .rd_en(ld_ready), .rd_data(q_ld_head), .rd_valid(q_ld_valid), .empty(q_ld_empty));
 accel_fifo #(.WIDTH(QW), .DEPTH(QUEUE_DEPTH)) q_cp (
-    .clk(clk), .rst(rst), .flush(start_ok),
+    .clk(clk), .rst(rst), .flush(q_flush),
     .wr_en(f_push_cp), .wr_data({f_pc, f_insn}), .full(q_cp_full),
     .rd_en(cp_ready), .rd_data(q_cp_head), .rd_valid(q_cp_valid), .empty(q_cp_empty));
 accel_fifo #(.WIDTH(QW), .DEPTH(QUEUE_DEPTH)) q_st (
-    .clk(clk), .rst(rst), .flush(start_ok),
+    .clk(clk), .rst(rst), .flush(q_flush),
     .wr_en(f_push_st), .wr_data({f_pc, f_insn}), .full(q_st_full),
     .rd_en(st_ready), .rd_data(q_st_head), .rd_valid(q_st_valid), .empty(q_st_empty));
 

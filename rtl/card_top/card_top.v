@@ -4,17 +4,23 @@
 
 `include "card_regs.vh"
 
-// The card: BAR0 register block, the PCIe DMA engine, the AXI interconnect and the DRAM
-// controller. The interconnect has one master today (the DMA engine's card port); the
-// accelerator becomes master 1 by raising MASTERS and wiring its port into the flattened buses.
+// The card: BAR0 register block, the PCIe DMA engine, the accelerator, the AXI interconnect and
+// the DRAM controller. The interconnect's masters are the DMA engine's card port (0) and the
+// accelerator (1).
 //
 //   host --BAR0 (AXI4-Lite)--> csr --> pcie_dma --card port--> axi_interconnect --> dram_ctrl
+//                               \----> accel -----------------^
 //   host memory <--AXI4 (m_axi_host)-- pcie_dma
 module card_top #(
     parameter [63:0]  MEM_SIZE = 64'd1073741824,   // card memory bytes
     parameter integer DATA_WIDTH = 512,            // card data bus width
     parameter integer RING_LINES = 512,            // DMA ring buffer lines
-    parameter integer DRAM_QUEUE_DEPTH = 16        // DRAM controller request queue
+    parameter integer DRAM_QUEUE_DEPTH = 16,       // DRAM controller request queue
+    parameter integer ACC_N = 8,                   // accelerator GEMM array size
+    parameter integer ACC_INP_DEPTH = 8192,        // accelerator input scratchpad rows
+    parameter integer ACC_WGT_DEPTH = 1024,        // accelerator weight scratchpad rows
+    parameter integer ACC_ACC_DEPTH = 4096,        // accelerator accumulator scratchpad rows
+    parameter integer ACC_QUEUE_DEPTH = 8          // accelerator instruction queue depth
 ) (
     input  wire                      clk,
     input  wire                      rst,
@@ -73,7 +79,7 @@ module card_top #(
 );
 
 localparam integer CARD_AW = 32;
-localparam integer MASTERS = 1;                  // DMA card port (accelerator: master 1, later)
+localparam integer MASTERS = 2;                  // DMA card port, accelerator
 localparam integer S_ID = 6;
 localparam integer M_ID = S_ID + $clog2(MASTERS);
 localparam integer DW = DATA_WIDTH;
@@ -87,6 +93,12 @@ wire [7:0]      cfg_tags;
 wire [3*8-1:0]  ch_err_code;
 wire [3*32-1:0] ch_completed, ch_descs;
 wire [8*64-1:0] dram_counters;
+
+// --- register block <-> accelerator
+wire        acc_reg_wr, acc_irq_done, acc_irq_err;
+wire [11:0] acc_reg_waddr, acc_reg_raddr;
+wire [31:0] acc_reg_wdata, acc_reg_rdata;
+wire [3:0]  acc_reg_wstrb;
 
 // --- masters into the interconnect (flattened, master i at [i*W +: W])
 wire [MASTERS*S_ID-1:0]    c_awid, c_bid, c_arid, c_rid;
@@ -110,9 +122,8 @@ wire               d_awvalid, d_awready, d_wlast, d_wvalid, d_wready, d_bvalid, 
 wire [DW-1:0]      d_wdata, d_rdata;
 wire [SW-1:0]      d_wstrb;
 
-/* verilator lint_off PINCONNECTEMPTY */
 csr #(
-    .MEM_SIZE(MEM_SIZE), .DATA_WIDTH(DATA_WIDTH), .ACCEL(0)
+    .MEM_SIZE(MEM_SIZE), .DATA_WIDTH(DATA_WIDTH), .ACCEL(1)
 ) regs (
     .clk(clk), .rst(rst),
     .s_axil_awaddr(s_axil_awaddr), .s_axil_awvalid(s_axil_awvalid),
@@ -128,11 +139,34 @@ csr #(
     .ch_completed(ch_completed), .ch_bytes(ch_bytes), .ch_descs(ch_descs),
     .irq_done(irq_done), .irq_err(irq_err),
     .dram_counters(dram_counters),
-    .acc_reg_wr(), .acc_reg_waddr(), .acc_reg_wdata(), .acc_reg_wstrb(), .acc_reg_raddr(),
-    .acc_reg_rdata(32'd0), .acc_irq_done(1'b0), .acc_irq_err(1'b0),
+    .acc_reg_wr(acc_reg_wr), .acc_reg_waddr(acc_reg_waddr), .acc_reg_wdata(acc_reg_wdata),
+    .acc_reg_wstrb(acc_reg_wstrb), .acc_reg_raddr(acc_reg_raddr), .acc_reg_rdata(acc_reg_rdata),
+    .acc_irq_done(acc_irq_done), .acc_irq_err(acc_irq_err),
     .irq(irq)
 );
-/* verilator lint_on PINCONNECTEMPTY */
+
+accel #(
+    .N(ACC_N), .INP_DEPTH(ACC_INP_DEPTH), .WGT_DEPTH(ACC_WGT_DEPTH), .ACC_DEPTH(ACC_ACC_DEPTH),
+    .QUEUE_DEPTH(ACC_QUEUE_DEPTH), .DATA_WIDTH(DATA_WIDTH), .ADDR_WIDTH(CARD_AW), .ID_WIDTH(S_ID)
+) acc (
+    .clk(clk), .rst(rst),
+    .reg_wr(acc_reg_wr), .reg_waddr(acc_reg_waddr), .reg_wdata(acc_reg_wdata),
+    .reg_wstrb(acc_reg_wstrb), .reg_raddr(acc_reg_raddr), .reg_rdata(acc_reg_rdata),
+    .irq_done(acc_irq_done), .irq_err(acc_irq_err),
+    .m_axi_awid(c_awid[S_ID +: S_ID]), .m_axi_awaddr(c_awaddr[CARD_AW +: CARD_AW]),
+    .m_axi_awlen(c_awlen[8 +: 8]), .m_axi_awsize(c_awsize[3 +: 3]),
+    .m_axi_awburst(c_awburst[2 +: 2]), .m_axi_awvalid(c_awvalid[1]),
+    .m_axi_awready(c_awready[1]), .m_axi_wdata(c_wdata[DW +: DW]),
+    .m_axi_wstrb(c_wstrb[SW +: SW]), .m_axi_wlast(c_wlast[1]), .m_axi_wvalid(c_wvalid[1]),
+    .m_axi_wready(c_wready[1]), .m_axi_bid(c_bid[S_ID +: S_ID]), .m_axi_bresp(c_bresp[2 +: 2]),
+    .m_axi_bvalid(c_bvalid[1]), .m_axi_bready(c_bready[1]),
+    .m_axi_arid(c_arid[S_ID +: S_ID]), .m_axi_araddr(c_araddr[CARD_AW +: CARD_AW]),
+    .m_axi_arlen(c_arlen[8 +: 8]), .m_axi_arsize(c_arsize[3 +: 3]),
+    .m_axi_arburst(c_arburst[2 +: 2]), .m_axi_arvalid(c_arvalid[1]),
+    .m_axi_arready(c_arready[1]), .m_axi_rid(c_rid[S_ID +: S_ID]),
+    .m_axi_rdata(c_rdata[DW +: DW]), .m_axi_rresp(c_rresp[2 +: 2]), .m_axi_rlast(c_rlast[1]),
+    .m_axi_rvalid(c_rvalid[1]), .m_axi_rready(c_rready[1])
+);
 
 pcie_dma #(
     .DATA_WIDTH(DATA_WIDTH), .CARD_ADDR_WIDTH(CARD_AW), .RING_LINES(RING_LINES)

@@ -66,6 +66,15 @@ def simulator_available(sim: str) -> bool:
     raise ValueError(f"unknown simulator {sim!r}; expected one of {SIMULATORS}")
 
 
+#: The blocks card_top is built from.
+CARD_BLOCKS = ("csr", "pcie_dma", "accel", "axi_interconnect", "dram_ctrl", "card_top")
+
+
+def card_sources() -> list[Path]:
+    """Every Verilog file of the card (card_top and the blocks under it)."""
+    return rtl_sources(*CARD_BLOCKS)
+
+
 def rtl_sources(*blocks: str) -> list[Path]:
     """All Verilog files of the named rtl/<block>/ folders, in a stable order."""
     out: list[Path] = []

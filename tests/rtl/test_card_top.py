@@ -16,13 +16,12 @@ import pytest
 
 from tb.common import runner
 
-SOURCES = ("csr", "pcie_dma", "axi_interconnect", "dram_ctrl", "card_top")
 CARD_MEM = 16 << 20
 
 
 def run_card(sim: str, memory: str, tests: list[str] | None = None,
              waves: bool | None = None) -> runner.RunResult:
-    return runner.run(sim, "card_top", runner.rtl_sources(*SOURCES), "tb.card_top.test_card_top",
+    return runner.run(sim, "card_top", runner.card_sources(), "tb.card_top.test_card_top",
                       parameters={"MEM_SIZE": f"64'd{CARD_MEM}"}, testcase=tests, waves=waves,
                       extra_env={"CARD_TB_PARAMS": json.dumps({"MEM_SIZE": CARD_MEM}),
                                  "CARD_TB_MEMORY": memory, "SIM": sim})
