@@ -1,0 +1,27 @@
+"""System regression for the accelerator on card_top through the driver, on each simulator:
+random programs against the functional model, a GEMM and a convolution against numpy, bus
+errors, illegal instructions and a deadlock (tb/card_top/test_card_accel.py). Icarus runs the
+smaller variants of each check."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tb.card.accel_program import ALL_CHECKS
+from tb.common import runner
+from tests.rtl.test_card_top import CARD_MEM
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("check", [c.name for c in ALL_CHECKS])
+def test_card_accel(sim: str, check: str) -> None:
+    """The accelerator check passes on the RTL card."""
+    res = runner.run(sim, "card_top", runner.card_sources(), "tb.card_top.test_card_accel",
+                     parameters={"MEM_SIZE": f"64'd{CARD_MEM}"},
+                     testcase=[f"test_accel_program/check={i}" for i, c in enumerate(ALL_CHECKS)
+                               if c.name == check],
+                     extra_env={"CARD_TB_PARAMS": json.dumps({"MEM_SIZE": CARD_MEM}),
+                                "CARD_TB_MEMORY": "inorder", "SIM": sim})
+    assert res.tests == 1
