@@ -2,7 +2,8 @@
 
 A name may be:
 
-- a built-in plugin (``softmax_ip``), or an entry point of group ``dnncard.compiler_plugins``;
+- a built-in plugin (``accel``, ``softmax_ip``), or an entry point of group
+  ``dnncard.compiler_plugins``;
 - ``package.module:attr``: ``attr`` is a factory (like ``get_plugin``) or a Plugin subclass;
 - ``package.module``: the module's ``get_plugin()``;
 - a path to a ``.py`` file: that file's ``get_plugin()``;
@@ -31,6 +32,7 @@ ENTRY_POINT_GROUP = "dnncard.compiler_plugins"
 
 #: Built-in plugins by name -> module (explicit, like the pass table).
 BUILTIN: dict[str, str] = {
+    "accel": "compiler.plugins.accel",
     "softmax_ip": "compiler.plugins.softmax_ip",
 }
 

@@ -1,0 +1,201 @@
+"""Partition of the accelerator plugin: which ops the accelerator takes, grouped into device
+subgraphs.
+
+Layers are found with templates (``filter_by_template``), longest first, so a Relu after a Conv
+is fused rather than left alone: Flatten/Reshape -> Gemm/MatMul -> Relu/Clip, Conv/Gemm/MatMul/
+Add/Sum -> Relu/Clip, then each head alone (Conv, Gemm, MatMul, Add, Sum, MaxPool,
+GlobalAveragePool, AveragePool over the whole image). A match is claimed only if its quantization
+parameters exist and the kernels map it: the layer's kernel is generated at placeholder
+addresses (`codegen.check_layer`); anything that fails stays for the CPU, with the reason kept
+in `AccelPartitioner.rejected`.
+
+The claimed layers are then merged into as few subgraphs as possible without a cycle, the same
+grouping as ``merge_subgraph`` (fewest runs of consecutive claimed children over the topological
+orders of the root's children), and each run is cut, in its topological order, where a subgraph
+would exchange more tensors with the rest of the graph than the slot registers hold (14: slots
+2..15), or exceed the optional ``max_layers`` / ``max_step_bytes`` limits. A contiguous piece of
+a run is contiguous in a topological order of all children, so merging it never creates a cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from compiler.errors import OptionsError
+from compiler.plugin import filter_by_template, merge_subgraph, root_children
+from compiler.plugins.accel import codegen
+from compiler.plugins.accel.codegen import ACTS, HEADS, VIEWS, Layer
+from compiler.xir import Graph, GraphTemplate, Op, Subgraph
+from pyhost.accel import kernels as K
+from pyhost.accel.model import AccelConfig
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How large one accelerator subgraph may become."""
+
+    max_io: int = codegen.MAX_IO
+    max_layers: int | None = None
+    max_step_bytes: int | None = None
+
+
+def _templates() -> list[tuple[str, GraphTemplate]]:
+    """(kind, template), longest first; template op names: view, head, act."""
+    out = []
+    gemm = HEADS["gemm"]
+    t = GraphTemplate("accel_view_gemm_act")
+    v = t.add_op("view", VIEWS)
+    h = t.add_op("head", gemm, {v: "A"})
+    t.add_op("act", ACTS, {h: None})
+    out.append(("gemm", t))
+    t = GraphTemplate("accel_view_gemm")
+    v = t.add_op("view", VIEWS)
+    t.add_op("head", gemm, {v: "A"})
+    out.append(("gemm", t))
+    for kind in ("conv", "gemm", "add"):
+        t = GraphTemplate(f"accel_{kind}_act")
+        h = t.add_op("head", HEADS[kind])
+        t.add_op("act", ACTS, {h: None})
+        out.append((kind, t))
+    for kind in ("conv", "gemm", "add", "maxpool", "avgpool"):
+        t = GraphTemplate(f"accel_{kind}")
+        t.add_op("head", HEADS[kind])
+        out.append((kind, t))
+    return out
+
+
+class AccelPartitioner:
+    """One partition run: claims layers, then groups and merges them."""
+
+    def __init__(self, graph: Graph, cfg: AccelConfig, limits: Limits) -> None:
+        self.graph = graph
+        self.cfg = cfg
+        self.limits = limits
+        #: head op name -> why the accelerator does not take it (for reports and tests)
+        self.rejected: dict[str, str] = {}
+        self._claimed: set[Op] = set()
+        self._layers: dict[Op, tuple[Layer, K.Kernel]] = {}
+
+    def run(self) -> set[Subgraph]:
+        if "quantization" not in self.graph.attrs:
+            raise OptionsError('the "accel" plugin needs a quantized graph: add "quantize": '
+                               'true (or a calibration setup) to the compile options, e.g. '
+                               '{"plugin": "accel", "quantize": {"calibration": "in.npz"}}')
+        root_children(self.graph)
+        units: list[Subgraph] = []
+        for kind, template in _templates():
+            found = filter_by_template(self.graph, template, self._accept(kind))
+            for s in sorted(found, key=lambda s: s.sort_key()):
+                self._claimed.update(s.ops)
+                units.append(s)
+        for op in self._claimed:
+            self.rejected.pop(op.name, None)
+        if not units:
+            return set()
+        return self._group(units)
+
+    def _accept(self, kind: str) -> Callable[[Mapping[str, Op]], bool]:
+        def accept(match: Mapping[str, Op]) -> bool:
+            ops = list(match.values())
+            if any(op in self._claimed for op in ops):
+                return False
+            head = match["head"]
+            act, view = match.get("act"), match.get("view")
+            if act is not None and codegen.fusable_act(head) is not act:
+                return False
+            if view is not None and codegen.absorbable_view(head) is not view:
+                return False
+            layer = Layer(kind, head, act, view)
+            kern, reason = codegen.check_layer(layer, self.cfg)
+            if kern is None:
+                self.rejected.setdefault(head.name, reason or "")
+                return False
+            self._layers[head] = (layer, kern)
+            return True
+        return accept
+
+    def _layer_of(self, unit: Subgraph) -> tuple[Layer, K.Kernel]:
+        (head,) = [op for op in unit.ops if op in self._layers]
+        return self._layers[head]
+
+    def _group(self, units: list[Subgraph]) -> set[Subgraph]:
+        root = self.graph.root_subgraph
+        dag = root.child_dag()
+        members = set(units)
+        runs = min((_runs(dag, members, True), _runs(dag, members, False)), key=len)
+        result: set[Subgraph] = set()
+        for run in runs:
+            for chunk in self._chunks(run):
+                merged = merge_subgraph(chunk)
+                assert len(merged) == 1, "a contiguous piece of a run merges into one subgraph"
+                result |= merged
+        return result
+
+    def _chunks(self, run: list[Subgraph]) -> list[list[Subgraph]]:
+        """Cut a run (in topological order) where a piece would exceed the limits."""
+        lim = self.limits
+        chunks: list[list[Subgraph]] = []
+        cur: list[Subgraph] = []
+        for u in run:
+            trial = cur + [u]
+            if cur and not self._fits(trial, lim):
+                chunks.append(cur)
+                trial = [u]
+            cur = trial
+        if cur:
+            chunks.append(cur)
+        return chunks
+
+    def _fits(self, units: list[Subgraph], lim: Limits) -> bool:
+        if lim.max_layers is not None and len(units) > lim.max_layers:
+            return False
+        pairs = sorted((self._layer_of(u) for u in units),
+                       key=lambda p: self.graph.topo_position(p[0].head))
+        layers = [p[0] for p in pairs]
+        ins, outs = codegen.external_tensors(layers)
+        if len(ins) + len(outs) > lim.max_io:
+            return False
+        if lim.max_step_bytes is not None:
+            plan = codegen.plan_step(layers, self.cfg.n)
+            need = codegen.estimate_step_bytes(plan, [p[1] for p in pairs], self.cfg)
+            if need > lim.max_step_bytes:
+                return False
+        return True
+
+
+def _runs(dag: dict[Subgraph, set[Subgraph]], members: set[Subgraph],
+          start_with_members: bool) -> list[list[Subgraph]]:
+    """The members as runs of consecutive nodes of one topological order that alternates
+    between exhausting the ready members and the ready non-members (the schedule
+    ``merge_subgraph`` uses; optimal for two kinds of node). Each run is in topological order."""
+    indeg = {n: 0 for n in dag}
+    for succs in dag.values():
+        for s in succs:
+            indeg[s] += 1
+    ready = {True: [n for n in dag if indeg[n] == 0 and n in members],
+             False: [n for n in dag if indeg[n] == 0 and n not in members]}
+    runs: list[list[Subgraph]] = []
+    kind = start_with_members
+    while ready[True] or ready[False]:
+        stack = ready[kind]
+        run = []
+        while stack:
+            node = stack.pop()
+            run.append(node)
+            for s in sorted(dag[node], key=lambda c: c.sort_key()):
+                indeg[s] -= 1
+                if indeg[s] == 0:
+                    ready[s in members].append(s)
+        if kind and run:
+            runs.append(run)
+        kind = not kind
+    return runs
+
+
+def partition(graph: Graph, cfg: AccelConfig, limits: Limits | None = None
+              ) -> tuple[set[Subgraph], dict[str, str]]:
+    """The accelerator subgraphs of ``graph`` and the reasons for the heads left to the CPU."""
+    p = AccelPartitioner(graph, cfg, limits or Limits())
+    subs = p.run()
+    return subs, p.rejected
