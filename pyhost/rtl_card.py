@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import logging
 
-import cocotb
 from cocotb.task import resume
 from cocotb.triggers import First, RisingEdge, Timer
+from cocotb.utils import get_sim_time
 from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
 
 from pyhost.backend import CardBackend, HostMemory, check_mmio
+from pyhost.spec import dram
 from tb.common.host_memory_axi import HostMemoryAxiSlave, HostMemoryConfig
 
 #: How much simulated time one wall-clock second of a caller's timeout stands for: about what
@@ -66,8 +67,9 @@ class RtlCard(CardBackend):
             logging.getLogger(f"cocotb.{dut._name}.m_axi_host").setLevel(logging.WARNING)
         else:
             raise ValueError(f"memory_model {memory_model!r}: expected 'native' or 'axiram'")
-        self._cycle = 0
-        cocotb.start_soon(self._count())
+        # cycles follow simulated time: no Python runs per clock cycle (the co-simulation then
+        # costs nothing while the card works on its own, e.g. while the accelerator computes)
+        self._t0_ps = get_sim_time("ps")
         #: simulated-time bound on one wait for the interrupt (a hung card fails, not hangs)
         self.irq_timeout_ns = irq_timeout_ns
         self.mmio_reads = 0
@@ -89,13 +91,8 @@ class RtlCard(CardBackend):
         await RisingEdge(self.dut.clk)
         return bool(int(irq.value))
 
-    async def _count(self) -> None:
-        while True:
-            await RisingEdge(self.dut.clk)
-            self._cycle += 1
-
     async def _cycles(self) -> int:
-        return self._cycle
+        return int((get_sim_time("ps") - self._t0_ps) // (dram.CTRL_CLK_NS * 1000))
 
     # -- CardBackend ----------------------------------------------------------------------------
     def mmio_read(self, offset: int) -> int:
