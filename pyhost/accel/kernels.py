@@ -256,12 +256,15 @@ def insn_cycles(insn: Insn, n: int, mem_latency: int = 0) -> int:
     """Busy cycles of one instruction. With mem_latency 0 this is the functional model's
     timing rule: a GEMM/ALU runs outer*inner iterations + 1, a LOAD/STORE
     max(scratchpad rows, bus beats) + 1; `mem_latency` adds the burst latency (`mem_cycles`)."""
+    # the field dict directly: Insn attribute access is slow and this runs per instruction
+    f = insn.fields.get
     if insn.op in (Opcode.GEMM, Opcode.ALU):
-        return insn.outer * insn.inner + 1
+        return f("outer", 0) * f("inner", 0) + 1
     if insn.op in (Opcode.LOAD, Opcode.STORE):
-        e = isa.element_bytes(Buffer(insn.buf), n)
-        y, x = insn.y_size, insn.x_size
-        rows = (insn.pad_top + y + insn.pad_bottom) * (insn.pad_left + x + insn.pad_right)
+        e = isa.element_bytes(Buffer(f("buf", 0)), n)
+        y, x = f("y_size", 0), f("x_size", 0)
+        rows = (f("pad_top", 0) + y + f("pad_bottom", 0)) \
+            * (f("pad_left", 0) + x + f("pad_right", 0))
         return mem_cycles(y if x else 0, x * e, rows, mem_latency)
     return 0
 
@@ -1368,7 +1371,7 @@ def estimate(insns: Sequence[Insn], cfg: AccelConfig = DEFAULT_CFG, mem_latency:
         finish[u].append(end)
         busy[u] += dur
         if insn.op == Opcode.GEMM:
-            gemm_it += insn.outer * insn.inner
+            gemm_it += insn.fields.get("outer", 0) * insn.fields.get("inner", 0)
             gemm_busy += dur
         for c in pushes:
             tokens[c].append(end)

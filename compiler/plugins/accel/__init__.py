@@ -19,7 +19,8 @@ from compiler.errors import OptionsError
 from compiler.plugin import Plugin
 from compiler.plugins.accel import codegen
 from compiler.plugins.accel.partition import Limits, partition
-from compiler.xir import Graph, Subgraph
+from compiler.xir import Graph, Op, Subgraph
+from pyhost.accel import kernels as K
 from pyhost.accel.model import AccelConfig
 
 DEVICE = "ACCEL"
@@ -34,6 +35,7 @@ class AccelPlugin(Plugin):
         self.limits = Limits()
         #: head op name -> why the last partition left it to the CPU
         self.rejected: dict[str, str] = {}
+        self._kernels: dict[Op, K.Kernel] = {}
 
     def get_plugin_name(self) -> str:
         return "accel"
@@ -62,11 +64,13 @@ class AccelPlugin(Plugin):
                              max_step_bytes=options.get("max_step_bytes"))
 
     def partition(self, graph: Graph) -> set[Subgraph]:
-        subs, self.rejected = partition(graph, self.config, self.limits)
-        return subs
+        result = partition(graph, self.config, self.limits)
+        self.rejected = result.rejected
+        self._kernels = result.kernels
+        return result.subgraphs
 
     def compile(self, subgraph: Subgraph) -> None:
-        codegen.compile_subgraph(subgraph, self.config)
+        codegen.compile_subgraph(subgraph, self.config, self._kernels)
 
 
 def get_plugin() -> Plugin:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -347,13 +347,38 @@ def layer_macs(layer: Layer) -> int:
 
 def check_layer(layer: Layer, cfg: AccelConfig) -> tuple[K.Kernel | None, str | None]:
     """(kernel at placeholder Refs, None) if the layer maps onto the accelerator, else (None,
-    the reason)."""
+    the reason). Placeholders: constants at slot 0, input i at slot 2 + i, the output after the
+    inputs, all at offset 0 (`relocate` moves them)."""
     refs = [K.Ref(FIRST_IO_SLOT + i) for i in range(len(layer.inputs))]
     try:
         return build_kernel(layer, cfg, refs, K.Ref(FIRST_IO_SLOT + len(refs)),
                             K.Ref(CONST_SLOT)), None
     except (LoweringError, K.AccelKernelError, QuantizationError) as e:
         return None, str(e)
+
+
+def relocate(kern: K.Kernel, ins: Sequence[K.Ref], out: K.Ref, consts: K.Ref) -> K.Kernel:
+    """A `check_layer` kernel moved to real Refs: LOAD/STORE slots and offsets rewritten (the
+    kernels' code depends on where the tensors are only through these two fields)."""
+    where = {CONST_SLOT: consts, FIRST_IO_SLOT + len(ins): out}
+    where.update({FIRST_IO_SLOT + i: r for i, r in enumerate(ins)})
+    insns = []
+    for insn in kern.insns:
+        if insn.op in (isa.Opcode.LOAD, isa.Opcode.STORE):
+            f = insn.fields
+            r = where[f.get("slot", 0)]
+            insn = isa.Insn(insn.op, {**f, "slot": r.slot, "offset": f.get("offset", 0)
+                                      + r.offset})
+        insns.append(insn)
+
+    def moved(t: K.TensorInfo, r: K.Ref) -> K.TensorInfo:
+        return dataclasses.replace(t, ref=r)
+
+    return dataclasses.replace(
+        kern, insns=tuple(insns),
+        inputs=tuple(moved(t, r) for t, r in zip(kern.inputs, ins, strict=True)),
+        outputs=(moved(kern.outputs[0], out),),
+        consts=dataclasses.replace(kern.consts, ref=consts) if kern.consts else None)
 
 
 # --- the memory plan of a subgraph --------------------------------------------------------------
@@ -467,8 +492,11 @@ def estimate_step_bytes(plan: StepPlan, kernels: Sequence[K.Kernel], cfg: AccelC
 
 # --- compile ------------------------------------------------------------------------------------
 
-def compile_subgraph(subgraph: Subgraph, cfg: AccelConfig) -> None:
-    """Generate the subgraph's program and attach the ``accel_*`` attributes."""
+def compile_subgraph(subgraph: Subgraph, cfg: AccelConfig,
+                     checked: Mapping[Op, K.Kernel] | None = None) -> None:
+    """Generate the subgraph's program and attach the ``accel_*`` attributes. `checked` holds
+    the partition's `check_layer` kernels by head op: those are relocated, not generated again.
+    """
     layers = layers_of(subgraph.ops)
     if not layers:
         raise PartitionError(f"accel: subgraph {subgraph.name!r} has no layer")
@@ -480,9 +508,13 @@ def compile_subgraph(subgraph: Subgraph, cfg: AccelConfig) -> None:
     per_layer = []
     for ly in layers:
         off = align_up(len(blob), calign)
+        ins, out, cref = [plan.refs[t] for t in ly.inputs], plan.refs[ly.output], \
+            K.Ref(CONST_SLOT, off)
         try:
-            kern = build_kernel(ly, cfg, [plan.refs[t] for t in ly.inputs], plan.refs[ly.output],
-                                K.Ref(CONST_SLOT, off))
+            if checked is not None and ly.head in checked:
+                kern = relocate(checked[ly.head], ins, out, cref)
+            else:
+                kern = build_kernel(ly, cfg, ins, out, cref)
         except (LoweringError, K.AccelKernelError, QuantizationError) as e:
             raise PartitionError(f"accel: layer {ly.name!r} of {subgraph.name!r} cannot be "
                                  f"generated: {e}") from e
@@ -496,12 +528,17 @@ def compile_subgraph(subgraph: Subgraph, cfg: AccelConfig) -> None:
             "name": ly.name, "kind": ly.kind, "ops": [op.type for op in ly.ops],
             "out_shape": list(block_shape(ly.output.shape)), "macs": macs,
             "instructions": len(kern.insns), "estimated_cycles": est.cycles,
+            "array_macs": est.gemm_iterations * n * n,
             "mac_utilization": round(macs / (n * n * est.cycles), 4) if est.cycles else 0.0,
             "tiling": {k: v for k, v in kern.tiling.items()
                        if isinstance(v, (int, str, bool))},
         })
     program = K.join(kernels)
-    est = K.estimate(program, cfg)
+    # join drains the accelerator between layers, so the program's estimate is the sum of the
+    # layers' (within a few cycles per barrier); estimating the whole stream again would double
+    # the compile time of large models
+    cycles = sum(p["estimated_cycles"] for p in per_layer)
+    array_macs = sum(p["array_macs"] for p in per_layer)
     raw = b"".join(isa.encode(i) for i in program)
     io = []
     fills = {ly.output: kern.outputs[0].fill for ly, kern in zip(layers, kernels, strict=True)}
@@ -520,7 +557,7 @@ def compile_subgraph(subgraph: Subgraph, cfg: AccelConfig) -> None:
     subgraph.set_attr("accel_io", io)
     subgraph.set_attr("accel_config", dataclasses.asdict(cfg))
     subgraph.set_attr("accel_stats", {
-        "layers": len(layers), "macs": macs, "array_macs": est.gemm_iterations * n * n,
-        "estimated_cycles": est.cycles, "instructions": len(program),
-        "mac_utilization": round(macs / (n * n * est.cycles), 4) if est.cycles else 0.0,
+        "layers": len(layers), "macs": macs, "array_macs": array_macs,
+        "estimated_cycles": cycles, "instructions": len(program),
+        "mac_utilization": round(macs / (n * n * cycles), 4) if cycles else 0.0,
         "per_layer": per_layer})

@@ -193,9 +193,19 @@ def _runs(dag: dict[Subgraph, set[Subgraph]], members: set[Subgraph],
     return runs
 
 
-def partition(graph: Graph, cfg: AccelConfig, limits: Limits | None = None
-              ) -> tuple[set[Subgraph], dict[str, str]]:
-    """The accelerator subgraphs of ``graph`` and the reasons for the heads left to the CPU."""
+@dataclass
+class PartitionResult:
+    """The accelerator subgraphs, the kernels generated to check each claimed layer (by head
+    op, at placeholder Refs: codegen relocates them) and why the other heads stay on the CPU."""
+
+    subgraphs: set[Subgraph]
+    kernels: dict[Op, K.Kernel]
+    rejected: dict[str, str]
+
+
+def partition(graph: Graph, cfg: AccelConfig, limits: Limits | None = None) -> PartitionResult:
     p = AccelPartitioner(graph, cfg, limits or Limits())
     subs = p.run()
-    return subs, p.rejected
+    claimed = {op for s in subs for op in s.ops}
+    kernels = {h: k for h, (_, k) in p._layers.items() if h in claimed}
+    return PartitionResult(subs, kernels, p.rejected)
