@@ -249,6 +249,11 @@ def build_kernel(layer: Layer, cfg: AccelConfig, ins: Sequence[K.Ref], out: K.Re
     """The kernel of one layer with its tensors at the given Refs. Raises LoweringError,
     K.AccelKernelError or QuantizationError if the layer cannot be mapped."""
     head, kind = layer.head, layer.kind
+    if kind == "add" and (len(layer.inputs) != 2
+                          or any(t.shape != head.output.shape for t in layer.inputs)
+                          or any(t.producer.type == CONST for t in layer.inputs)):
+        raise LoweringError(f"{head.type} {head.name!r}: only the sum of two activations of "
+                            "the output's shape (no broadcasting, no constants)")
     oq = act_quant(layer.output)
     for t in layer.inputs:
         act_quant(t)
@@ -287,10 +292,6 @@ def build_kernel(layer: Layer, cfg: AccelConfig, ins: Sequence[K.Ref], out: K.Re
     elif kind == "add":
         q = _op_quant(head, ("input_multipliers", "input_shifts", "input_zero_points"))
         xs = layer.inputs
-        if len(xs) != 2 or any(t.shape != head.output.shape for t in xs) \
-                or any(t.producer.type == CONST for t in xs):
-            raise LoweringError(f"{head.type} {head.name!r}: only the sum of two activations "
-                                "of the output's shape (no broadcasting, no constants)")
         if layer.act is not None:
             mult, shift = quantize_multipliers(np.array([act_quant(t).scale / oq.scale
                                                          for t in xs]))

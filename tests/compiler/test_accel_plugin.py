@@ -1,0 +1,297 @@
+"""The accelerator plugin: what it claims (demo CNN, ResNet-50 light, edge cases), the program
+it generates (deterministic, race-free, position independent, .xmodel round trip), the memory
+plan, the limits that split subgraphs, and its option errors."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from compiler import xmodel
+from compiler.driver import compile_model
+from compiler.errors import OptionsError
+from compiler.plugin import load_plugin
+from compiler.plugins.accel import AccelPlugin, codegen
+from compiler.runtime.card import MAX_IO, AccelImage
+from compiler.xir import CONST, Graph, Subgraph
+from compiler.zoo import demo_cnn, light_model
+from pyhost.accel import kernels as K
+from pyhost.accel import layout
+from pyhost.accel.model import AccelConfig
+from pyhost.spec import isa
+from tests.compiler.helpers import make_model, tensor_info
+
+ACCEL = {"plugin": "accel", "quantize": {"samples": 2}}
+
+
+def children(g: Graph) -> list[Subgraph]:
+    return g.root_subgraph.children_topological_sort()
+
+
+def device_of(g: Graph) -> dict[str, str]:
+    """Op name -> device of the subgraph holding it (constants left out)."""
+    return {op.name: str(c.device) for c in children(g) for op in c.ops if op.type != CONST}
+
+
+def accel_subgraphs(g: Graph) -> list[Subgraph]:
+    return [c for c in children(g) if c.device == "ACCEL"]
+
+
+@pytest.fixture(scope="module")
+def demo() -> Graph:
+    return compile_model(demo_cnn(), ACCEL).graph
+
+
+def test_loaded_by_name_like_any_plugin() -> None:
+    """The built-in name, the module path and the Vitis-style .so name all give the plugin."""
+    for spec in ("accel", "compiler.plugins.accel", "libaccel.so"):
+        p = load_plugin(spec)
+        assert isinstance(p, AccelPlugin)
+        assert (p.get_device(), p.get_runner()) == ("ACCEL",
+                                                    "compiler.plugins.accel.runner:AccelRunner")
+
+
+def test_demo_partition(demo: Graph) -> None:
+    """Every layer of the demo but Softmax goes to one accelerator subgraph; ReLUs are fused,
+    the Flatten is absorbed into the FC, the input and Softmax stay on the CPU."""
+    dev = device_of(demo)
+    on_accel = {"c1", "r1", "c2", "r2", "c3", "s3", "r3", "p3", "c4", "r4", "p4", "f", "logits"}
+    assert {n for n, d in dev.items() if d == "ACCEL"} == on_accel
+    assert dev["probs"] == "CPU" and dev["input"] == "CPU"
+    (sub,) = accel_subgraphs(demo)
+    layers = codegen.layers_of(sub.ops)
+    assert [(ly.kind, [op.type for op in ly.ops]) for ly in layers] == [
+        ("conv", ["Conv", "Relu"]), ("conv", ["Conv", "Relu"]), ("conv", ["Conv"]),
+        ("add", ["Add", "Relu"]), ("maxpool", ["MaxPool"]), ("conv", ["Conv", "Relu"]),
+        ("maxpool", ["MaxPool"]), ("gemm", ["Flatten", "Gemm"])]
+    io = sub.get_attr("accel_io")
+    assert [(d["name"], d["role"], d["slot"]) for d in io] == [("input", "in", 2),
+                                                               ("logits", "out", 3)]
+    assert io[0]["nbytes"] == layout.act_bytes(3, 32, 32, 8) and io[1]["nbytes"] == 16
+    # the weights moved into the subgraph with their layers
+    assert {op.name for op in sub.ops if op.type == CONST} == {
+        "w1", "b1", "w2", "b2", "w3", "b3", "w4", "b4", "fc_w", "fc_b"}
+
+
+def test_demo_with_softmax_ip_after_accel() -> None:
+    """Plugins compose: the Softmax the accelerator leaves goes to the next plugin."""
+    g = compile_model(demo_cnn(), {**ACCEL, "plugin": "accel,softmax_ip"}).graph
+    dev = device_of(g)
+    assert dev["probs"] == "SOFTMAX_IP" and dev["logits"] == "ACCEL"
+
+
+def test_demo_program(demo: Graph) -> None:
+    """The program is END-terminated, race-free, uses only slots 0..3, and its statistics
+    agree with the kernels' estimate; the constant blob holds each layer's blob at an aligned
+    offset."""
+    (sub,) = accel_subgraphs(demo)
+    prog = isa.decode_program(sub.get_attr("accel_program"))
+    assert prog[-1].op == isa.Opcode.END
+    assert sum(i.op == isa.Opcode.END for i in prog) == 1
+    K.check_races(prog)
+    slots = {i.fields.get("slot", 0) for i in prog if i.op in (isa.Opcode.LOAD,
+                                                              isa.Opcode.STORE)}
+    assert slots == {0, 1, 2, 3}
+    st = sub.get_attr("accel_stats")
+    est = K.estimate(prog)
+    assert st["instructions"] == len(prog) and st["layers"] == 8
+    # the layers are drained one after the other: the sum of their estimates is the program's
+    assert abs(st["estimated_cycles"] - est.cycles) <= 8 * st["layers"], (st, est)
+    assert st["array_macs"] == est.gemm_iterations * 64
+    model_macs = (16 * 27 + 2 * 16 * 144) * 32 * 32 + 32 * 144 * 16 * 16 + 2048 * 10
+    assert st["macs"] == model_macs
+    for ly in st["per_layer"]:
+        assert 0 <= ly["mac_utilization"] <= 1
+        assert ly["macs"] <= ly["array_macs"]
+    assert sub.get_attr("accel_config") == {"n": 8, "inp_depth": 8192, "wgt_depth": 1024,
+                                            "acc_depth": 4096, "queue_depth": 8}
+    img = AccelImage.from_subgraph(sub)
+    assert img.insns == len(prog)
+
+
+def test_compile_is_deterministic_and_survives_the_xmodel(demo: Graph) -> None:
+    """Two compiles give the same bytes; an .xmodel round trip keeps program, constants and
+    every accel attribute (and writing it again gives the same file)."""
+    again = compile_model(demo_cnn(), ACCEL).graph
+    assert xmodel.dumps(again) == xmodel.dumps(demo)
+    back = xmodel.loads(xmodel.dumps(demo))
+    (a,), (b,) = accel_subgraphs(demo), accel_subgraphs(back)
+    for key in ("accel_program", "accel_consts", "accel_scratch_bytes", "accel_io",
+                "accel_config", "accel_stats", "device", "runner", "plugin"):
+        assert b.get_attr(key) == a.get_attr(key), key
+    assert isinstance(b.get_attr("accel_program"), bytes)
+    assert xmodel.dumps(back) == xmodel.dumps(demo)
+
+
+def test_scratch_is_reused_by_liveness(demo: Graph) -> None:
+    """Internal activations share the scratch arena: it is smaller than their sum, and no
+    two tensors that are live together overlap."""
+    (sub,) = accel_subgraphs(demo)
+    layers = codegen.layers_of(sub.ops)
+    plan = codegen.plan_step(layers, 8)
+    internal = [ly.output for ly in layers if plan.refs[ly.output].slot == 1]
+    total = sum(codegen.tensor_bytes(t.shape, 8) for t in internal)
+    assert plan.scratch_bytes == sub.get_attr("accel_scratch_bytes")
+    assert 0 < plan.scratch_bytes < total
+    born = {ly.output: i for i, ly in enumerate(layers)}
+    last = {t: max(i for i, ly in enumerate(layers) if t in ly.inputs) for t in internal}
+    for x in internal:
+        for y in internal:
+            if x is y or not (born[x] <= last[y] and born[y] <= last[x]):
+                continue
+            ax, ay = plan.refs[x].offset, plan.refs[y].offset
+            nx, ny = codegen.tensor_bytes(x.shape, 8), codegen.tensor_bytes(y.shape, 8)
+            assert ax + nx <= ay or ay + ny <= ax, f"{x.name} and {y.name} overlap"
+
+
+def test_blocked_fc_weight_reads_the_blocked_tensor() -> None:
+    """The FC weights permuted to the blocked layout give flatten(x) @ W from the packed x."""
+    rng = np.random.default_rng(0)
+    for n, shape in ((8, (2, 13, 3, 5)), (4, (1, 8, 2, 2)), (16, (3, 20, 1, 1))):
+        x = rng.integers(-128, 128, shape).astype(np.int8)
+        w = rng.integers(-127, 128, (math.prod(shape[1:]), 7)).astype(np.int64)
+        wb = codegen.blocked_fc_weight(w, shape, n)
+        xb = np.frombuffer(layout.pack_act(x, n, fill=99), np.int8).reshape(shape[0], -1)
+        np.testing.assert_array_equal(xb.astype(np.int64) @ wb,
+                                      x.reshape(shape[0], -1).astype(np.int64) @ w)
+
+
+def test_resnet50_partition() -> None:
+    """ResNet-50 light: every Conv, Relu, residual Sum, the pools, the Reshape and the FC in
+    one accelerator subgraph (the stem's MaxPool and the 7x7 AveragePool included), Softmax on
+    the CPU; the plugin accounts for all of the model's MACs."""
+    g = compile_model(light_model("resnet50"), {"plugin": "accel", "quantize": {"samples": 1}}
+                      ).graph
+    dev = device_of(g)
+    kinds: dict[str, set[str]] = {}
+    for op in g.ops:
+        if op.type != CONST:
+            kinds.setdefault(op.type, set()).add(dev[op.name])
+    assert kinds == {"data": {"CPU"}, "Conv": {"ACCEL"}, "Relu": {"ACCEL"}, "Sum": {"ACCEL"},
+                     "MaxPool": {"ACCEL"}, "AveragePool": {"ACCEL"}, "Reshape": {"ACCEL"},
+                     "Gemm": {"ACCEL"}, "Softmax": {"CPU"}}
+    (sub,) = accel_subgraphs(g)
+    st = sub.get_attr("accel_stats")
+    macs = 0
+    for op in g.ops:
+        if op.type == "Conv":
+            macs += math.prod(op.output.shape) * math.prod(op.input_tensors("W")[0].shape[1:])
+        elif op.type == "Gemm":
+            macs += math.prod(op.output.shape) * op.input_tensors("A")[0].shape[1]
+    assert st["macs"] == macs and st["layers"] == 53 + 16 + 3
+    assert st["mac_utilization"] > 0.8, st["mac_utilization"]
+    prog = sub.get_attr("accel_program")
+    assert len(prog) == 16 * st["instructions"]
+
+
+# --- small models for edge cases ------------------------------------------------------------------
+
+def conv_node(name: str, x: str, w: str, **attrs: object) -> onnx.NodeProto:
+    return helper.make_node("Conv", [x, w], [name], name=name, **attrs)
+
+
+def branches(k: int) -> onnx.ModelProto:
+    """One input, k 1x1 convolutions each a model output: 1 + k external tensors."""
+    rng = np.random.default_rng(0)
+    inits = {f"w{i}": rng.standard_normal((8, 8, 1, 1)).astype(np.float32) for i in range(k)}
+    nodes = [conv_node(f"y{i}", "x", f"w{i}") for i in range(k)]
+    return make_model(nodes, [tensor_info("x", [1, 8, 4, 4])],
+                      [tensor_info(f"y{i}", [1, 8, 4, 4]) for i in range(k)], inits)
+
+
+def test_subgraphs_are_split_at_fourteen_external_tensors() -> None:
+    """15 branches (16 external tensors) need two subgraphs, each within the 14 I/O slots."""
+    g = compile_model(branches(15), ACCEL).graph
+    subs = accel_subgraphs(g)
+    assert len(subs) == 2
+    assert sum(len(s.get_attr("accel_io")) for s in subs) == 17  # the input is read by both
+    for s in subs:
+        assert len(s.get_attr("accel_io")) <= MAX_IO
+    g = compile_model(branches(13), ACCEL).graph
+    assert len(accel_subgraphs(g)) == 1
+
+
+def test_max_layers_and_max_step_bytes_split() -> None:
+    """The limits cut the demo's run into more subgraphs without changing what is claimed."""
+    full = compile_model(demo_cnn(), ACCEL).graph
+    two = compile_model(demo_cnn(), {**ACCEL, "plugin_options": {"accel": {"max_layers": 2}}}
+                        ).graph
+    assert [len(codegen.layers_of(s.ops)) for s in accel_subgraphs(two)] == [2, 2, 2, 2]
+    assert device_of(two) == device_of(full)
+    (sub,) = accel_subgraphs(full)
+    whole = AccelImage.from_subgraph(sub).card_bytes(64)
+    cap = whole // 2
+    small = compile_model(demo_cnn(), {**ACCEL, "plugin_options": {"accel": {
+        "max_step_bytes": cap}}}).graph
+    subs = accel_subgraphs(small)
+    assert len(subs) > 1 and device_of(small) == device_of(full)
+    for s in subs:
+        assert AccelImage.from_subgraph(s).card_bytes(64) <= cap
+
+
+def test_what_stays_on_the_cpu_and_why() -> None:
+    """Grouped convolutions, a standalone Relu, a broadcasting Add and a Clip with a
+    non-constant bound are not claimed; the plugin says why for the heads."""
+    rng = np.random.default_rng(1)
+    inits = {"wg": rng.standard_normal((8, 4, 3, 3)).astype(np.float32),
+             "w": rng.standard_normal((8, 8, 1, 1)).astype(np.float32),
+             "bias": rng.standard_normal((1, 8, 1, 1)).astype(np.float32)}
+    nodes = [
+        helper.make_node("Conv", ["x", "wg"], ["g"], name="g", group=2, pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["x"], ["r"], name="r"),
+        helper.make_node("Add", ["r", "bias"], ["a"], name="a"),
+        conv_node("c", "a", "w"),
+        helper.make_node("Clip", ["c", "x_min", "g_max"], ["y"], name="y"),
+        helper.make_node("ReduceMin", ["x"], ["x_min"], name="x_min", keepdims=0),
+        helper.make_node("ReduceMax", ["g"], ["g_max"], name="g_max", keepdims=0),
+    ]
+    model = make_model(nodes, [tensor_info("x", [1, 8, 6, 6])], [tensor_info("y", [1, 8, 6, 6])],
+                       inits)
+    plugin = AccelPlugin()
+    from compiler.frontend import import_onnx
+    from compiler.options import QuantizeOptions
+    from compiler.passes import run_pipeline
+    from compiler.plugin import partition_graph
+    from compiler.quantize import quantize_graph
+
+    g = import_onnx(model)
+    run_pipeline(g)
+    quantize_graph(g, QuantizeOptions(samples=2))
+    partition_graph(g, [plugin])
+    dev = device_of(g)
+    assert dev["c"] == "ACCEL"
+    assert {n: d for n, d in dev.items() if n != "c"} == dict.fromkeys(
+        ["x", "g", "r", "a", "y", "x_min", "g_max"], "CPU")
+    assert "group=2" in plugin.rejected["g"]
+    assert "broadcasting" in plugin.rejected["a"]
+
+
+def test_needs_quantization_and_valid_options() -> None:
+    with pytest.raises(OptionsError, match='needs a quantized graph: add "quantize"'):
+        compile_model(demo_cnn(), {"plugin": "accel"})
+    with pytest.raises(OptionsError, match=r"unknown \['depth'\]"):
+        compile_model(demo_cnn(), {**ACCEL, "plugin_options": {"accel": {"depth": 3}}})
+    with pytest.raises(OptionsError, match="'n' must be 4, 8 or 16"):
+        compile_model(demo_cnn(), {**ACCEL, "plugin_options": {"accel": {"n": 6}}})
+    with pytest.raises(OptionsError, match="positive int"):
+        compile_model(demo_cnn(), {**ACCEL, "plugin_options": {"accel": {"max_layers": 0}}})
+
+
+@pytest.mark.parametrize("cfg", [AccelConfig(n=4, inp_depth=2048, wgt_depth=256,
+                                             acc_depth=1024, queue_depth=4),
+                                 AccelConfig(n=16)])
+def test_other_card_configurations(cfg: AccelConfig) -> None:
+    """The plugin tiles for the configuration it is given (and records it)."""
+    opts = {k: getattr(cfg, k) for k in ("n", "inp_depth", "wgt_depth", "acc_depth",
+                                         "queue_depth")}
+    g = compile_model(demo_cnn(), {**ACCEL, "plugin_options": {"accel": opts}}).graph
+    (sub,) = accel_subgraphs(g)
+    img = AccelImage.from_subgraph(sub)
+    assert img.config == cfg
+    assert all(s.n == cfg.n for s in img.io)
+    assert len(img.consts) > 0 and img.insns > 0
+    K.check_races(isa.decode_program(img.program), cfg)
