@@ -1,0 +1,447 @@
+"""Accelerator benchmark: MAC utilization of the RTL and co-simulation speed against pure C++.
+
+``python -m bench accel`` runs two layers on card_top (16 MiB card memory) under Verilator:
+a 256 x 256 x 256 int8 GEMM and a 3 x 3, 64 -> 64 channel convolution on 56 x 56, both generated
+by pyhost.accel.kernels with random quantizer parameters.
+
+- Co-simulation (bench/accel_cosim.py): the real host software, PcieDriver on RtlCard under
+  cocotb, uploads program, constants and input by DMA, binds the slots, starts, waits for the
+  interrupt, reads the counters and downloads card memory. MAC utilization is
+  ACC_MACS / (N*N*ACC_CYCLES). The speed is simulated cycles per wall second from the START
+  write to the interrupt, measured on the cocotb side, with the Python wakeups in that window
+  counted (every GPI trigger that entered Python).
+- C++ harness (tb/accel/harness/accel_harness.cpp): the same card_top RTL, Verilator version and
+  flags as the cocotb build, no Python in the loop: card memory loaded by backdoor, the register
+  writes of a job file generated here from pyhost.spec.regs sent through BAR0 AXI-Lite, the
+  clock ticked until the interrupt, counters read back, card memory dumped.
+- Checks: the co-simulation's output equals the numpy reference (qgemm / qconv) and all of card
+  memory the job uses equals AccelModel's bit for bit; the exact counters (instructions, MACs,
+  bytes) equal the model's; the C++ harness leaves the same memory and counters. A wrong result
+  raises AccelBenchMismatch (after the JSON is written).
+
+Prints a summary, writes bench/results/accel.json and returns 1 when a target is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from compiler.quantize.kernels import qconv, qgemm
+from compiler.quantize.requant import quantize_multipliers
+from pyhost.accel import kernels as K
+from pyhost.accel import layout
+from pyhost.accel.model import AccelConfig, AccelModel
+from pyhost.spec import dram, isa, regs
+from tb.common import runner
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+#: Job directories (memory images, register scripts, outputs of both simulations).
+WORK = runner.BUILD_ROOT / "accel_bench"
+HARNESS_CPP = ROOT / "tb" / "accel" / "harness" / "accel_harness.cpp"
+CARD_MEM = 16 << 20
+PARAMS = {"MEM_SIZE": f"64'd{CARD_MEM}"}
+#: card_top's defaults for the accelerator are the ISA's defaults (ACC_CFG_* are checked).
+CFG = AccelConfig()
+#: The card memory array the C++ harness loads and dumps by backdoor (VPI name, bytes per entry).
+DRAM_ARRAY = "card_top.dram.mem"
+LINE = 64
+SEED = 20240611
+FILL = 0xA5                         # output regions start as this pattern: a missed write shows
+PAGE = 4096
+PROG_ADDR = PAGE                    # the program first, then constants, input, output
+IN, OUT, CONST = 1, 2, 3            # slots
+SPEED_TARGET = 0.5                  # co-simulation speed / C++ harness speed
+CLK_PS = round(dram.CTRL_CLK_NS * 1000)
+#: A hung accelerator fails the run after this many cycles (both simulations).
+MAX_CYCLES = 20_000_000
+
+
+class AccelBenchMismatch(AssertionError):
+    """A simulation produced a result that differs from the reference or the model."""
+
+
+@dataclass(frozen=True)
+class Layer:
+    name: str
+    title: str
+    util_target: float
+
+
+LAYERS = (Layer("gemm", "GEMM 256x256x256", 0.90),
+          Layer("conv", "conv 3x3 64->64 56x56", 0.75))
+
+
+# --- the jobs ----------------------------------------------------------------------------------
+
+def _quant(rng: np.random.Generator, co: int, ci: int, kh: int, kw: int) -> dict[str, Any]:
+    """Random quantizer parameters (the keys of compiler/quantize/quantizer.py's "quant"): int8
+    weights, zero points, the zero-point-corrected int32 bias and per-channel multipliers that
+    spread the outputs over the int8 range (as tests/pyhost/test_accel_kernels.py builds them)."""
+    w = rng.integers(-127, 128, (co, ci, kh, kw)).astype(np.int8)
+    zin, zout = int(rng.integers(-40, 40)), int(rng.integers(-30, 30))
+    bias = rng.integers(-(2**15), 2**15, co)
+    corrected = bias - zin * w.astype(np.int64).sum(axis=(1, 2, 3))
+    m = 40.0 / (74 * 73 * np.sqrt(ci * kh * kw)) * rng.uniform(0.5, 2.0, co)
+    mult, shift = quantize_multipliers(m)
+    return {"weight": w, "bias_corrected": corrected.astype(np.int32), "multiplier": mult,
+            "shift": shift, "input_zero_point": zin, "output_zero_point": zout}
+
+
+def _layer_kernel(name: str, rng: np.random.Generator) -> tuple[K.Kernel, bytes, bytes, int]:
+    """(kernel, packed input, packed numpy reference output, MACs of the layer itself)."""
+    n = CFG.n
+    if name == "gemm":
+        m = k = nout = 256
+        q = _quant(rng, nout, k, 1, 1)
+        q = {**q, "weight": q["weight"][:, :, 0, 0], "weight_axis": 0}
+        x = rng.integers(-128, 128, (m, k)).astype(np.int8)
+        kern = K.gemm(m, q, inp=K.Ref(IN), out=K.Ref(OUT), consts=K.Ref(CONST), cfg=CFG)
+        ref = layout.pack_rows(qgemm(x, q), n, q["output_zero_point"])
+        return kern, layout.pack_rows(x, n, q["input_zero_point"]), ref, m * k * nout
+    if name == "conv":
+        shape, co, pads = (1, 64, 56, 56), 64, (1, 1, 1, 1)
+        q = _quant(rng, co, shape[1], 3, 3)
+        x = rng.integers(-128, 128, shape).astype(np.int8)
+        kern = K.conv2d(shape, q, inp=K.Ref(IN), out=K.Ref(OUT), consts=K.Ref(CONST),
+                        pads=pads, cfg=CFG)
+        y = qconv(x, q, (1, 1), pads, (1, 1), 1)
+        ref = layout.pack_act(y, n, kern.outputs[0].fill)
+        return kern, layout.pack_act(x, n, q["input_zero_point"]), ref, \
+            int(np.prod(y.shape)) * shape[1] * 9
+    raise ValueError(f"unknown layer {name!r}; expected one of {[la.name for la in LAYERS]}")
+
+
+def _align(v: int, a: int = PAGE) -> int:
+    return -(-v // a) * a
+
+
+def _irq_bits(*names: str) -> int:
+    fields = {f.name: f for f in regs.BY_NAME["IRQ_STATUS"].fields}
+    return sum(fields[n].mask for n in names)
+
+
+def _ctrl_bit(name: str) -> int:
+    return next(f.mask for f in regs.BY_NAME["ACC_CTRL"].fields if f.name == name)
+
+
+def make_job(layer: Layer, seed: int = SEED) -> dict[str, Any]:
+    """Generate the layer, lay it out in card memory, run the functional model and write the job
+    directory: job.json, image.bin (card memory [0, span) before the run), expected.bin (after,
+    from AccelModel) and harness.txt (the C++ harness's script)."""
+    rng = np.random.default_rng([seed, LAYERS.index(layer)])
+    kern, x, ref, layer_macs = _layer_kernel(layer.name, rng)
+    program = b"".join(isa.encode(i) for i in K.join([kern]))
+    assert kern.consts is not None
+    out = kern.outputs[0]
+    regions: dict[str, tuple[int, int]] = {}
+    top = PROG_ADDR
+    for name, size in (("program", len(program)), ("consts", kern.consts.nbytes),
+                       ("input", len(x)), ("output", out.nbytes)):
+        regions[name] = (top, size)
+        top = _align(top + size) + PAGE              # a free page between regions
+    span = top
+    image = np.zeros(span, np.uint8)
+    for name, data in (("program", program), ("consts", kern.consts.data), ("input", x),
+                       ("output", bytes([FILL]) * out.nbytes)):
+        a, n = regions[name]
+        image[a:a + n] = np.frombuffer(data, np.uint8)
+    slots = {IN: regions["input"][0], OUT: regions["output"][0], CONST: regions["consts"][0]}
+    assert out.ref == K.Ref(OUT) and kern.consts.ref == K.Ref(CONST)
+
+    expected = image.copy()
+    count = len(program) // isa.INSN_BYTES
+    slot_list = [slots.get(s, 0) for s in range(isa.NUM_SLOTS)]
+    res = AccelModel(CFG).run_array(expected, PROG_ADDR, count, slot_list)
+    if not res.ok:
+        raise AccelBenchMismatch(f"{layer.name}: the functional model stops with "
+                                 f"{res.error.name} at pc {res.err_pc}")
+    oa, on = regions["output"]
+    if expected[oa:oa + on].tobytes() != ref:
+        raise AccelBenchMismatch(f"{layer.name}: AccelModel's output differs from the numpy "
+                                 "reference; the kernel generator or the model is wrong")
+    n2 = CFG.n * CFG.n
+    job = {
+        "name": layer.name, "title": layer.title, "seed": seed, "span": span,
+        "regions": regions, "slots": slots, "insn_base": PROG_ADDR, "insn_count": count,
+        "tiling": {k: v for k, v in kern.tiling.items() if isinstance(v, int | bool | str)},
+        "layer_macs": layer_macs, "model_counters": res.counters,
+        "estimate_cycles": K.estimate(K.join([kern]), CFG).cycles,
+        "max_cycles": MAX_CYCLES, "n2": n2,
+    }
+    d = WORK / layer.name
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "image.bin").write_bytes(image.tobytes())
+    (d / "expected.bin").write_bytes(expected.tobytes())
+    (d / "reference.bin").write_bytes(ref)
+    (d / "job.json").write_text(json.dumps(job, indent=2))
+    (d / "harness.txt").write_text(harness_script(job))
+    return job
+
+
+def harness_script(job: dict[str, Any]) -> str:
+    """The C++ harness's job script: memory, reset, BAR0 writes and reads by register name and
+    offset from pyhost.spec.regs (the harness knows no register), the wait and the dump."""
+    off = regs.offset
+    acc_irqs = _irq_bits("ACCEL_DONE", "ACCEL_ERR")
+    lines = ["# generated by bench/accel_bench.py from pyhost.spec.regs; do not edit",
+             f"memory {DRAM_ARRAY} {LINE}",
+             "load image.bin 0",
+             f"clock_ps {CLK_PS}",
+             "reset 8 4",
+             f"expect CARD_ID {off('CARD_ID'):#x} {regs.CARD_ID:#x}",
+             f"expect ACC_CFG_N {off('ACC_CFG_N'):#x} {CFG.n}",
+             f"expect ACC_CFG_ISA {off('ACC_CFG_ISA'):#x} {isa.ISA_VERSION}",
+             f"write IRQ_STATUS {off('IRQ_STATUS'):#x} {acc_irqs:#x}",
+             f"write IRQ_MASK {off('IRQ_MASK'):#x} {acc_irqs:#x}"]
+    for slot, addr in sorted(job["slots"].items(), key=lambda s: int(s[0])):
+        lines.append(f"write ACC_SLOT{slot} {off(f'ACC_SLOT{slot}'):#x} {addr:#x}")
+    lines += [f"write ACC_INSN_BASE {off('ACC_INSN_BASE'):#x} {job['insn_base']:#x}",
+              f"write ACC_INSN_COUNT {off('ACC_INSN_COUNT'):#x} {job['insn_count']:#x}",
+              f"start ACC_CTRL {off('ACC_CTRL'):#x} {_ctrl_bit('START'):#x}",
+              f"wait_irq {job['max_cycles']}",
+              f"read IRQ_STATUS {off('IRQ_STATUS'):#x}",
+              f"read ACC_STATUS {off('ACC_STATUS'):#x}",
+              f"read ACC_ERR_PC {off('ACC_ERR_PC'):#x}"]
+    for c, _ in regs.ACCEL_COUNTERS:
+        for half in ("LO", "HI"):
+            name = f"ACC_{c.upper()}_{half}"
+            lines.append(f"read {name} {off(name):#x}")
+    lines.append(f"dump harness_mem.bin 0 {job['span']}")
+    return "\n".join(lines) + "\n"
+
+
+# --- the C++ harness ---------------------------------------------------------------------------
+
+def cocotb_verilator_flags() -> list[str]:
+    """The Verilator options of the cocotb build that shape the model (cocotb_tools.runner's
+    Verilator command plus tb/common/runner.py's arguments), without cocotb's VPI library and
+    main: the C++ harness is built with exactly these."""
+    return ["--vpi", "--public-flat-rw", "--prefix", "Vtop", str(runner.RTL / "lint.vlt"),
+            "--timescale", "1ns/1ps", f"-I{runner.INCLUDE}",
+            *[f"-G{k}={v}" for k, v in PARAMS.items()]]
+
+
+def build_harness() -> Path:
+    """Build (or reuse) the C++ harness with `verilator --cc --exe --build`; a stamp of the
+    sources, flags and Verilator version decides, like tb/common/runner.py."""
+    sources = runner.card_sources()
+    flags = cocotb_verilator_flags()
+    h = hashlib.sha1(json.dumps(flags).encode())
+    h.update(subprocess.run(["verilator", "--version"], capture_output=True,
+                            text=True).stdout.encode())
+    for src in [*sources, HARNESS_CPP, *sorted(runner.INCLUDE.glob("*.vh")),
+                *sorted(runner.RTL.glob("*.vlt"))]:
+        h.update(str(src).encode())
+        h.update(src.read_bytes())
+    stamp = h.hexdigest()
+    bdir = runner.BUILD_ROOT / "verilator" / "accel_harness"
+    exe = bdir / "accel_harness"
+    stamp_file = bdir / "build.stamp"
+    if stamp_file.exists() and stamp_file.read_text() == stamp and exe.exists():
+        return exe
+    bdir.mkdir(parents=True, exist_ok=True)
+    stamp_file.unlink(missing_ok=True)
+    cmd = ["verilator", "--cc", "--exe", "--build", "-j", "2", "-Mdir", str(bdir),
+           "--top-module", "card_top", "-o", "accel_harness", *flags, str(HARNESS_CPP),
+           *[str(s) for s in sources]]
+    log = bdir / "build.log"
+    t0 = time.monotonic()
+    with open(log, "w") as f:
+        f.write(" ".join(cmd) + "\n")
+        f.flush()
+        r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT)
+    if r.returncode:
+        raise RuntimeError(f"building the C++ harness failed ({r.returncode}); see {log}")
+    print(f"built the C++ harness in {time.monotonic() - t0:.0f} s", flush=True)
+    stamp_file.write_text(stamp)
+    return exe
+
+
+def compile_command(build_dir: Path) -> str:
+    """The C++ compiler command of the model's main file in a Verilator build log."""
+    log = build_dir / "build.log"
+    if not log.exists():
+        return "unknown"
+    for line in log.read_text().splitlines():
+        if re.match(r"^\S*(c\+\+|g\+\+|clang\+\+)\s.*Vtop___024root__0\.cpp", line):
+            return re.sub(r"\s+", " ", line.strip())
+    return "unknown"
+
+
+def run_harness(exe: Path, job: dict[str, Any]) -> dict[str, Any]:
+    d = WORK / job["name"]
+    (d / "harness.json").unlink(missing_ok=True)
+    r = subprocess.run([str(exe), "harness.txt", "harness.json"], cwd=d, capture_output=True,
+                       text=True)
+    if r.returncode:
+        raise RuntimeError(f"C++ harness on {job['name']} failed ({r.returncode}):\n"
+                           f"{r.stdout}{r.stderr}")
+    return json.loads((d / "harness.json").read_text())
+
+
+# --- checks ------------------------------------------------------------------------------------
+
+def _first_diff(a: bytes, b: bytes) -> str:
+    x, y = np.frombuffer(a, np.uint8), np.frombuffer(b, np.uint8)
+    if x.size != y.size:
+        return f"sizes {x.size} and {y.size}"
+    bad = np.flatnonzero(x != y)
+    return f"{bad.size} bytes differ, first at {bad[0]:#x}: {x[bad[0]]:#04x} vs {y[bad[0]]:#04x}"
+
+
+def check(job: dict[str, Any], counters: dict[str, int], mem: bytes, who: str) -> list[str]:
+    """Differences of one simulation's result from the reference and the model (empty: ok)."""
+    d = WORK / job["name"]
+    errors = []
+    oa, on = job["regions"]["output"]
+    ref = (d / "reference.bin").read_bytes()
+    expected = (d / "expected.bin").read_bytes()
+    if mem[oa:oa + on] != ref:
+        errors.append(f"{who}: output differs from the numpy reference: "
+                      f"{_first_diff(mem[oa:oa + on], ref)}")
+    if mem != expected:
+        errors.append(f"{who}: card memory differs from AccelModel's: "
+                      f"{_first_diff(mem, expected)}")
+    for c in ("insns", "macs", "bytes_loaded", "bytes_stored"):
+        if counters.get(c) != job["model_counters"][c]:
+            errors.append(f"{who}: counter {c} = {counters.get(c)}, AccelModel "
+                          f"{job['model_counters'][c]}")
+    return errors
+
+
+def _harness_counters(h: dict[str, Any]) -> dict[str, int]:
+    r = h["reads"]
+    return {c: (r[f"ACC_{c.upper()}_HI"] << 32) | r[f"ACC_{c.upper()}_LO"]
+            for c, _ in regs.ACCEL_COUNTERS}
+
+
+# --- main --------------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=str(RESULTS / "accel.json"))
+    ap.add_argument("--layers", default=",".join(la.name for la in LAYERS),
+                    help="comma-separated subset of: " + ", ".join(la.name for la in LAYERS))
+    args = ap.parse_args(argv)
+    layers = [la for la in LAYERS if la.name in args.layers.split(",")]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    t_start = time.monotonic()
+
+    jobs = {}
+    for la in layers:
+        t0 = time.monotonic()
+        jobs[la.name] = make_job(la)
+        print(f"{la.name}: generated, {jobs[la.name]['insn_count']} instructions, AccelModel "
+              f"run in {time.monotonic() - t0:.1f} s", flush=True)
+
+    b = runner.build("verilator", "card_top", runner.card_sources(), PARAMS)
+    exe = build_harness()
+    for la in layers:     # one simulator process per layer: each starts with zeroed memory
+        (WORK / la.name / "cosim.json").unlink(missing_ok=True)
+        runner.test(b, "bench.accel_cosim", testcase=f"bench_{la.name}",
+                    run_name=f"accel_bench_{la.name}",
+                    extra_env={"ACCEL_BENCH_WORK": str(WORK), "COCOTB_LOG_LEVEL": "WARNING"})
+
+    rows, errors = [], []
+    for la in layers:
+        job = jobs[la.name]
+        d = WORK / la.name
+        co = json.loads((d / "cosim.json").read_text())
+        errors += check(job, co["counters"], (d / "cosim_mem.bin").read_bytes(),
+                        f"{la.name}, co-simulation")
+        h = run_harness(exe, job)
+        hc = _harness_counters(h)
+        errors += check(job, hc, (d / "harness_mem.bin").read_bytes(), f"{la.name}, C++ harness")
+        c = co["counters"]
+        util = c["macs"] / (job["n2"] * c["cycles"])
+        ratio = co["cycles_per_s"] / h["cycles_per_s"]
+        ratio_cpu = co["cycles_per_cpu_s"] / h["cycles_per_cpu_s"]
+        rows.append({
+            "layer": la.name, "title": la.title, "acc_cycles": c["cycles"], "macs": c["macs"],
+            "layer_macs": job["layer_macs"], "utilization": round(util, 4),
+            "utilization_target": la.util_target, "utilization_met": util >= la.util_target,
+            "estimate_cycles": job["estimate_cycles"], "counters": c,
+            "model_counters": job["model_counters"], "tiling": job["tiling"],
+            "insns": job["insn_count"], "harness_acc_cycles": hc["cycles"],
+            "cosim": {k: v for k, v in co.items() if k != "counters"},
+            "harness": {k: v for k, v in h.items() if k != "reads"},
+            "speed_ratio": round(ratio, 3), "speed_ratio_cpu": round(ratio_cpu, 3),
+            "speed_target": SPEED_TARGET,
+            "speed_met": ratio >= SPEED_TARGET,
+        })
+
+    flags = cocotb_verilator_flags()
+    result = {
+        "benchmark": "accel", "seed": SEED, "card_mem": CARD_MEM, "accel": vars(CFG),
+        "verilator": subprocess.run(["verilator", "--version"], capture_output=True,
+                                    text=True).stdout.strip(),
+        "verilator_flags": flags,
+        "cocotb_compile": compile_command(b.build_dir),
+        "harness_compile": compile_command(runner.BUILD_ROOT / "verilator" / "accel_harness"),
+        "layers": rows, "errors": errors, "wall_s": round(time.monotonic() - t_start, 1),
+    }
+    Path(args.out).write_text(json.dumps(result, indent=2))
+    missed = _summary(rows, result)
+    print(f"\nwrote {os.path.relpath(args.out)}")
+    if errors:
+        raise AccelBenchMismatch("WRONG RESULTS:\n  " + "\n  ".join(errors))
+    return 1 if missed else 0
+
+
+def _summary(rows: list[dict[str, Any]], result: dict[str, Any]) -> list[str]:
+    """Print the table; return the targets missed."""
+    print(f"\nAccelerator N = {CFG.n} ({CFG.n ** 2} MACs/cycle) on card_top, "
+          f"{result['verilator'].split(' rev')[0]}; utilization = ACC_MACS / (N*N*ACC_CYCLES); "
+          "speed = simulated cycles per wall second from the START write to the interrupt")
+    print(f"{'layer':22} {'cycles':>9} {'MACs':>11} {'util':>6} {'co-sim c/s':>10} "
+          f"{'C++ c/s':>9} {'ratio':>5} {'(CPU)':>5}  targets")
+    missed = []
+    for r in rows:
+        co, h = r["cosim"], r["harness"]
+        verdict = []
+        if r["utilization_met"]:
+            verdict.append(f"util >= {r['utilization_target']:.0%} met")
+        else:
+            verdict.append(f"util >= {r['utilization_target']:.0%} MISSED by "
+                           f"{100 * (r['utilization_target'] - r['utilization']):.1f} points")
+            missed.append(f"{r['layer']} utilization")
+        if r["speed_met"]:
+            verdict.append(f"ratio >= {SPEED_TARGET} met")
+        else:
+            verdict.append(f"ratio >= {SPEED_TARGET} MISSED by "
+                           f"{SPEED_TARGET - r['speed_ratio']:.2f}")
+            missed.append(f"{r['layer']} speed")
+        print(f"{r['title']:22} {r['acc_cycles']:>9} {r['macs']:>11} {r['utilization']:>6.1%} "
+              f"{co['cycles_per_s']:>10.0f} {h['cycles_per_s']:>9.0f} {r['speed_ratio']:>5.2f} "
+              f"{r['speed_ratio_cpu']:>5.2f}  {', '.join(verdict)}")
+    print()
+    for r in rows:
+        c, co = r["counters"], r["cosim"]
+        cyc = c["cycles"]
+        print(f"{r['layer']}: compute busy {c['compute_busy'] / cyc:.1%} (GEMM "
+              f"{c['gemm_busy'] / cyc:.1%}), waiting for tokens {c['compute_stall'] / cyc:.1%}; "
+              f"load busy {c['load_busy'] / cyc:.1%}; store busy {c['store_busy'] / cyc:.1%}; "
+              f"AccelModel estimate {r['estimate_cycles']} cycles; C++ harness ACC_CYCLES "
+              f"{r['harness_acc_cycles']}")
+        print(f"  co-simulation window: {co['window_cycles']} cycles in {co['wall_s']:.2f} s, "
+              f"{co['wakeups']} Python wakeups ("
+              + ", ".join(f"{k} x{v}" for k, v in co["wakeup_kinds"].items()) + ")")
+    return missed
+
+
+if __name__ == "__main__":
+    sys.exit(main())
