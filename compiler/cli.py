@@ -3,7 +3,8 @@
     dnncard-compile compile model.onnx --options '{"plugin": "softmax_ip"}' -o model.xmodel
     dnncard-compile inspect model.xmodel [--json]
     dnncard-compile graph model.xmodel [-o model.dot] [--consts]   (SVG too when dot exists)
-    dnncard-compile run model.xmodel [--inputs in.npz] [-o out.npz]
+    dnncard-compile run model.xmodel [--inputs in.npz] [-o out.npz] [--card-mem MiB]
+                        [--trace trace.json]
 """
 
 from __future__ import annotations
@@ -23,7 +24,18 @@ from compiler.errors import CompilerError
 from compiler.passes import PASSES, PIPELINE
 from compiler.plugin.loader import BUILTIN
 from compiler.runtime import GraphExecutor
+from compiler.runtime.card import (
+    AccelImage,
+    CardExecutor,
+    CardSession,
+    is_accel_subgraph,
+    write_chrome_trace,
+)
 from compiler.summary import format_summary, summarize, to_dot
+from compiler.xir import Graph
+from pyhost.accel.model import AccelConfig
+from pyhost.driver import PcieDriver
+from pyhost.model_card import ModelCard
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,12 +63,16 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--consts", action="store_true", help="also draw const (weight) ops")
     g.add_argument("--no-svg", action="store_true", help="do not run dot even if installed")
 
-    r = sub.add_parser("run", help="run an .xmodel on the host runners")
+    r = sub.add_parser("run", help="run an .xmodel on the host runners (accelerator "
+                                   "subgraphs on the functional card)")
     r.add_argument("xmodel", type=Path)
     r.add_argument("--inputs", type=Path, help=".npz with one array per model input "
                                                 "(default: seeded random normals)")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("-o", "--output", type=Path, help="write the outputs to this .npz")
+    r.add_argument("--card-mem", type=int, default=256, metavar="MIB",
+                   help="card memory of the functional card for ACCEL subgraphs (default 256)")
+    r.add_argument("--trace", type=Path, help="write a Chrome/Perfetto trace of the run")
 
     sub.add_parser("list", help="list the passes (in order) and the built-in plugins")
     return ap
@@ -124,7 +140,13 @@ def _run(args: argparse.Namespace) -> int:
         rng = np.random.default_rng(args.seed)
         feeds = {op.name: rng.standard_normal(op.output.shape).astype(op.output.dtype)
                  for op in graph.inputs}
-    outs = GraphExecutor(graph).run(feeds)
+    accel = [c for c in graph.root_subgraph.children if is_accel_subgraph(c)]
+    if accel:
+        outs = _run_on_card(graph, feeds, AccelImage.from_subgraph(accel[0]).config, args)
+    else:
+        if args.trace:
+            print("note: --trace records card runs; this model has no ACCEL subgraph")
+        outs = GraphExecutor(graph).run(feeds)
     for name, v in outs.items():
         flat = v.reshape(-1)
         print(f"{name} {v.dtype}{v.shape}: mean {float(flat.mean()):.6g}, "
@@ -133,6 +155,27 @@ def _run(args: argparse.Namespace) -> int:
         np.savez(args.output, **outs)
         print(f"wrote {args.output}")
     return 0
+
+
+def _run_on_card(graph: Graph, feeds: dict[str, np.ndarray], config: AccelConfig,
+                 args: argparse.Namespace) -> dict[str, np.ndarray]:
+    """The model on the functional card (ModelCard with the accelerator it was compiled for)."""
+    mem = args.card_mem << 20
+    card = ModelCard(mem, host_size=max(256 << 20, 2 * mem), accel=config)
+    with PcieDriver(card) as drv:
+        session = CardSession(drv)
+        ex = CardExecutor(graph, session)
+        try:
+            outs = ex.run(feeds)
+        finally:
+            ex.close()
+        print(f"ran on the functional card ({args.card_mem} MiB, N={config.n}):")
+        print(ex.stats.format())
+        if args.trace and session.events is not None:
+            write_chrome_trace(session.events, args.trace)
+            print(f"wrote {args.trace} ({len(session.events)} events)")
+        session.close()
+    return outs
 
 
 def _list(args: argparse.Namespace) -> int:
