@@ -1,0 +1,355 @@
+"""The card runtime on the functional card (PcieDriver(ModelCard(...))): the onnx package's
+PyTorch-exported layers within quantization tolerance, the demo CNN under memory pressure,
+ResNet-50 light end to end, the errors raised before anything runs, the runner interface,
+statistics, the schedule hint and the timeline."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper, numpy_helper
+
+from compiler import cli
+from compiler.driver import compile_model
+from compiler.errors import FrontendError, RunnerError, UnsupportedOpError
+from compiler.ops.op_conv import conv_nd
+from compiler.runtime import GraphExecutor
+from compiler.runtime.card import (
+    AccelConfigMismatch,
+    AccelImage,
+    CardExecutor,
+    CardMemoryError,
+    CardSession,
+    chrome_trace,
+    write_chrome_trace,
+)
+from compiler.xir import CONST, Graph
+from compiler.zoo import DEMO_INPUT, ONNX_DATA, demo_cnn, demo_input, light_model
+from pyhost.accel.model import AccelConfig
+from pyhost.driver import AccelUnavailable, PcieDriver
+from pyhost.model_card import ModelCard
+from tests.compiler.helpers import make_model, tensor_info
+
+ACCEL = {"plugin": "accel", "quantize": {"samples": 2}}
+DEFAULT = AccelConfig()
+
+
+def driver(mem: int, accel: AccelConfig | None = DEFAULT, host: int = 32 << 20
+           ) -> PcieDriver:
+    return PcieDriver(ModelCard(mem, host_size=host, accel=accel))
+
+
+def accel_images(g: Graph) -> list[AccelImage]:
+    return [AccelImage.from_subgraph(c) for c in g.root_subgraph.children_topological_sort()
+            if c.device == "ACCEL"]
+
+
+def ort_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), so)
+    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds), strict=True))
+
+
+# --- the onnx package's PyTorch-exported layers -------------------------------------------------
+
+#: Case -> where its layer must run: the accelerator, or (reported, not silently passed) the CPU.
+PYTORCH = {
+    "Conv2d": "ACCEL", "Conv2d_strided": "ACCEL", "Conv2d_padding": "ACCEL",
+    "Conv2d_no_bias": "ACCEL", "Conv2d_dilated": "ACCEL", "Linear": "ACCEL",
+    "Linear_no_bias": "ACCEL", "MaxPool2d": "ACCEL",
+    # not accelerator layers: a standalone ReLU (only fused after conv/gemm/add), grouped and
+    # depthwise convolutions, a dilated max pool, an average pool over part of the image
+    "ReLU": "CPU", "Conv2d_groups": "CPU", "Conv2d_depthwise": "CPU",
+    "MaxPool2d_stride_padding_dilation": "CPU", "AvgPool2d": "CPU",
+}
+
+
+def load_case(name: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray], np.ndarray]:
+    d = ONNX_DATA / "pytorch-converted" / f"test_{name}"
+    model = onnx.load(str(d / "model.onnx"))
+    inits = {i.name for i in model.graph.initializer}
+    (x_name,) = [i.name for i in model.graph.input if i.name not in inits]
+    x = numpy_helper.to_array(onnx.load_tensor(str(d / "test_data_set_0" / "input_0.pb")))
+    y = numpy_helper.to_array(onnx.load_tensor(str(d / "test_data_set_0" / "output_0.pb")))
+    return model, {x_name: x}, y
+
+
+def tolerance(g: Graph, x: np.ndarray) -> np.ndarray:
+    """Per output element: 1.5 LSB of the output scale (its rounding, plus one LSB for the
+    integer requantization's ties) + the first-order effect of quantizing the input
+    (|dx| <= s_in/2 through |W|), the weights (|dW| <= s_w/2 per channel through |x|) and the
+    bias (s_in*s_w/2). Max pool: half an input LSB."""
+    (head,) = [op for op in g.ops if op.type in ("Conv", "Gemm", "MatMul", "MaxPool")]
+    out = g.outputs[0]
+    s_out = out.attrs["quant"]["scale"]
+    if head.type == "MaxPool":
+        return np.full(out.shape, 0.5 * s_out + 1e-6)
+    q = head.attrs["quant"]
+    s_in = float(q["input_scale"])
+    s_w = np.asarray(q["weight_scale"], np.float64)
+    w = np.abs(np.asarray(head.input_tensors("W" if head.type == "Conv" else "B")[0]
+                          .producer.attrs["data"], np.float64))
+    ax = np.abs(np.asarray(x, np.float64))
+    if head.type == "Conv":
+        args = ([int(v) for v in head.attrs["strides"]], [int(v) for v in head.attrs["pads"]],
+                [int(v) for v in head.attrs["dilations"]], 1)
+        e_x = conv_nd(np.full_like(ax, s_in / 2), w, *args)
+        e_w = conv_nd(ax, np.ones_like(w) * (s_w / 2)[:, None, None, None], *args)
+        e_b = (s_in * s_w / 2)[None, :, None, None]
+        e_2 = conv_nd(np.full_like(ax, s_in / 2), np.ones_like(w) * (s_w / 2)[:, None, None, None],
+                      *args)
+    else:
+        w_kn = w.T if int(q["weight_axis"]) == 0 else w
+        e_x = np.full_like(ax, s_in / 2) @ w_kn
+        e_w = ax @ np.ones_like(w_kn) * (s_w / 2)[None, :]
+        e_b = (s_in * s_w / 2)[None, :]
+        e_2 = np.full_like(ax, s_in / 2) @ np.ones_like(w_kn) * (s_w / 2)[None, :]
+    return 1.5 * s_out + e_x + e_w + e_b + e_2
+
+
+@pytest.mark.parametrize("name", sorted(PYTORCH))
+def test_pytorch_converted_layer(name: str, tmp_path: Path) -> None:
+    """Calibrated on the test's own input, compiled with the accel plugin and run through
+    CardExecutor: the layer runs where PYTORCH says and matches the shipped output within the
+    quantization tolerance (CPU layers: within float rounding)."""
+    model, feeds, want = load_case(name)
+    npz = tmp_path / "calib.npz"
+    np.savez(npz, **{k: v[None] for k, v in feeds.items()})
+    g = compile_model(model, {"plugin": "accel", "quantize": {"calibration": str(npz),
+                                                               "samples": 1}}).graph
+    layer_devices = {str(c.device) for c in g.root_subgraph.children
+                     if any(op.type not in (CONST, "data") for op in c.ops)}
+    assert layer_devices == {PYTORCH[name]}, layer_devices
+    session = CardSession(driver(8 << 20))
+    ex = CardExecutor(g, session)
+    (got,) = ex.run(feeds).values()
+    assert got.shape == want.shape and got.dtype == np.float32
+    if PYTORCH[name] == "CPU":
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-6)
+        assert session.driver.stats.accel_runs == 0
+        return
+    assert session.driver.stats.accel_runs == 1
+    tol = tolerance(g, next(iter(feeds.values())))
+    err = np.abs(got.astype(np.float64) - want)
+    s_out = g.outputs[0].attrs["quant"]["scale"]
+    assert (err <= tol).all(), (f"max error {err.max():.4g} ({err.max() / s_out:.2f} output "
+                                f"LSB), tolerance there {tol.flat[err.argmax()]:.4g}")
+    # and the tolerance is not vacuous: a few output LSB at most
+    assert err.max() < 3 * s_out and tol.max() < 8 * s_out
+
+
+# --- the demo CNN ------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def demo_split() -> Graph:
+    """The demo in four accelerator subgraphs of two layers (so steps hand tensors over on the
+    card and a small card must evict)."""
+    return compile_model(demo_cnn(), {**ACCEL, "plugin_options": {"accel": {"max_layers": 2}}}
+                         ).graph
+
+
+def test_demo_two_card_sizes(demo_split: Graph) -> None:
+    """A card that holds everything and one that must evict give bit-identical outputs, equal
+    to the single-subgraph compile's too (tensors between accelerator subgraphs stay int8 on
+    the card); close to onnxruntime in fp32."""
+    x = {DEMO_INPUT: demo_input()}
+    sizes = [img.card_bytes(64) for img in accel_images(demo_split)]
+    assert len(sizes) == 4
+    small = -(-(max(sizes) + 4096) // 64) * 64
+    assert small < sum(sizes)
+    outs, evictions = [], []
+    for mem in (1 << 20, small):
+        session = CardSession(driver(mem))
+        ex = CardExecutor(demo_split, session)
+        for _ in range(2):
+            outs.append(ex.run(x)["probs"])
+            evictions.append(ex.stats.memory["evictions"])
+            assert ex.stats.memory["accel_runs"] == 4
+        session.manager.check()
+    assert evictions[:2] == [0, 0] and min(evictions[2:]) > 0, evictions
+    whole = compile_model(demo_cnn(), ACCEL).graph
+    outs.append(CardExecutor(whole, CardSession(driver(1 << 20))).run(x)["probs"])
+    for o in outs[1:]:
+        np.testing.assert_array_equal(o, outs[0])
+    ref = ort_run(demo_cnn(), x)["probs"]
+    assert int(outs[0].argmax()) == int(ref.argmax())
+    assert np.abs(outs[0] - ref).max() < 0.03, np.abs(outs[0] - ref).max()
+
+
+def test_second_run_uploads_only_the_input(demo_split: Graph) -> None:
+    """Programs, constants and scratch are created once; on a card that holds them, a second
+    run moves only the input up and the logits down. Statistics are consistent."""
+    session = CardSession(driver(1 << 20))
+    ex = CardExecutor(demo_split, session)
+    x = {DEMO_INPUT: demo_input()}
+    ex.run(x)
+    first = ex.stats
+    ex.run(x)
+    st = ex.stats
+    # the 16 bytes of logits are one 64-byte allocation (every tensor is beat-aligned)
+    assert st.memory["bytes_h2c"] == 8192 and st.memory["bytes_c2h"] == 64
+    assert first.memory["bytes_h2c"] > 8192
+    accel = [s for s in st.steps if s.device == "ACCEL"]
+    assert [s.device for s in st.steps] == ["CPU", "ACCEL", "ACCEL", "ACCEL", "ACCEL", "CPU"]
+    for s in accel:
+        assert s.counters is not None and s.cycles > 0
+        assert s.mac_utilization == pytest.approx(s.macs / (64 * s.cycles))
+    stats = {img.name: img.stats for img in accel_images(demo_split)}
+    for s in accel:     # the accelerator did exactly the GEMM work the compiler planned
+        assert s.macs == stats[s.name]["array_macs"]
+    assert st.accel_macs == sum(s.macs for s in accel)
+    text = st.format()
+    assert all(s.name[:32] in text for s in st.steps) and "evictions" in text
+    json.dumps(st.to_dict())
+
+
+def test_schedule_hint_is_the_run_needs(demo_split: Graph) -> None:
+    """The need calls the manager sees are exactly the schedule the executor gave it."""
+    rec = io.StringIO()
+    session = CardSession(driver(1 << 20), record=rec)
+    ex = CardExecutor(demo_split, session)
+    given = []
+    orig = session.manager.set_schedule
+
+    def spy(needs, reads=()):  # type: ignore[no-untyped-def]
+        given.append(([list(n) for n in needs], list(reads)))
+        orig(needs, reads=reads)
+
+    session.manager.set_schedule = spy  # type: ignore[method-assign]
+    ex.run({DEMO_INPUT: demo_input()})
+    names: dict[int, str] = {}
+    needs = []
+    for line in rec.getvalue().splitlines():
+        r = json.loads(line)
+        if r["op"] == "alloc":
+            names[r["t"]] = r["name"]
+        elif r["op"] == "need":
+            needs.append([names[t] for t in r["ts"]])
+    (sched,) = given
+    assert needs == sched[0]
+    assert sched[1] == [n for n in sched[1] if n.endswith("/logits")]
+
+
+def test_runner_interface_with_a_card(demo_split: Graph) -> None:
+    """GraphExecutor with AccelRunners on a card session gives the same outputs (int8 values
+    survive the host round trip exactly) but moves every intermediate through the host."""
+    x = {DEMO_INPUT: demo_input()}
+    a = CardSession(driver(1 << 20))
+    card_ex = CardExecutor(demo_split, a)
+    want = card_ex.run(x)["probs"]
+    b = CardSession(driver(1 << 20))
+    got = GraphExecutor(demo_split, {"card": b}).run(x)["probs"]
+    np.testing.assert_array_equal(got, want)
+    assert b.manager.transport.stats.bytes_c2h > a.manager.transport.stats.bytes_c2h
+    with pytest.raises(RunnerError, match="give its runner a card session"):
+        GraphExecutor(demo_split)
+
+
+def test_timeline(demo_split: Graph, tmp_path: Path) -> None:
+    """Host, DMA, accelerator and CPU events from the session's clock, as Chrome trace JSON."""
+    ticks = iter(range(10**6))
+    session = CardSession(driver(1 << 20), clock=lambda: float(next(ticks)))
+    CardExecutor(demo_split, session).run({DEMO_INPUT: demo_input()})
+    assert session.events is not None
+    cats = [e.category for e in session.events]
+    assert set(cats) == {"host", "dma", "accel", "cpu"} and cats.count("accel") == 4
+    starts = [e.start for e in session.events if e.category == "accel"]
+    assert starts == sorted(starts) and all(e.duration > 0 for e in session.events)
+    dma = [e for e in session.events if e.category == "dma"]
+    assert sum(e.args["bytes"] for e in dma if e.name == "H2C") == \
+        session.manager.transport.stats.bytes_h2c
+    trace = chrome_trace(session.events, time_scale=1.0)
+    xs = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert len(xs) == len(session.events) and xs[0]["ts"] == 0
+    path = tmp_path / "trace.json"
+    write_chrome_trace(session.events, path)
+    assert json.loads(path.read_text())["traceEvents"]
+    quiet = CardSession(driver(1 << 20), timeline=False)
+    CardExecutor(demo_split, quiet).run({DEMO_INPUT: demo_input()})
+    assert quiet.events is None
+
+
+def test_cli_runs_accel_models_on_the_functional_card(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]
+                                                      ) -> None:
+    src, out = tmp_path / "demo.onnx", tmp_path / "demo.xmodel"
+    onnx.save(demo_cnn(), str(src))
+    assert cli.main(["compile", str(src), "-o", str(out), "--options", json.dumps(ACCEL),
+                     "-q"]) == 0
+    np.savez(tmp_path / "in.npz", **{DEMO_INPUT: demo_input()})
+    assert cli.main(["run", str(out), "--inputs", str(tmp_path / "in.npz"), "--card-mem", "1",
+                     "--trace", str(tmp_path / "t.json"), "-o", str(tmp_path / "o.npz")]) == 0
+    text = capsys.readouterr().out
+    assert "functional card (1 MiB, N=8)" in text and "ACCEL" in text
+    assert (tmp_path / "t.json").is_file()
+    want = CardExecutor(compile_model(demo_cnn(), ACCEL).graph,
+                        CardSession(driver(1 << 20))).run({DEMO_INPUT: demo_input()})["probs"]
+    np.testing.assert_array_equal(np.load(tmp_path / "o.npz")["probs"], want)
+
+
+# --- ResNet-50 ---------------------------------------------------------------------------------
+
+def test_resnet50_end_to_end() -> None:
+    """ResNet-50 light with random weights: compiled with the accel plugin, run on ModelCard;
+    its logits against onnxruntime fp32 by cosine similarity and top-1; the accelerator ran
+    every GEMM the compiler planned (all of the model's convolutions and the FC)."""
+    model = light_model("resnet50")
+    fc = [n for n in model.graph.node if n.op_type == "Gemm"][0]
+    model.graph.output.append(helper.make_tensor_value_info(fc.output[0],
+                                                            onnx.TensorProto.FLOAT, None))
+    g = compile_model(model, {"plugin": "accel", "quantize": {"samples": 1}}).graph
+    x = np.random.default_rng(7).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    feeds = {g.inputs[0].name: x}
+    (img,) = accel_images(g)
+    session = CardSession(driver(64 << 20, host=192 << 20))
+    ex = CardExecutor(g, session)
+    got = ex.run(feeds)
+    want = ort_run(model, feeds)
+    a, b = got[fc.output[0]].reshape(-1), want[fc.output[0]].reshape(-1)
+    cos = float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+    assert cos > 0.999, cos
+    assert int(a.argmax()) == int(b.argmax())
+    (accel,) = [s for s in ex.stats.steps if s.device == "ACCEL"]
+    assert accel.macs == img.stats["array_macs"] >= img.stats["macs"]
+    model_macs = sum(math.prod(op.output.shape) * math.prod(op.input_tensors("W")[0].shape[1:])
+                     for op in g.ops if op.type == "Conv") + 2048 * 1000
+    assert img.stats["macs"] == model_macs
+    assert accel.mac_utilization > 0.85
+
+
+# --- errors before anything runs ----------------------------------------------------------------
+
+def test_errors_before_running(tmp_path: Path) -> None:
+    """Unreadable model, an op nobody can run, a step larger than the card, an accelerator of
+    another configuration, a card without one: each a specific error, and nothing reached the
+    card."""
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x00 this is not a protobuf \xff" * 10)
+    with pytest.raises(FrontendError, match="not a readable ONNX model"):
+        compile_model(bad, ACCEL)
+    weird = make_model([helper.make_node("Frobnicate", ["x"], ["y"], domain="com.example")],
+                       [tensor_info("x", [1, 4])], [tensor_info("y", [1, 4])])
+    weird.opset_import.append(helper.make_opsetid("com.example", 1))
+    with pytest.raises(UnsupportedOpError, match="Frobnicate"):
+        compile_model(weird, ACCEL)
+    g = compile_model(demo_cnn(), ACCEL).graph
+    (img,) = accel_images(g)
+    drv = driver(64 << 10)
+    with pytest.raises(CardMemoryError, match=rf"step 'subgraph_c1' needs {img.card_bytes(64)} "
+                                              rf"bytes .* card's {64 << 10} bytes.*max_step"):
+        CardExecutor(g, CardSession(drv))
+    assert drv.stats.calls == 0 and drv.stats.accel_runs == 0
+    other = driver(1 << 20, accel=AccelConfig(acc_depth=2048))
+    with pytest.raises(AccelConfigMismatch, match="acc_depth: compiled 4096, card 2048"):
+        CardExecutor(g, CardSession(other))
+    assert other.stats.calls == 0 and other.stats.accel_runs == 0
+    with pytest.raises(AccelUnavailable, match="no accelerator"):
+        CardSession(driver(1 << 20, accel=None))
