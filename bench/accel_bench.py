@@ -25,6 +25,7 @@ Prints a summary, writes bench/results/accel.json and returns 1 when a target is
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import os
@@ -140,7 +141,7 @@ def _ctrl_bit(name: str) -> int:
 def make_job(layer: Layer, seed: int = SEED) -> dict[str, Any]:
     """Generate the layer, lay it out in card memory, run the functional model and write the job
     directory: job.json, image.bin (card memory [0, span) before the run), expected.bin (after,
-    from AccelModel) and harness.txt (the C++ harness's script)."""
+    from AccelModel) and reference.bin (the numpy reference of the output region)."""
     rng = np.random.default_rng([seed, LAYERS.index(layer)])
     kern, x, ref, layer_macs = _layer_kernel(layer.name, rng)
     program = b"".join(isa.encode(i) for i in K.join([kern]))
@@ -187,11 +188,10 @@ def make_job(layer: Layer, seed: int = SEED) -> dict[str, Any]:
     (d / "expected.bin").write_bytes(expected.tobytes())
     (d / "reference.bin").write_bytes(ref)
     (d / "job.json").write_text(json.dumps(job, indent=2))
-    (d / "harness.txt").write_text(harness_script(job))
     return job
 
 
-def harness_script(job: dict[str, Any]) -> str:
+def harness_script(job: dict[str, Any], dump: str) -> str:
     """The C++ harness's job script: memory, reset, BAR0 writes and reads by register name and
     offset from pyhost.spec.regs (the harness knows no register), the wait and the dump."""
     off = regs.offset
@@ -219,7 +219,7 @@ def harness_script(job: dict[str, Any]) -> str:
         for half in ("LO", "HI"):
             name = f"ACC_{c.upper()}_{half}"
             lines.append(f"read {name} {off(name):#x}")
-    lines.append(f"dump harness_mem.bin 0 {job['span']}")
+    lines.append(f"dump {dump} 0 {job['span']}")
     return "\n".join(lines) + "\n"
 
 
@@ -234,12 +234,42 @@ def cocotb_verilator_flags() -> list[str]:
             *[f"-G{k}={v}" for k, v in PARAMS.items()]]
 
 
-def build_harness() -> Path:
-    """Build (or reuse) the C++ harness with `verilator --cc --exe --build`; a stamp of the
-    sources, flags and Verilator version decides, like tb/common/runner.py."""
+@dataclass(frozen=True)
+class Harness:
+    """A build of the C++ harness: `same` has the cocotb build's flags (the target's
+    comparison); `lean` drops --public-flat-rw and makes only the DRAM array public (a control
+    file in the build directory), to show what the flag costs the model."""
+
+    variant: str
+    exe: Path
+    flags: tuple[str, ...]
+
+    @property
+    def build_dir(self) -> Path:
+        return self.exe.parent
+
+
+HARNESS_VARIANTS = ("same", "lean")
+
+
+def build_harness(variant: str = "same") -> Harness:
+    """Build (or reuse) the C++ harness with `verilator --cc --exe --build` into
+    sim_build/verilator/accel_harness[-lean]; a stamp of the sources, flags and Verilator
+    version decides, like tb/common/runner.py."""
     sources = runner.card_sources()
+    name = "accel_harness" + ("" if variant == "same" else f"-{variant}")
+    bdir = runner.BUILD_ROOT / "verilator" / name
     flags = cocotb_verilator_flags()
-    h = hashlib.sha1(json.dumps(flags).encode())
+    extra: dict[str, str] = {}
+    if variant == "lean":
+        flags.remove("--public-flat-rw")
+        module, var = "dram_ctrl", DRAM_ARRAY.rsplit(".", 1)[1]
+        extra["public_mem.vlt"] = f'`verilator_config\npublic_flat_rw -module "{module}" ' \
+            f'-var "{var}"\n'
+        flags.append(str(bdir / "public_mem.vlt"))
+    elif variant != "same":
+        raise ValueError(f"harness variant {variant!r}: expected one of {HARNESS_VARIANTS}")
+    h = hashlib.sha1(json.dumps([flags, extra]).encode())
     h.update(subprocess.run(["verilator", "--version"], capture_output=True,
                             text=True).stdout.encode())
     for src in [*sources, HARNESS_CPP, *sorted(runner.INCLUDE.glob("*.vh")),
@@ -247,27 +277,30 @@ def build_harness() -> Path:
         h.update(str(src).encode())
         h.update(src.read_bytes())
     stamp = h.hexdigest()
-    bdir = runner.BUILD_ROOT / "verilator" / "accel_harness"
     exe = bdir / "accel_harness"
     stamp_file = bdir / "build.stamp"
-    if stamp_file.exists() and stamp_file.read_text() == stamp and exe.exists():
-        return exe
     bdir.mkdir(parents=True, exist_ok=True)
-    stamp_file.unlink(missing_ok=True)
-    cmd = ["verilator", "--cc", "--exe", "--build", "-j", "2", "-Mdir", str(bdir),
-           "--top-module", "card_top", "-o", "accel_harness", *flags, str(HARNESS_CPP),
-           *[str(s) for s in sources]]
-    log = bdir / "build.log"
-    t0 = time.monotonic()
-    with open(log, "w") as f:
-        f.write(" ".join(cmd) + "\n")
-        f.flush()
-        r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT)
-    if r.returncode:
-        raise RuntimeError(f"building the C++ harness failed ({r.returncode}); see {log}")
-    print(f"built the C++ harness in {time.monotonic() - t0:.0f} s", flush=True)
-    stamp_file.write_text(stamp)
-    return exe
+    with open(bdir.parent / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (stamp_file.exists() and stamp_file.read_text() == stamp and exe.exists()):
+            stamp_file.unlink(missing_ok=True)
+            for fname, text in extra.items():
+                (bdir / fname).write_text(text)
+            cmd = ["verilator", "--cc", "--exe", "--build", "-j", "2", "-Mdir", str(bdir),
+                   "--top-module", "card_top", "-o", "accel_harness", *flags, str(HARNESS_CPP),
+                   *[str(s) for s in sources]]
+            log = bdir / "build.log"
+            t0 = time.monotonic()
+            with open(log, "w") as f:
+                f.write(" ".join(cmd) + "\n")
+                f.flush()
+                r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT)
+            if r.returncode:
+                raise RuntimeError(f"building the C++ harness failed ({r.returncode}); see {log}")
+            print(f"built the C++ harness ({variant}) in {time.monotonic() - t0:.0f} s",
+                  flush=True)
+            stamp_file.write_text(stamp)
+    return Harness(variant, exe, tuple(flags))
 
 
 def compile_command(build_dir: Path) -> str:
@@ -281,15 +314,19 @@ def compile_command(build_dir: Path) -> str:
     return "unknown"
 
 
-def run_harness(exe: Path, job: dict[str, Any]) -> dict[str, Any]:
+def run_harness(harness: Harness, job: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+    """Run one job: (the harness's result, card memory [0, span) after the run)."""
     d = WORK / job["name"]
-    (d / "harness.json").unlink(missing_ok=True)
-    r = subprocess.run([str(exe), "harness.txt", "harness.json"], cwd=d, capture_output=True,
+    script = d / f"harness-{harness.variant}.txt"
+    script.write_text(harness_script(job, f"harness-{harness.variant}.bin"))
+    out = d / f"harness-{harness.variant}.json"
+    out.unlink(missing_ok=True)
+    r = subprocess.run([str(harness.exe), script.name, out.name], cwd=d, capture_output=True,
                        text=True)
     if r.returncode:
-        raise RuntimeError(f"C++ harness on {job['name']} failed ({r.returncode}):\n"
-                           f"{r.stdout}{r.stderr}")
-    return json.loads((d / "harness.json").read_text())
+        raise RuntimeError(f"C++ harness ({harness.variant}) on {job['name']} failed "
+                           f"({r.returncode}):\n{r.stdout}{r.stderr}")
+    return json.loads(out.read_text()), (d / f"harness-{harness.variant}.bin").read_bytes()
 
 
 # --- checks ------------------------------------------------------------------------------------
@@ -310,7 +347,7 @@ def check(job: dict[str, Any], counters: dict[str, int], mem: bytes, who: str) -
     ref = (d / "reference.bin").read_bytes()
     expected = (d / "expected.bin").read_bytes()
     if mem[oa:oa + on] != ref:
-        errors.append(f"{who}: output differs from the numpy reference: "
+        errors.append(f"{who}: output differs from the numpy reference (offsets in the output): "
                       f"{_first_diff(mem[oa:oa + on], ref)}")
     if mem != expected:
         errors.append(f"{who}: card memory differs from AccelModel's: "
@@ -322,8 +359,7 @@ def check(job: dict[str, Any], counters: dict[str, int], mem: bytes, who: str) -
     return errors
 
 
-def _harness_counters(h: dict[str, Any]) -> dict[str, int]:
-    r = h["reads"]
+def _harness_counters(r: dict[str, int]) -> dict[str, int]:
     return {c: (r[f"ACC_{c.upper()}_HI"] << 32) | r[f"ACC_{c.upper()}_LO"]
             for c, _ in regs.ACCEL_COUNTERS}
 
@@ -349,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
               f"run in {time.monotonic() - t0:.1f} s", flush=True)
 
     b = runner.build("verilator", "card_top", runner.card_sources(), PARAMS)
-    exe = build_harness()
+    harnesses = {v: build_harness(v) for v in HARNESS_VARIANTS}
     for la in layers:     # one simulator process per layer: each starts with zeroed memory
         (WORK / la.name / "cosim.json").unlink(missing_ok=True)
         runner.test(b, "bench.accel_cosim", testcase=f"bench_{la.name}",
@@ -361,37 +397,46 @@ def main(argv: list[str] | None = None) -> int:
         job = jobs[la.name]
         d = WORK / la.name
         co = json.loads((d / "cosim.json").read_text())
-        errors += check(job, co["counters"], (d / "cosim_mem.bin").read_bytes(),
-                        f"{la.name}, co-simulation")
-        h = run_harness(exe, job)
-        hc = _harness_counters(h)
-        errors += check(job, hc, (d / "harness_mem.bin").read_bytes(), f"{la.name}, C++ harness")
+        comem = (d / "cosim_mem.bin").read_bytes()
+        errors += check(job, co["counters"], comem, f"{la.name}, co-simulation")
+        oa, on = job["regions"]["output"]
+        hres = {}
+        for v, harness in harnesses.items():
+            h, hmem = run_harness(harness, job)
+            h["counters"] = _harness_counters(h.pop("reads"))
+            errors += check(job, h["counters"], hmem, f"{la.name}, C++ harness ({v})")
+            if hmem[oa:oa + on] != comem[oa:oa + on]:
+                errors.append(f"{la.name}: the C++ harness's ({v}) output differs from the "
+                              "co-simulation's")
+            hres[v] = h
         c = co["counters"]
         util = c["macs"] / (job["n2"] * c["cycles"])
+        h = hres["same"]
         ratio = co["cycles_per_s"] / h["cycles_per_s"]
-        ratio_cpu = co["cycles_per_cpu_s"] / h["cycles_per_cpu_s"]
         rows.append({
             "layer": la.name, "title": la.title, "acc_cycles": c["cycles"], "macs": c["macs"],
             "layer_macs": job["layer_macs"], "utilization": round(util, 4),
             "utilization_target": la.util_target, "utilization_met": util >= la.util_target,
             "estimate_cycles": job["estimate_cycles"], "counters": c,
             "model_counters": job["model_counters"], "tiling": job["tiling"],
-            "insns": job["insn_count"], "harness_acc_cycles": hc["cycles"],
+            "insns": job["insn_count"],
             "cosim": {k: v for k, v in co.items() if k != "counters"},
-            "harness": {k: v for k, v in h.items() if k != "reads"},
-            "speed_ratio": round(ratio, 3), "speed_ratio_cpu": round(ratio_cpu, 3),
-            "speed_target": SPEED_TARGET,
-            "speed_met": ratio >= SPEED_TARGET,
+            "harness": hres,
+            "speed_ratio": round(ratio, 3),
+            "speed_ratio_cpu": round(co["cycles_per_cpu_s"] / h["cycles_per_cpu_s"], 3),
+            "speed_ratio_lean": round(co["cycles_per_s"] / hres["lean"]["cycles_per_s"], 3),
+            "speed_target": SPEED_TARGET, "speed_met": ratio >= SPEED_TARGET,
         })
 
-    flags = cocotb_verilator_flags()
     result = {
         "benchmark": "accel", "seed": SEED, "card_mem": CARD_MEM, "accel": vars(CFG),
         "verilator": subprocess.run(["verilator", "--version"], capture_output=True,
                                     text=True).stdout.strip(),
-        "verilator_flags": flags,
-        "cocotb_compile": compile_command(b.build_dir),
-        "harness_compile": compile_command(runner.BUILD_ROOT / "verilator" / "accel_harness"),
+        "verilator_flags": {"cocotb": cocotb_verilator_flags(),
+                            **{f"harness_{v}": list(h.flags) for v, h in harnesses.items()}},
+        "cxx_compile": {"cocotb": compile_command(b.build_dir),
+                        **{f"harness_{v}": compile_command(h.build_dir)
+                           for v, h in harnesses.items()}},
         "layers": rows, "errors": errors, "wall_s": round(time.monotonic() - t_start, 1),
     }
     Path(args.out).write_text(json.dumps(result, indent=2))
@@ -405,13 +450,14 @@ def main(argv: list[str] | None = None) -> int:
 def _summary(rows: list[dict[str, Any]], result: dict[str, Any]) -> list[str]:
     """Print the table; return the targets missed."""
     print(f"\nAccelerator N = {CFG.n} ({CFG.n ** 2} MACs/cycle) on card_top, "
-          f"{result['verilator'].split(' rev')[0]}; utilization = ACC_MACS / (N*N*ACC_CYCLES); "
-          "speed = simulated cycles per wall second from the START write to the interrupt")
+          f"{result['verilator'].split(' rev')[0]}. util = ACC_MACS / (N*N*ACC_CYCLES); c/s = "
+          "simulated cycles per wall second from the START write to the interrupt; C++ = the "
+          "harness with the cocotb build's flags (the target), lean = without --public-flat-rw")
     print(f"{'layer':22} {'cycles':>9} {'MACs':>11} {'util':>6} {'co-sim c/s':>10} "
-          f"{'C++ c/s':>9} {'ratio':>5} {'(CPU)':>5}  targets")
+          f"{'C++ c/s':>9} {'ratio':>5} {'(CPU)':>5} {'lean c/s':>9}  targets")
     missed = []
     for r in rows:
-        co, h = r["cosim"], r["harness"]
+        co, h, lean = r["cosim"], r["harness"]["same"], r["harness"]["lean"]
         verdict = []
         if r["utilization_met"]:
             verdict.append(f"util >= {r['utilization_target']:.0%} met")
@@ -427,7 +473,7 @@ def _summary(rows: list[dict[str, Any]], result: dict[str, Any]) -> list[str]:
             missed.append(f"{r['layer']} speed")
         print(f"{r['title']:22} {r['acc_cycles']:>9} {r['macs']:>11} {r['utilization']:>6.1%} "
               f"{co['cycles_per_s']:>10.0f} {h['cycles_per_s']:>9.0f} {r['speed_ratio']:>5.2f} "
-              f"{r['speed_ratio_cpu']:>5.2f}  {', '.join(verdict)}")
+              f"{r['speed_ratio_cpu']:>5.2f} {lean['cycles_per_s']:>9.0f}  {', '.join(verdict)}")
     print()
     for r in rows:
         c, co = r["counters"], r["cosim"]
@@ -435,8 +481,8 @@ def _summary(rows: list[dict[str, Any]], result: dict[str, Any]) -> list[str]:
         print(f"{r['layer']}: compute busy {c['compute_busy'] / cyc:.1%} (GEMM "
               f"{c['gemm_busy'] / cyc:.1%}), waiting for tokens {c['compute_stall'] / cyc:.1%}; "
               f"load busy {c['load_busy'] / cyc:.1%}; store busy {c['store_busy'] / cyc:.1%}; "
-              f"AccelModel estimate {r['estimate_cycles']} cycles; C++ harness ACC_CYCLES "
-              f"{r['harness_acc_cycles']}")
+              f"AccelModel estimate {r['estimate_cycles']} cycles; ACC_CYCLES in the C++ "
+              f"harness {r['harness']['same']['counters']['cycles']} (DRAM state at START)")
         print(f"  co-simulation window: {co['window_cycles']} cycles in {co['wall_s']:.2f} s, "
               f"{co['wakeups']} Python wakeups ("
               + ", ".join(f"{k} x{v}" for k, v in co["wakeup_kinds"].items()) + ")")
