@@ -414,8 +414,8 @@ class AccelStep:
                 raise CardRuntimeError(f"step {img.name!r}: {t!r} was placed at {a:#x}, which "
                                        f"the accelerator cannot use (not {s.align}-byte aligned "
                                        "or above 4 GiB)")
-        slots = {spec.slot: addrs[t.id] for spec, t in zip(img.io, [*inputs, *outputs],
-                                                           strict=True)}
+        slots = {spec.slot: addrs[t.id] for spec, t in zip([*img.inputs, *img.outputs],
+                                                           [*inputs, *outputs], strict=True)}
         slots[CONST_SLOT] = addrs[self.consts.id] if self.consts is not None else 0
         slots[SCRATCH_SLOT] = addrs[self.scratch.id] if self.scratch is not None else 0
         prog = AccelProgram(addrs[self.program.id], img.insns)
