@@ -1,5 +1,15 @@
-"""``make sim``: the project's main run. Today: the card-memory demo and a DMA round trip.
+"""``make sim``: the project's main run: the end-to-end demo (tb/demo.py).
 
+An ONNX CNN built by compiler.zoo with fixed seeds (convolutions, ReLU, a residual add, pooling,
+a fully connected layer and a Softmax the accelerator does not run) is compiled with the
+accelerator plugin and run on the RTL card under Verilator with a card memory small enough that
+the memory manager must evict; the summary compares it with onnxruntime and with the functional
+card, and the run leaves an FST with its GTKWave save file and a Perfetto timeline.
+
+Options (environment or flags): MODEL=demo|<light model>|<file.onnx>, SIM=verilator|icarus,
+CARD_MEM=<bytes, K/M/G suffix>, BACKEND=rtl|model, IMAGES=<n>.
+
+``DEMO=card`` runs the earlier hardware demos instead:
 1. Builds dram_ctrl (product size under Verilator; a smaller card under Icarus, whose 4-state
    storage would need ~10 GiB for 1 GiB), drives a mixed pattern of sequential bursts and random
    64-byte reads and writes through it, prints bandwidth and latency, and writes an FST waveform
@@ -8,8 +18,7 @@
    driver on it: 1 MiB host-to-card, then card-to-host, data checked, throughput printed, with
    the DMA traffic in a second FST. ``make waves`` opens the newest FST with its save file.
 
-Options (environment or flags): SIM=verilator|icarus, CARD_MEM=<bytes, K/M/G suffix allowed>,
-CYCLES=<measured cycles>.
+   Options: SIM, CARD_MEM, CYCLES=<measured cycles>.
 """
 
 from __future__ import annotations
@@ -41,8 +50,9 @@ def parse_size(text: str) -> int:
     except ValueError:
         raise SystemExit(
             f"CARD_MEM={text!r}: expected a byte count such as 1G, 64M or 1048576") from None
-    if n <= 0 or n & (n - 1):
-        raise SystemExit(f"CARD_MEM={text!r}: the card memory size must be a power of two")
+    if n <= 0 or n % 4096:
+        raise SystemExit(f"CARD_MEM={text!r}: the card memory size must be a positive multiple "
+                         "of 4 KiB")
     return n
 
 
@@ -133,11 +143,46 @@ def _report_waves(res: runner.RunResult, note: str = "") -> bool:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--demo", default=os.environ.get("DEMO") or "e2e", choices=["e2e", "card"])
+    ap.add_argument("--model", default=os.environ.get("MODEL") or "demo")
     ap.add_argument("--sim", default=os.environ.get("SIM") or "verilator",
                     choices=runner.SIMULATORS)
     ap.add_argument("--card-mem", default=os.environ.get("CARD_MEM") or "")
+    ap.add_argument("--backend", default=os.environ.get("BACKEND") or "rtl",
+                    choices=["rtl", "model"])
+    ap.add_argument("--images", type=int, default=int(os.environ.get("IMAGES") or 2))
     ap.add_argument("--cycles", type=int, default=int(os.environ.get("CYCLES") or 40000))
     args = ap.parse_args(argv)
+    if args.demo == "e2e":
+        return e2e(args)
+    return card_demos(args)
+
+
+def e2e(args: argparse.Namespace) -> int:
+    from tb.demo import DemoError, DemoOptions, run_demo
+
+    opts = DemoOptions(model=args.model, sim=args.sim, backend=args.backend,
+                       images=args.images)
+    if args.card_mem:
+        opts.card_mem = parse_size(args.card_mem)
+    elif args.model != "demo":
+        opts.card_mem = 64 << 20
+    if args.model != "demo":
+        opts.max_layers = None
+    print(f"make sim: {args.model} end to end on the {args.backend.upper()} card"
+          + (f" ({args.sim})" if args.backend == "rtl" else "")
+          + f", {opts.card_mem >> 10} KiB card memory, {opts.images} image(s)")
+    try:
+        return run_demo(opts)
+    except DemoError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except runner.SimulatorMissing as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def card_demos(args: argparse.Namespace) -> int:
     default_mem = (1 << 30) if args.sim == "verilator" else (16 << 20)
     mem = parse_size(args.card_mem) if args.card_mem else default_mem
     params = {} if mem == 1 << 30 else {"MEM_SIZE": f"64'd{mem}"}

@@ -25,7 +25,7 @@ module dram_ctrl #(
     parameter integer DATA_WIDTH = 512,            // AXI data width; one column burst per beat
     parameter integer ADDR_WIDTH = 32,             // AXI address width
     parameter integer ID_WIDTH = 8,                // AXI ID width
-    parameter [63:0] MEM_SIZE = 64'd1073741824,    // storage in bytes, a power of two
+    parameter [63:0] MEM_SIZE = 64'd1073741824,    // storage in bytes, a multiple of a line
     parameter integer QUEUE_DEPTH = 16,            // request queue entries (scheduler look-ahead)
     parameter integer RESP_DEPTH = 16,             // read return FIFO entries (reads in flight)
     parameter integer B_DEPTH = 8,                 // write response FIFO entries
@@ -113,13 +113,18 @@ module dram_ctrl #(
 // ---------------------------------------------------------------------------------------------
 // Geometry
 localparam integer LINE_BYTES = DATA_WIDTH / 8;
+localparam [63:0]  LINE_BYTES64 = {32'd0, LINE_BYTES[31:0]};
 localparam integer LINE_SHIFT = $clog2(LINE_BYTES);
 localparam [63:0]  LINES = MEM_SIZE >> LINE_SHIFT;
-localparam integer LINE_BITS = $clog2(LINES);
 localparam integer BG_BITS = `DRAM_BG_BITS;
 localparam integer BA_BITS = `DRAM_BA_BITS;
 localparam integer COL_BITS = `DRAM_COL_BITS;
 localparam integer BANK_BITS = BG_BITS + BA_BITS;
+// A line address has at least one row bit above column and bank, so a card smaller than one row
+// per bank (e.g. a small card for a demo that must evict) keeps the rank's geometry: its lines
+// simply all sit in row 0 (and the top ones are DECERR beyond MEM_SIZE).
+localparam integer LINE_BITS_MIN = BANK_BITS + COL_BITS + 1;
+localparam integer LINE_BITS = $clog2(LINES) > LINE_BITS_MIN ? $clog2(LINES) : LINE_BITS_MIN;
 localparam integer NB = 1 << BANK_BITS;
 localparam integer NG = 1 << BG_BITS;
 localparam integer ROW_BITS = LINE_BITS - BANK_BITS - COL_BITS;
@@ -150,11 +155,11 @@ localparam [1:0] CLASS_CONFLICT = 2'd2;
 initial begin
     if (DATA_WIDTH < 32 || DATA_WIDTH > 1024 || (DATA_WIDTH & (DATA_WIDTH - 1)) != 0)
         $fatal(1, "dram_ctrl: DATA_WIDTH must be a power of two in 32..1024, got %0d", DATA_WIDTH);
-    if ((MEM_SIZE & (MEM_SIZE - 1)) != 0)
-        $fatal(1, "dram_ctrl: MEM_SIZE must be a power of two, got %0d", MEM_SIZE);
-    if (ROW_BITS < 1 || ROW_BITS > 32)
-        $fatal(1, "dram_ctrl: MEM_SIZE %0d gives %0d row bits; need at least %0d bytes",
-               MEM_SIZE, ROW_BITS, LINE_BYTES << (BANK_BITS + COL_BITS + 1));
+    if (MEM_SIZE == 64'd0 || MEM_SIZE % LINE_BYTES64 != 64'd0)
+        $fatal(1, "dram_ctrl: MEM_SIZE must be a positive multiple of %0d bytes, got %0d",
+               LINE_BYTES, MEM_SIZE);
+    if (ROW_BITS > 32)
+        $fatal(1, "dram_ctrl: MEM_SIZE %0d gives %0d row bits, more than 32", MEM_SIZE, ROW_BITS);
     if (LINE_BITS + LINE_SHIFT > ADDR_WIDTH)
         $fatal(1, "dram_ctrl: MEM_SIZE %0d does not fit in ADDR_WIDTH %0d", MEM_SIZE, ADDR_WIDTH);
     if (Q < 2 || (Q & (Q - 1)) != 0)
@@ -201,7 +206,9 @@ endfunction
 
 // ---------------------------------------------------------------------------------------------
 // Storage
-reg [DATA_WIDTH-1:0] mem [0:LINES-1];
+// one entry per line address (2**LINE_BITS >= LINES; lines at or beyond MEM_SIZE are never
+// accessed: their requests get DECERR)
+reg [DATA_WIDTH-1:0] mem [0:(1 << LINE_BITS)-1];
 
 reg [LINE_BITS:0] init_i;
 initial begin

@@ -1,0 +1,368 @@
+"""The end-to-end demo (``make sim``): an ONNX CNN compiled and run on the RTL card.
+
+The host side (this module's ``run_demo``) builds or loads the model, compiles it with the
+accelerator plugin (int8 quantization, device subgraphs, instruction streams in the .xmodel),
+checks that every accelerator step fits the card before any simulation starts, computes the
+references (onnxruntime in fp32, and the functional card, pyhost.model_card.ModelCard), then
+builds card_top and runs the cocotb test ``e2e_demo`` below: the same runtime
+(compiler/runtime/card.py: memory manager, PCIe driver, accelerator launches) drives the RTL card
+through RtlCard. The RTL run writes its outputs, statistics, a Chrome/Perfetto timeline and an
+FST; the host side prints the summary and compares.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import cocotb
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT_ROOT = ROOT / "build" / "demo"
+#: Host memory of the simulated machine (holds the manager's host copies and DMA buffers).
+HOST_BYTES = 256 << 20
+#: Host read latency seen by the card (cycles of 2.5 ns): 500 ns, a PCIe round trip.
+HOST_LATENCY = 200
+#: Cycles between two progress lines of the RTL run.
+PROGRESS_EVERY = 25_000
+
+
+# --- the cocotb side ---------------------------------------------------------------------------
+
+class _ProgressEvents(list):
+    """The session's timeline list; remembers the last finished event for the progress line."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last = ""
+        self.accel_runs = 0
+
+    def append(self, ev: Any) -> None:
+        super().append(ev)
+        self.last = f"{ev.category} {ev.name}"
+        if ev.category == "accel":
+            self.accel_runs += 1
+
+
+def _host_main(card: Any, env: dict[str, str], events: _ProgressEvents) -> dict[str, Any]:
+    """Blocking host program on the RTL card: the runtime runs every input of the demo."""
+    from compiler import xmodel
+    from compiler.runtime.card import CardExecutor, CardSession, chrome_trace
+    from pyhost.driver import PcieDriver
+    from pyhost.spec import dram
+
+    graph = xmodel.load(env["DEMO_XMODEL"])
+    feeds = dict(np.load(env["DEMO_INPUTS"]))
+    images = int(env["DEMO_IMAGES"])
+    ns = dram.CTRL_CLK_NS
+    drv = PcieDriver(card, timeout_s=100_000)
+    session = CardSession(drv, clock=lambda: card.cycles() * ns * 1e-9)
+    session.events = events
+    ex = CardExecutor(graph, session)
+    outs: dict[str, np.ndarray] = {}
+    stats = []
+    c0 = card.cycles()
+    for i in range(images):
+        feed = {k: v[i] for k, v in feeds.items()}
+        for k, v in ex.run(feed).items():
+            outs[f"{k}/{i}"] = v
+        stats.append(ex.stats.to_dict())
+    cycles = card.cycles() - c0
+    np.savez(env["DEMO_OUT_NPZ"], **outs)
+    Path(env["DEMO_TRACE"]).write_text(json.dumps(chrome_trace(list(events), time_scale=1e6)))
+    ex.close()
+    drv.close()
+    return {"runs": stats, "cycles": cycles}
+
+
+@cocotb.test()
+async def e2e_demo(dut) -> None:
+    """The compiled model on the RTL card through the real runtime; results written as JSON."""
+    from cocotb.task import bridge
+    from cocotb.triggers import Timer
+
+    from pyhost.backend import HostMemory
+    from pyhost.rtl_card import RtlCard
+    from pyhost.spec import dram
+    from tb.common.clocking import reset, start_clock
+    from tb.common.host_memory_axi import HostMemoryConfig
+
+    env = dict(os.environ)
+    start_clock(dut)
+    card = RtlCard(dut, HostMemory(HOST_BYTES), HostMemoryConfig(read_latency=HOST_LATENCY),
+                   irq_timeout_ns=10**12)
+    await reset(dut)
+    events = _ProgressEvents()
+    progress = open(env["DEMO_PROGRESS"], "a", buffering=1)  # noqa: SIM115 (closed below)
+    done = False
+
+    async def ticker() -> None:
+        n = 0
+        while not done:
+            await Timer(PROGRESS_EVERY * dram.CTRL_CLK_NS, unit="ns")
+            n += PROGRESS_EVERY
+            progress.write(f"cycle {n:>10,}   accelerator launches done {events.accel_runs:>3}"
+                           f"   last finished: {events.last}\n")
+
+    cocotb.start_soon(ticker())
+    try:
+        r = await bridge(_host_main)(card, env, events)
+    finally:
+        done = True
+        progress.close()
+    Path(env["DEMO_OUT"]).write_text(json.dumps(r))
+
+
+# --- the host side -----------------------------------------------------------------------------
+
+@dataclass
+class DemoOptions:
+    model: str = "demo"
+    sim: str = "verilator"
+    card_mem: int = 80 << 10
+    backend: str = "rtl"
+    images: int = 2
+    max_layers: int | None = 2
+    waves: bool = True
+    out: Path = OUT_ROOT
+    quiet: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class DemoError(Exception):
+    """Bad input found before any simulation starts (message says what and what to do)."""
+
+
+def _say(opts: DemoOptions, *a: Any) -> None:
+    if not opts.quiet:
+        print(*a, flush=True)
+
+
+def load_model(spec: str, out: Path) -> tuple[Any, Path]:
+    """The ONNX model named by MODEL=: "demo" (built here with fixed seeds), a light model name
+    (random weights), or a path to an .onnx file. Returns (ModelProto, path on disk)."""
+    import onnx
+
+    from compiler import zoo
+
+    out.mkdir(parents=True, exist_ok=True)
+    if spec == "demo":
+        model = zoo.demo_cnn()
+        path = out / "demo_cnn.onnx"
+        onnx.save(model, str(path))
+        return model, path
+    if spec in zoo.LIGHT:
+        model = zoo.light_model(spec)
+        path = out / f"{spec}.onnx"
+        onnx.save(model, str(path))
+        return model, path
+    path = Path(spec)
+    if not path.exists():
+        raise DemoError(f"MODEL={spec!r}: no such file, and not 'demo' or a light model "
+                        f"({', '.join(zoo.LIGHT)})")
+    try:
+        model = onnx.load(str(path))
+        onnx.checker.check_model(model)
+    except Exception as e:  # onnx raises DecodeError, ValidationError, ... by cause
+        raise DemoError(f"MODEL={spec!r} is not a valid ONNX model: {type(e).__name__}: "
+                        f"{str(e).splitlines()[0] if str(e) else ''}") from None
+    return model, path
+
+
+def make_inputs(graph: Any, images: int, model_name: str) -> dict[str, np.ndarray]:
+    """Fixed inputs: the demo's images (compiler.zoo.demo_input), else seeded uniform [0, 1)."""
+    from compiler import zoo
+
+    feeds = {}
+    for op in graph.inputs:
+        shape = tuple(op.output.shape)
+        if model_name == "demo" and shape == zoo.DEMO_SHAPE:
+            feeds[op.name] = np.stack([zoo.demo_input(1 + i) for i in range(images)])
+        else:
+            rng = np.random.default_rng(1)
+            feeds[op.name] = rng.random((images, *shape), dtype=np.float32)
+    return feeds
+
+
+def run_demo(opts: DemoOptions) -> int:
+    """The whole demo; 0 when the RTL (or functional) results pass every check."""
+    import onnxruntime as ort
+
+    from compiler import xmodel
+    from compiler.driver import compile_model
+    from compiler.errors import CompilerError
+    from compiler.runtime.card import CardExecutor, CardRuntimeError, CardSession
+    from pyhost.driver import PcieDriver
+    from pyhost.model_card import ModelCard
+
+    out = opts.out
+    t_start = time.perf_counter()
+    # 1. the model and the compiler: every input error is caught here, before any simulation
+    model, path = load_model(opts.model, out)
+    name = path.stem
+    _say(opts, f"model      {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    options: dict[str, Any] = {"plugin": "accel", "quantize": {"samples": 4, "seed": 0}}
+    if opts.max_layers:
+        options["plugin_options"] = {"accel": {"max_layers": opts.max_layers}}
+    try:
+        t0 = time.perf_counter()
+        graph = compile_model(model, options).graph
+        compile_s = time.perf_counter() - t0
+    except CompilerError as e:
+        raise DemoError(f"the compiler rejected {path.name}: {type(e).__name__}: {e}") from None
+    xm = out / f"{name}.xmodel"
+    xmodel.save(graph, xm)
+    subs = [c for c in graph.root_subgraph.children_topological_sort()]
+    devices = [(s.name, s.get_attr("device")) for s in subs if s.get_attr("device") != "DATA"]
+    accel_subs = [s for s in subs if s.get_attr("device") == "ACCEL"]
+    _say(opts, f"compiled   {xm.relative_to(ROOT)} in {compile_s:.1f} s: "
+         + ", ".join(f"{n} -> {d}" for n, d in devices))
+    if not accel_subs:
+        raise DemoError(f"{path.name}: the accelerator plugin claimed no op; nothing would run "
+                        "on the card")
+    feeds = make_inputs(graph, opts.images, opts.model)
+    np.savez(out / "inputs.npz", **feeds)
+
+    # 2. references: onnxruntime (fp32) and the functional card of the same size; the executor's
+    #    construction checks every step against the card memory before anything runs
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ort_out = [sess.run(None, {k: v[i] for k, v in feeds.items()}) for i in range(opts.images)]
+    out_names = [o.name for o in sess.get_outputs()]
+    try:
+        with PcieDriver(ModelCard(opts.card_mem)) as drv:
+            ex = CardExecutor(graph, CardSession(drv))
+            t0 = time.perf_counter()
+            model_out = [ex.run({k: v[i] for k, v in feeds.items()}) for i in range(opts.images)]
+            model_s = time.perf_counter() - t0
+            model_stats = ex.stats
+    except CardRuntimeError as e:
+        raise DemoError(f"{type(e).__name__}: {e}") from None
+    _say(opts, f"functional card ({opts.card_mem >> 10} KiB): {opts.images} image(s) in "
+         f"{model_s:.2f} s")
+
+    if opts.backend == "model":
+        _summary(opts, model_stats.to_dict(), None, model_out, None, ort_out, out_names)
+        return _verdict(opts, model_out, None, ort_out, out_names)
+
+    # 3. the RTL card
+    from tb.common import runner, waves
+
+    params = {"MEM_SIZE": f"64'd{opts.card_mem}"}
+    _say(opts, f"RTL card   card_top on {opts.sim}, {opts.card_mem >> 10} KiB card memory "
+         f"(building the model if needed)")
+    b = runner.build(opts.sim, "card_top", runner.card_sources(), params, waves=opts.waves)
+    files = {k: out / f"rtl_{k}" for k in ("out.json", "outputs.npz", "trace.json",
+                                            "progress.txt")}
+    for f in files.values():
+        f.unlink(missing_ok=True)
+    files["progress.txt"].touch()
+    env = {"DEMO_XMODEL": str(xm), "DEMO_INPUTS": str(out / "inputs.npz"),
+           "DEMO_IMAGES": str(opts.images), "DEMO_OUT": str(files["out.json"]),
+           "DEMO_OUT_NPZ": str(files["outputs.npz"]), "DEMO_TRACE": str(files["trace.json"]),
+           "DEMO_PROGRESS": str(files["progress.txt"]), "COCOTB_LOG_LEVEL": "WARNING",
+           **{k: str(v) for k, v in opts.extra.items()}}
+    result: dict[str, Any] = {}
+
+    def sim() -> None:
+        try:
+            result["res"] = runner.test(b, "tb.demo", testcase="e2e_demo", run_name="demo",
+                                        extra_env=env, check=False)
+        except BaseException as e:  # reported below, after the progress thread stops
+            result["error"] = e
+
+    t0 = time.perf_counter()
+    th = threading.Thread(target=sim)
+    th.start()
+    seen = 0
+    while th.is_alive():
+        th.join(1.0)
+        lines = files["progress.txt"].read_text().splitlines()
+        for ln in lines[seen:]:
+            _say(opts, f"  [{time.perf_counter() - t0:7.1f} s] {ln}")
+        seen = len(lines)
+    rtl_s = time.perf_counter() - t0
+    if "error" in result:
+        raise result["error"]
+    res = result["res"]
+    if res.failed or not files["out.json"].exists():
+        print(f"error: the RTL run failed; see {res.run_dir / 'sim.log'}", file=sys.stderr)
+        return 1
+    r = json.loads(files["out.json"].read_text())
+    npz = np.load(files["outputs.npz"])
+    rtl_out = [{n: npz[f"{n}/{i}"] for n in out_names} for i in range(opts.images)]
+    _summary(opts, r["runs"][-1], r, model_out, rtl_out, ort_out, out_names, rtl_s=rtl_s)
+    if res.waves is not None:
+        gtkw = waves.save_file_for(res.waves)
+        _say(opts, f"\nwaveform   {os.path.relpath(res.waves)}\nGTKWave    {os.path.relpath(gtkw)}"
+             "   (`make waves` opens it)")
+    _say(opts, f"timeline   {os.path.relpath(files['trace.json'])}   (open in ui.perfetto.dev "
+         "or chrome://tracing)")
+    _say(opts, f"total      {time.perf_counter() - t_start:.1f} s wall")
+    return _verdict(opts, model_out, rtl_out, ort_out, out_names)
+
+
+def _summary(opts: DemoOptions, run: dict[str, Any], rtl: dict[str, Any] | None,
+             model_out: list, rtl_out: list | None, ort_out: list, names: list[str],
+             rtl_s: float = 0.0) -> None:
+    where = f"RTL card ({opts.sim})" if rtl is not None else "functional card"
+    _say(opts, f"\nsummary: last image on the {where}")
+    _say(opts, f"  {'subgraph':24} {'device':7} {'cycles':>10} {'MACs':>12} {'MAC util':>9}")
+    for s in run["steps"]:
+        c = s.get("counters") or {}
+        if c:
+            _say(opts, f"  {s['name'][:24]:24} {s['device']:7} {c['cycles']:>10,} "
+                 f"{c['macs']:>12,} {100 * s.get('mac_utilization', 0):8.1f}%")
+        else:
+            _say(opts, f"  {s['name'][:24]:24} {s['device']:7} {'':>10} {'':>12} {'':>9}")
+    m = run["memory"]
+    _say(opts, f"  host -> card  {m.get('bytes_h2c', 0):>9,} bytes in {m.get('transfers_h2c', 0)} "
+         f"DMA transfers; card -> host {m.get('bytes_c2h', 0):,} bytes in "
+         f"{m.get('transfers_c2h', 0)}; on card {m.get('bytes_c2c', 0):,} bytes in "
+         f"{m.get('transfers_c2c', 0)}")
+    _say(opts, f"  memory manager  {m.get('evictions', 0)} evictions, {m.get('writebacks', 0)} "
+         f"write-backs, {m.get('compactions', 0)} compactions, {m.get('need_misses', 0)} "
+         f"need misses, {m.get('driver_calls', 0)} driver calls")
+    if rtl is not None:
+        cyc = rtl["cycles"]
+        _say(opts, f"  simulated  {cyc:,} cycles ({cyc * 2.5e-6:.3f} ms of card time) for "
+             f"{opts.images} image(s) in {rtl_s:.1f} s wall ({cyc / max(rtl_s, 1e-9):,.0f} "
+             "cycles/s)")
+    for i in range(opts.images):
+        for n in names:
+            ref = ort_out[i][names.index(n)]
+            got = (rtl_out or model_out)[i][n]
+            diff = float(np.max(np.abs(got.astype(np.float64) - ref)))
+            same_top = int(np.argmax(got)) == int(np.argmax(ref))
+            line = (f"  image {i} {n}: max |diff| vs onnxruntime fp32 {diff:.4f}, top-1 "
+                    f"{'agrees' if same_top else 'DIFFERS'} ({int(np.argmax(got))})")
+            if rtl_out is not None:
+                exact = np.array_equal(rtl_out[i][n], model_out[i][n])
+                line += f"; RTL vs functional model {'bit-exact' if exact else 'DIFFERENT'}"
+            _say(opts, line)
+
+
+#: Agreement with fp32 that the demo requires (int8 quantization error on its probabilities).
+MAX_PROB_DIFF = 0.05
+
+
+def _verdict(opts: DemoOptions, model_out: list, rtl_out: list | None, ort_out: list,
+             names: list[str]) -> int:
+    ok = True
+    for i in range(opts.images):
+        for n in names:
+            ref = ort_out[i][names.index(n)]
+            got = (rtl_out or model_out)[i][n]
+            if rtl_out is not None and not np.array_equal(rtl_out[i][n], model_out[i][n]):
+                ok = False
+            if opts.model == "demo" and (float(np.max(np.abs(got - ref))) > MAX_PROB_DIFF
+                                         or int(np.argmax(got)) != int(np.argmax(ref))):
+                ok = False
+    _say(opts, "\nPASS" if ok else "\nFAIL")
+    return 0 if ok else 1
