@@ -1,5 +1,6 @@
-"""Accelerator kernels: instruction streams for quantized Conv2d, Gemm, MaxPool, Add and
-GlobalAveragePool, the code generator of the accelerator's compiler plugin.
+"""Accelerator kernels: instruction streams for quantized Conv2d, Gemm, MaxPool, Add,
+GlobalAveragePool and a standalone requantization (ReLU), the code generator of the
+accelerator's compiler plugin.
 
 Each layer function takes shapes, the quantizer's parameters (the ``attrs["quant"]`` dict of
 compiler/quantize/quantizer.py) and where its tensors live (`Ref`: a slot register and a byte
@@ -1174,6 +1175,72 @@ def add(in_shape: Sequence[int], q: Quant, *, a: Ref, b: Ref, out: Ref, consts: 
         outputs=(TensorInfo("output", out, shape, "int8", nb, min(max(zout, lo), hi)),),
         consts=blob.done(),
         tiling={"rows": rows, "steps": len(steps), "multipliers": (ma, mb), "shift": sc})
+
+
+# --- standalone requantization (ReLU, Clip, rescale) ---------------------------------------------
+
+def requant_act(in_shape: Sequence[int], *, multiplier: int, shift: int,
+                input_zero_point: int, output_zero_point: int, inp: Ref, out: Ref,
+                consts: Ref, act: tuple[int, int] | None = None,
+                cfg: AccelConfig = DEFAULT_CFG, name: str = "requant_act") -> Kernel:
+    """An int8 tensor requantized to another scale and zero point, clamped to `act`: a
+    standalone ReLU (`relu_bounds(zp_out)`) or Clip, or a plain rescale (`act` None). With
+    (multiplier, shift) = quantize_multiplier(s_in / s_out):
+
+        y = clamp(((x - zp_in) * multiplier + 2**(shift-1)) >> shift + zp_out, lo, hi)
+
+    exactly (`requantize(x - zp_in, multiplier, shift, zp_out)` clamped to `act`), i.e. the
+    float value clip(round(s_in * (x - zp_in) / s_out) + zp_out, lo, hi) within 1 LSB (only
+    at rounding ties). It is the residual add's datapath with a single input, except that one
+    input needs no common shift: REQ takes the quantizer's 31-bit multiplier itself (its
+    product is exact), so per tile of flat rows: LOAD.ACC8, ADD the immediate -zp_in (left
+    out when zp_in is 0), REQ, STORE.ACC8; padding channels (zp_in) become zp_out, clamped.
+    """
+    n = cfg.n
+    _need(len(in_shape) == 4, f"requant_act input shape must be NCHW, got {tuple(in_shape)}")
+    bsz, c, h, w = (int(v) for v in in_shape)
+    zin = _int8("input zero point", input_zero_point)
+    zout = _int8("output zero point", output_zero_point)
+    lo, hi = _bounds(act)
+    for ref, what in ((inp, "input"), (out, "output")):
+        _check_ref(ref, n, what)
+    blob = _Blob(consts, n)
+    prm_off = blob.add("requant", layout.acc_rows_bytes(
+        _requant_rows([multiplier] * n, [shift] * n, 1, n)))
+    params = 2
+    total = bsz * layout.blocks(c, n) * h * w
+    _need(total >= 1, "empty requant_act")
+    full = cfg.acc_depth - params
+    if total <= full and total <= min(_XY, _LOOP):
+        rows = total                                  # one step: the whole accumulator
+    else:
+        rows = min(full // ACC_REGIONS, _XY, _LOOP)
+    _need(rows >= 1, "requant_act: the accumulator has no room for a row")
+    chunks = [(r0, min(rows, total - r0)) for r0 in range(0, total, rows)]
+    cap = _region(full, len(chunks), ACC_REGIONS)
+    steps = []
+    for t, (r0, rr) in enumerate(chunks):
+        base = params + _base(t, len(chunks), ACC_REGIONS, cap)
+        loads = []
+        if t == 0:
+            loads.append(isa.load(Buffer.ACC, slot=consts.slot, sp_base=0, offset=prm_off,
+                                  y_size=1, x_size=params, y_stride=params))
+        loads.append(isa.load(Buffer.ACC8, slot=inp.slot, sp_base=base,
+                              offset=inp.offset + r0 * n, y_size=1, x_size=rr, y_stride=rr))
+        lp = {"outer": 1, "inner": rr, "dst_si": 1}
+        compute = [isa.alu(AluOp.ADD, imm=-zin, dst_base=base, **lp)] if zin else []
+        compute.append(isa.req(zout, lo, hi, dst_base=base, src_base=0, **lp))
+        store = isa.store(Buffer.ACC8, slot=out.slot, sp_base=base, offset=out.offset + r0 * n,
+                          y_size=1, x_size=rr, y_stride=rr)
+        steps.append(_Step(loads, compute, [store], True))
+    shape = (bsz, c, h, w)
+    nb = layout.act_bytes(c, h, w, n, bsz)
+    return Kernel(
+        name, tuple(_pipeline(steps)),
+        inputs=(TensorInfo("input", inp, shape, "int8", nb, zin),),
+        outputs=(TensorInfo("output", out, shape, "int8", nb, min(max(zout, lo), hi)),),
+        consts=blob.done(),
+        tiling={"rows": rows, "steps": len(steps)})
 
 
 # --- GlobalAveragePool --------------------------------------------------------------------------

@@ -399,6 +399,102 @@ def test_add_difference_to_qadd_is_rare() -> None:
     print(f"add vs qadd: {mism} of {total} outputs differ ({mism / total:.2e}), max {worst} LSB")
 
 
+# --- standalone requantization (ReLU) -----------------------------------------------------------
+
+def requant_ref(x: np.ndarray, m: int, s: int, zin: int, zout: int, lo: int, hi: int
+                ) -> np.ndarray:
+    """requant_act's documented integer arithmetic, written out in numpy:
+    clamp(((x - zp_in) * m + 2**(s-1)) >> s + zp_out, lo, hi), the 2**(s-1) only for s > 0."""
+    t = (x.astype(np.int64) - zin) * m
+    y = ((t + (1 << (s - 1) if s > 0 else 0)) >> s) + zout
+    return np.clip(y, lo, hi).astype(np.int8)
+
+
+REQUANT_CASES = [
+    # (shape, (s_in, s_out, zp_in, zp_out), act, cfg)
+    ((2, 3, 4, 5), (0.0154, 0.00771, -3, -128), "relu", CFG),       # test_ReLU's shape
+    ((1, 64, 56, 56), (0.031, 0.017, 12, -128), "relu", CFG),       # several steps
+    ((2, 13, 5, 7), (0.04, 0.08, 5, -100), "relu", CFG),            # ratio 0.5: many ties
+    ((1, 21, 6, 9), (0.09, 0.0443, 0, 7), None, CFG),               # zp_in 0 (no ADD), > 1
+    ((1, 40, 9, 9), (0.011, 0.009, -60, 20), (-10, 90), TINY),      # Clip bounds, tiny ACC
+]
+
+
+@pytest.mark.parametrize("shape,scales,act,cfg", REQUANT_CASES)
+def test_requant_act_exact_and_within_one_lsb_of_float(shape, scales, act, cfg) -> None:
+    """requant_act equals its integer formula bit for bit (padding channels included) under
+    every schedule, and the float reference clip(round(s_in*(x-z_in)/s_out)+z_out, lo, hi)
+    within 1 LSB, differing only at exact rounding ties (half up against half even)."""
+    s_in, s_out, zin, zout = scales
+    m, s = quantize_multiplier(s_in / s_out)
+    rng = np.random.default_rng(256 * sum(shape) + 128 + zin)
+    x = rng.integers(-128, 128, shape).astype(np.int8)
+    k = min(x.size, 256)                                # every int8 value once (if it fits)
+    x.reshape(-1)[:k] = rng.permutation(np.arange(-128, 128))[:k]
+    bounds = K.relu_bounds(zout) if act == "relu" else act
+    lo, hi = bounds if bounds is not None else (-128, 127)
+    kern = K.requant_act(shape, multiplier=m, shift=s, input_zero_point=zin,
+                         output_zero_point=zout, inp=K.Ref(IN), out=K.Ref(OUT),
+                         consts=K.Ref(CONST), act=bounds, cfg=cfg)
+    got = run([kern], {K.Ref(IN): layout.pack_act(x, cfg.n, zin)}, cfg)[K.Ref(OUT)]
+    y = layout.unpack_act(got, shape, cfg.n)
+    ref = requant_ref(x, m, s, zin, zout, lo, hi)
+    bad = np.argwhere(y != ref)
+    assert bad.size == 0, f"{len(bad)} outputs differ, first {tuple(bad[0])}: " \
+        f"got {y[tuple(bad[0])]}, expected {ref[tuple(bad[0])]} (x = {x[tuple(bad[0])]})"
+    assert np.array_equal(ref, requantize(x.astype(np.int64) - zin, m, s, zout, lo, hi))
+    o = kern.outputs[0]
+    assert o.fill == min(max(zout, lo), hi)
+    assert got == layout.pack_act(ref, cfg.n, o.fill), "padding channels differ"
+    exact = s_in * (x.astype(np.float64) - zin) / s_out
+    flt = np.clip(np.rint(exact) + zout, lo, hi)
+    diff = np.abs(y.astype(np.int64) - flt)
+    assert diff.max() <= 1, f"max difference to the float reference {diff.max()} LSB"
+    tie = np.abs(np.abs(exact - np.floor(exact)) - 0.5) < 1e-9
+    assert not ((diff > 0) & ~tie).any(), \
+        f"{np.sum((diff > 0) & ~tie)} outputs differ from the float reference off a tie"
+    assert ((y > lo) & (y < hi)).mean() > 0.3, "mostly clamped: the case tests little"
+    if cfg is TINY or shape[1] == 64:
+        assert kern.tiling["steps"] > 2, kern.tiling
+    alu = [i for i in kern.insns if i.op == isa.Opcode.ALU]
+    assert len(alu) == kern.tiling["steps"] * (1 if zin == 0 else 2), len(alu)
+
+
+def test_requant_act_after_a_conv_in_one_stream() -> None:
+    """conv -> requant_act (ReLU) joined: the requantization reads what the conv stored."""
+    rng = np.random.default_rng(16)
+    x = rng.integers(-128, 128, (1, 16, 10, 10)).astype(np.int8)
+    q = conv_q(rng, 24, 16, 3, 3)
+    zc = int(q["output_zero_point"])
+    m, s = quantize_multiplier(0.05 / 0.03)
+    c = K.conv2d(x.shape, q, inp=K.Ref(IN), out=K.Ref(5, 0), consts=K.Ref(CONST, 0),
+                 pads=(1, 1, 1, 1))
+    r = K.requant_act(c.outputs[0].shape, multiplier=m, shift=s, input_zero_point=zc,
+                      output_zero_point=-128, inp=K.Ref(5, 0), out=K.Ref(OUT),
+                      consts=K.Ref(CONST, 1 << 16), act=K.relu_bounds(-128), name="relu")
+    got = run([c, r], {K.Ref(IN): layout.pack_act(x, N, q["input_zero_point"])})
+    yc = qconv(x, q, (1, 1), (1, 1, 1, 1), (1, 1), 1)
+    assert np.array_equal(layout.unpack_act(got[K.Ref(5, 0)], yc.shape, N), yc)
+    y = layout.unpack_act(got[K.Ref(OUT)], yc.shape, N)
+    assert np.array_equal(y, requant_ref(yc, m, s, zc, -128, -128, 127))
+
+
+def test_requant_act_rejects_what_does_not_fit() -> None:
+    """Zero points and bounds must be int8, the multiplier a 31-bit one, the shape NCHW."""
+    refs = {"inp": K.Ref(IN), "out": K.Ref(OUT), "consts": K.Ref(CONST)}
+    ok = {"multiplier": 1 << 30, "shift": 31, "input_zero_point": 0, "output_zero_point": 0}
+    with pytest.raises(K.AccelKernelError, match="not an int8"):
+        K.requant_act((1, 8, 2, 2), **{**ok, "input_zero_point": -129}, **refs)
+    with pytest.raises(K.AccelKernelError, match="lo=5 > hi=3"):
+        K.requant_act((1, 8, 2, 2), **ok, act=(5, 3), **refs)
+    with pytest.raises(K.AccelKernelError, match=r"\[0, 2\*\*31\)"):
+        K.requant_act((1, 8, 2, 2), **{**ok, "multiplier": 1 << 31}, **refs)
+    with pytest.raises(K.AccelKernelError, match="NCHW"):
+        K.requant_act((8, 2, 2), **ok, **refs)
+    with pytest.raises(K.AccelKernelError, match="MISALIGNED"):
+        K.requant_act((1, 8, 2, 2), **ok, inp=K.Ref(IN, 3), out=K.Ref(OUT), consts=K.Ref(CONST))
+
+
 # --- GlobalAveragePool --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("shape,cfg", [((1, 2048, 7, 7), CFG), ((2, 20, 5, 3), CFG),
