@@ -64,10 +64,10 @@ def ort_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, n
 PYTORCH = {
     "Conv2d": "ACCEL", "Conv2d_strided": "ACCEL", "Conv2d_padding": "ACCEL",
     "Conv2d_no_bias": "ACCEL", "Conv2d_dilated": "ACCEL", "Linear": "ACCEL",
-    "Linear_no_bias": "ACCEL", "MaxPool2d": "ACCEL",
-    # not accelerator layers: a standalone ReLU (only fused after conv/gemm/add), grouped and
-    # depthwise convolutions, a dilated max pool, an average pool over part of the image
-    "ReLU": "CPU", "Conv2d_groups": "CPU", "Conv2d_depthwise": "CPU",
+    "Linear_no_bias": "ACCEL", "MaxPool2d": "ACCEL", "ReLU": "ACCEL",
+    # not accelerator layers: grouped and depthwise convolutions, a dilated max pool, an
+    # average pool over part of the image
+    "Conv2d_groups": "CPU", "Conv2d_depthwise": "CPU",
     "MaxPool2d_stride_padding_dilation": "CPU", "AvgPool2d": "CPU",
 }
 
@@ -86,12 +86,17 @@ def tolerance(g: Graph, x: np.ndarray) -> np.ndarray:
     """Per output element: 1.5 LSB of the output scale (its rounding, plus one LSB for the
     integer requantization's ties) + the first-order effect of quantizing the input
     (|dx| <= s_in/2 through |W|), the weights (|dW| <= s_w/2 per channel through |x|) and the
-    bias (s_in*s_w/2). Max pool: half an input LSB."""
-    (head,) = [op for op in g.ops if op.type in ("Conv", "Gemm", "MatMul", "MaxPool")]
+    bias (s_in*s_w/2). Max pool: half an input LSB. A standalone Relu (requantized from the
+    input's scale to its own): 1.5 output LSB (as above) + half an input LSB (|dx| <= s_in/2,
+    Relu is 1-Lipschitz)."""
+    (head,) = [op for op in g.ops if op.type in ("Conv", "Gemm", "MatMul", "MaxPool", "Relu")]
     out = g.outputs[0]
     s_out = out.attrs["quant"]["scale"]
     if head.type == "MaxPool":
         return np.full(out.shape, 0.5 * s_out + 1e-6)
+    if head.type == "Relu":
+        s_in = head.input_tensors()[0].attrs["quant"]["scale"]
+        return np.full(out.shape, 1.5 * s_out + 0.5 * s_in + 1e-6)
     q = head.attrs["quant"]
     s_in = float(q["input_scale"])
     s_w = np.asarray(q["weight_scale"], np.float64)

@@ -2,11 +2,13 @@
 stream, its constant blob and the memory plan the runtime binds to the slot registers.
 
 A *layer* is what one kernel of :mod:`pyhost.accel.kernels` computes: a Conv, Gemm/MatMul,
-residual Add/Sum, MaxPool or global average pool (head), optionally with the Relu/Clip after it
-fused into its requantization and, before a Gemm/MatMul, the Flatten/Reshape that collapses
-C, H, W (absorbed by permuting the weights to the blocked layout). The partitioner claims ops
-layer by layer; this module lowers them, plans the memory of a subgraph and emits its
-attributes:
+residual Add/Sum, MaxPool, global average pool or standalone Relu (head), optionally with the
+Relu/Clip after it fused into its requantization and, before a Gemm/MatMul, the Flatten/Reshape
+that collapses C, H, W (absorbed by permuting the weights to the blocked layout). A Relu is a
+head of its own only where it is not fused (`kernels.requant_act` from the input's scale and
+zero point to the Relu output's, which the quantizer calibrates separately). The partitioner
+claims ops layer by layer; this module lowers them, plans the memory of a subgraph and emits
+its attributes:
 
 - slot 0: the constant blob (each layer's packed weights, bias and requantization rows,
   aligned sections), slot 1: a scratch arena for the activations that stay inside the subgraph
@@ -55,6 +57,8 @@ HEADS: dict[str, frozenset[str]] = {
     "add": frozenset({"Add", "Sum"}),
     "maxpool": frozenset({"MaxPool"}),
     "avgpool": frozenset({"GlobalAveragePool", "AveragePool"}),
+    # a Relu that is not fused into the requantization of a conv, gemm or add before it
+    "relu": frozenset({"Relu"}),
 }
 KIND_OF = {t: kind for kind, types in HEADS.items() for t in types}
 #: Activations fused into the requantization of a conv, gemm or add.
@@ -147,6 +151,9 @@ def layers_of(ops: Iterable[Op]) -> list[Layer]:
     opset = set(ops)
     heads = sorted((op for op in opset if op.type in KIND_OF),
                    key=lambda o: o.graph.topo_position(o))
+    # a Relu is a head only if no head of the set fuses it
+    fused = {fusable_act(h) for h in heads} & opset
+    heads = [h for h in heads if h not in fused]
     layers = []
     covered: set[Op] = set()
     for h in heads:
@@ -311,6 +318,16 @@ def build_kernel(layer: Layer, cfg: AccelConfig, ins: Sequence[K.Ref], out: K.Re
         kern = K.maxpool2d(x.shape, _ints(head, "kernel_shape", 2), inp=ins[0], out=out,
                            strides=_ints(head, "strides", 2), pads=_ints(head, "pads", 4),
                            zero_point=iq.zero_point, cfg=cfg, name=head.name)
+    elif kind == "relu":
+        x = layer.inputs[0]
+        if x.producer.type == CONST:
+            raise LoweringError(f"Relu {head.name!r}: the input is a constant (fold it)")
+        iq = act_quant(x)
+        mult, shift = quantize_multiplier(iq.scale / oq.scale)
+        kern = K.requant_act(block_shape(x.shape), multiplier=mult, shift=shift,
+                             input_zero_point=iq.zero_point, output_zero_point=oq.zero_point,
+                             inp=ins[0], out=out, consts=consts,
+                             act=K.relu_bounds(oq.zero_point), cfg=cfg, name=head.name)
     elif kind == "avgpool":
         x = layer.inputs[0]
         iq = act_quant(x)

@@ -4,8 +4,9 @@ subgraphs.
 Layers are found with templates (``filter_by_template``), longest first, so a Relu after a Conv
 is fused rather than left alone: Flatten/Reshape -> Gemm/MatMul -> Relu/Clip, Conv/Gemm/MatMul/
 Add/Sum -> Relu/Clip, then each head alone (Conv, Gemm, MatMul, Add, Sum, MaxPool,
-GlobalAveragePool, AveragePool over the whole image). A match is claimed only if its quantization
-parameters exist and the kernels map it: the layer's kernel is generated at placeholder
+GlobalAveragePool, AveragePool over the whole image) and, last, a Relu that none of these fused
+(a requantization from its input's scale to its own). A match is claimed only if its
+quantization parameters exist and the kernels map it: the layer's kernel is generated at placeholder
 addresses (`codegen.check_layer`); anything that fails stays for the CPU, with the reason kept
 in `AccelPartitioner.rejected`.
 
@@ -58,7 +59,7 @@ def _templates() -> list[tuple[str, GraphTemplate]]:
         h = t.add_op("head", HEADS[kind])
         t.add_op("act", ACTS, {h: None})
         out.append((kind, t))
-    for kind in ("conv", "gemm", "add", "maxpool", "avgpool"):
+    for kind in ("conv", "gemm", "add", "maxpool", "avgpool", "relu"):
         t = GraphTemplate(f"accel_{kind}")
         t.add_op("head", HEADS[kind])
         out.append((kind, t))
@@ -106,6 +107,15 @@ class AccelPartitioner:
                 return False
             if view is not None and codegen.absorbable_view(head) is not view:
                 return False
+            if kind == "relu":
+                prod = head.input_tensors()[0].producer
+                if prod in self._claimed and codegen.fusable_act(prod) is head:
+                    # codegen.layers_of would fuse it into its claimed producer, whose kernel
+                    # was generated (and checked) without it
+                    self.rejected.setdefault(head.name, f"the {prod.type} {prod.name!r} before "
+                                             "it is on the accelerator but could not be "
+                                             "generated with this Relu fused")
+                    return False
             layer = Layer(kind, head, act, view)
             kern, reason = codegen.check_layer(layer, self.cfg)
             if kern is None:
