@@ -234,8 +234,8 @@ def test_max_layers_and_max_step_bytes_split() -> None:
 
 
 def test_what_stays_on_the_cpu_and_why() -> None:
-    """Grouped convolutions, a standalone Relu, a broadcasting Add and a Clip with a
-    non-constant bound are not claimed; the plugin says why for the heads."""
+    """Grouped convolutions, a broadcasting Add and a Clip with a non-constant bound are not
+    claimed; the plugin says why for the heads. A standalone Relu is (its own layer)."""
     rng = np.random.default_rng(1)
     inits = {"wg": rng.standard_normal((8, 4, 3, 3)).astype(np.float32),
              "w": rng.standard_normal((8, 8, 1, 1)).astype(np.float32),
@@ -263,11 +263,106 @@ def test_what_stays_on_the_cpu_and_why() -> None:
     quantize_graph(g, QuantizeOptions(samples=2))
     partition_graph(g, [plugin])
     dev = device_of(g)
-    assert dev["c"] == "ACCEL"
-    assert {n: d for n, d in dev.items() if n != "c"} == dict.fromkeys(
-        ["x", "g", "r", "a", "y", "x_min", "g_max"], "CPU")
+    assert dev["c"] == dev["r"] == "ACCEL"
+    assert {n: d for n, d in dev.items() if n not in ("c", "r")} == dict.fromkeys(
+        ["x", "g", "a", "y", "x_min", "g_max"], "CPU")
     assert "group=2" in plugin.rejected["g"]
     assert "broadcasting" in plugin.rejected["a"]
+
+
+def relu_chain() -> onnx.ModelProto:
+    """x -> Relu r0 -> Conv c1 -> Relu r1 -> Conv c2 -> Relu r2; r0 and c1 are model outputs
+    too, so r0 and r1 cannot be fused (their input must exist), r2 can."""
+    rng = np.random.default_rng(3)
+    inits = {"w1": rng.standard_normal((8, 8, 3, 3)).astype(np.float32) * 0.2,
+             "w2": rng.standard_normal((16, 8, 1, 1)).astype(np.float32) * 0.3}
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r0"], name="r0"),
+        conv_node("c1", "r0", "w1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="r1"),
+        conv_node("c2", "r1", "w2"),
+        helper.make_node("Relu", ["c2"], ["r2"], name="r2"),
+    ]
+    return make_model(nodes, [tensor_info("x", [2, 8, 7, 6])],
+                      [tensor_info("r0", [2, 8, 7, 6]), tensor_info("c1", [2, 8, 7, 6]),
+                       tensor_info("r2", [2, 16, 7, 6])], inits)
+
+
+def test_standalone_relu_is_a_layer() -> None:
+    """A Relu that nothing fuses is a layer of its own (a requantization from its input's scale
+    and zero point to its own, clamped at its zero point), in the same subgraph as the
+    fused layers; on the functional card its int8 outputs equal that formula exactly."""
+    from compiler.quantize.requant import quantize_multiplier, requantize
+    from compiler.runtime.card import CardExecutor, CardSession
+    from pyhost.driver import PcieDriver
+    from pyhost.model_card import ModelCard
+
+    g = compile_model(relu_chain(), ACCEL).graph
+    dev = device_of(g)
+    assert {n for n, d in dev.items() if d == "ACCEL"} == {"r0", "c1", "r1", "c2", "r2"}
+    (sub,) = accel_subgraphs(g)
+    assert [(ly.kind, [op.type for op in ly.ops]) for ly in codegen.layers_of(sub.ops)] == [
+        ("relu", ["Relu"]), ("conv", ["Conv"]), ("relu", ["Relu"]), ("conv", ["Conv", "Relu"])]
+    K.check_races(isa.decode_program(sub.get_attr("accel_program")))
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 8, 7, 6)).astype(np.float32)
+    with PcieDriver(ModelCard(1 << 20)) as drv:
+        out = CardExecutor(g, CardSession(drv)).run({"x": x})
+
+    def qp(name: str) -> tuple[float, int]:
+        q = g.get_op(name).output.attrs["quant"]
+        return float(q["scale"]), int(q["zero_point"])
+
+    def to_int(name: str, v: np.ndarray) -> np.ndarray:
+        s, z = qp(name)
+        return np.rint(v.astype(np.float64) / s).astype(np.int64) + z
+
+    (sx, zx), (s0, z0), (sc, zc), (sr, zr) = qp("x"), qp("r0"), qp("c1"), qp("r1")
+    xq = np.clip(np.rint(x.astype(np.float64) / sx) + zx, -128, 127).astype(np.int64)
+    m, s = quantize_multiplier(sx / s0)
+    r0 = to_int("r0", out["r0"])
+    assert np.array_equal(r0, requantize(xq - zx, m, s, z0, z0, 127)), "r0 differs"
+    assert (r0 > z0).mean() > 0.3, "the Relu clamps nearly everything"
+    # r1 is internal: check it through the CPU-visible c1 and the quantized c2 + r2 instead
+    c1 = to_int("c1", out["c1"])
+    m, s = quantize_multiplier(sc / sr)
+    r1 = requantize(c1 - zc, m, s, zr, zr, 127)
+    from compiler.quantize.kernels import qconv
+    from compiler.quantize.quantizer import requant_params
+
+    c2 = g.get_op("c2")
+    q2 = dict(c2.attrs["quant"])
+    s2, z2 = qp("r2")
+    q2["multiplier"], q2["shift"] = requant_params(q2["input_scale"], q2["weight_scale"], s2)
+    q2["output_zero_point"] = z2
+    y = np.maximum(qconv(r1.astype(np.int8), q2, (1, 1), (0, 0, 0, 0), (1, 1), 1), z2)
+    assert np.array_equal(to_int("r2", out["r2"]), y), "r1 -> c2 + r2 differs"
+
+
+def test_relu_is_not_claimed_alone_after_a_claimed_producer_it_fuses_into(monkeypatch) -> None:
+    """If a Conv + Relu cannot be generated but the Conv alone can, the Relu stays on the CPU
+    (layers_of would fuse it into the claimed Conv, whose kernel was made without it)."""
+    real = codegen.check_layer
+
+    def no_fusion(layer: codegen.Layer, cfg: AccelConfig):  # type: ignore[no-untyped-def]
+        return (None, "fusion disabled by the test") if layer.act is not None \
+            else real(layer, cfg)
+
+    monkeypatch.setattr(codegen, "check_layer", no_fusion)
+    plugin = AccelPlugin()
+    from compiler.frontend import import_onnx
+    from compiler.options import QuantizeOptions
+    from compiler.passes import run_pipeline
+    from compiler.plugin import partition_graph
+    from compiler.quantize import quantize_graph
+
+    g = import_onnx(relu_chain())
+    run_pipeline(g)
+    quantize_graph(g, QuantizeOptions(samples=2))
+    partition_graph(g, [plugin])
+    dev = device_of(g)
+    assert dev["r0"] == dev["r1"] == dev["c2"] == "ACCEL" and dev["r2"] == "CPU", dev
+    assert "could not be generated with this Relu fused" in plugin.rejected["r2"]
 
 
 def test_needs_quantization_and_valid_options() -> None:
