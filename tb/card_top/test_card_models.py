@@ -1,0 +1,122 @@
+"""Whole models on the RTL card through the real runtime: the demo CNN and the onnx package's
+PyTorch-exported layers, compiled with the accelerator plugin and run by
+compiler.runtime.card.CardExecutor on RtlCard; every result must be bit-identical to the same
+run on the functional card (ModelCard of the same size) and agree with the reference outputs.
+
+CARD_TB_PARAMS gives the card's MEM_SIZE; DEMO_EXPECT_EVICT says whether the demo must make the
+memory manager evict (a card smaller than the demo's working set).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import cocotb
+import numpy as np
+
+from tb.card_top.test_card_top import TB
+
+
+def _mem_size() -> int:
+    return int(json.loads(os.environ.get("CARD_TB_PARAMS", "{}")).get("MEM_SIZE", 16 << 20))
+
+
+def _run(drv: Any, graph: Any, feeds: dict[str, np.ndarray]) -> tuple[dict, Any]:
+    from compiler.runtime.card import CardExecutor, CardSession
+
+    ex = CardExecutor(graph, CardSession(drv))
+    out = ex.run(feeds)
+    stats = ex.stats
+    ex.close()
+    return out, stats
+
+
+def _on_both(card_drv: Any, graph: Any, feeds: dict[str, np.ndarray]) -> tuple[dict, Any]:
+    """Run on the RTL card and on a ModelCard of the same size; require bit-identical outputs."""
+    from pyhost.driver import PcieDriver
+    from pyhost.model_card import ModelCard
+
+    rtl, stats = _run(card_drv, graph, feeds)
+    with PcieDriver(ModelCard(_mem_size())) as drv:
+        model, mstats = _run(drv, graph, feeds)
+    for k in model:
+        assert np.array_equal(rtl[k], model[k]), (
+            f"{k}: RTL and functional card differ (max |diff| "
+            f"{np.max(np.abs(rtl[k].astype(np.float64) - model[k])):.4g})")
+    assert stats.memory.get("evictions", 0) == mstats.memory.get("evictions", 0)
+    return rtl, stats
+
+
+def _demo(drv: Any) -> dict[str, Any]:
+    from compiler.driver import compile_model
+    from compiler.zoo import demo_cnn, demo_input
+    from tests.compiler.test_card_runtime import ort_run
+
+    model = demo_cnn()
+    graph = compile_model(model, {"plugin": "accel", "quantize": {"samples": 4, "seed": 0},
+                                  "plugin_options": {"accel": {"max_layers": 2}}}).graph
+    feeds = {"input": demo_input(1)}
+    out, stats = _on_both(drv, graph, feeds)
+    (got,) = out.values()
+    (want,) = ort_run(model, feeds).values()
+    assert int(np.argmax(got)) == int(np.argmax(want)), "top-1 differs from onnxruntime"
+    assert float(np.max(np.abs(got - want))) < 0.05, "softmax far from onnxruntime fp32"
+    return {"evictions": stats.memory.get("evictions", 0),
+            "accel_steps": sum(1 for s in stats.steps if s.device == "ACCEL")}
+
+
+@cocotb.test(timeout_time=20, timeout_unit="sec")
+async def test_demo(dut) -> None:
+    """The demo CNN end to end on the RTL card equals the functional card bit for bit, agrees
+    with onnxruntime, and evicts exactly when the card is smaller than its working set."""
+    tb = TB(dut)
+    await tb.reset()
+    r = await tb.host(_demo)
+    assert r["accel_steps"] == 4, r
+    expect = os.environ.get("DEMO_EXPECT_EVICT") == "1"
+    assert (r["evictions"] > 0) == expect, (
+        f"{r['evictions']} evictions on a {_mem_size()}-byte card, expected "
+        f"{'some' if expect else 'none'}")
+
+
+#: The PyTorch-exported layers the issue names; all of them run on the accelerator.
+LAYERS = ("Conv2d", "Conv2d_strided", "Conv2d_padding", "Conv2d_no_bias", "Linear", "ReLU",
+          "MaxPool2d")
+
+
+def _layer(drv: Any, name: str) -> str:
+    import tempfile
+    from pathlib import Path
+
+    from compiler.driver import compile_model
+    from tests.compiler.test_card_runtime import PYTORCH, load_case, tolerance
+
+    model, feeds, want = load_case(name)
+    with tempfile.TemporaryDirectory() as d:
+        npz = Path(d) / "calib.npz"
+        np.savez(npz, **{k: v[None] for k, v in feeds.items()})
+        graph = compile_model(model, {"plugin": "accel", "quantize": {
+            "calibration": str(npz), "samples": 1}}).graph
+    devices = {str(c.get_attr("device")) for c in graph.root_subgraph.children
+               if any(op.type not in ("const", "data") for op in c.ops)}
+    assert devices == {PYTORCH[name]}, f"{name}: runs on {devices}, expected {PYTORCH[name]}"
+    (got,), _ = (lambda o: (tuple(o[0].values()), o[1]))(_on_both(drv, graph, feeds))
+    if PYTORCH[name] == "ACCEL":
+        err = np.abs(got.astype(np.float64) - want)
+        tol = tolerance(graph, next(iter(feeds.values())))
+        assert (err <= tol).all(), f"{name}: error {err.max():.4g} beyond the tolerance"
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-6)
+    return PYTORCH[name]
+
+
+@cocotb.test(timeout_time=20, timeout_unit="sec")
+@cocotb.parametrize(layer=list(LAYERS))
+async def test_pytorch_layer(dut, layer: str) -> None:
+    """A PyTorch-exported layer of the onnx package on the RTL card: bit-identical to the
+    functional card, within the quantization tolerance of the shipped output."""
+    tb = TB(dut)
+    await tb.reset()
+    await tb.host(_layer, layer)

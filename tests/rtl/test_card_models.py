@@ -1,0 +1,38 @@
+"""Whole models on the RTL card, each simulator (tb/card_top/test_card_models.py): the demo CNN at
+two card memory sizes (16 MiB: everything fits; 80 KiB: the memory manager must evict) and the
+onnx package's PyTorch-exported layers, all bit-identical to the functional card."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tb.common import runner
+from tests.rtl.test_card_top import CARD_MEM
+
+SMALL = 80 << 10
+
+
+def _run(sim: str, mem: int, tests: list[str], env: dict[str, str] | None = None
+         ) -> runner.RunResult:
+    return runner.run(sim, "card_top", runner.card_sources(), "tb.card_top.test_card_models",
+                      parameters={"MEM_SIZE": f"64'd{mem}"}, testcase=tests,
+                      extra_env={"CARD_TB_PARAMS": json.dumps({"MEM_SIZE": mem}),
+                                 "CARD_TB_MEMORY": "inorder", "SIM": sim, **(env or {})})
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("mem", [CARD_MEM, SMALL], ids=["fits", "evicts"])
+def test_demo_on_the_rtl_card(sim: str, mem: int) -> None:
+    """The demo CNN on the RTL card: same outputs as the functional card (and so at both sizes),
+    evictions only on the small card."""
+    res = _run(sim, mem, ["test_demo"], {"DEMO_EXPECT_EVICT": "1" if mem == SMALL else "0"})
+    assert res.tests == 1
+
+
+@pytest.mark.rtl
+def test_pytorch_layers_on_the_rtl_card(sim: str) -> None:
+    """Conv2d (plain, strided, padded, no bias), Linear, ReLU and MaxPool2d on the RTL card."""
+    res = _run(sim, CARD_MEM, ["test_pytorch_layer"])
+    assert res.tests == 7
