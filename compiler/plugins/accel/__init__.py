@@ -1,5 +1,6 @@
 """The accelerator's compiler plugin: quantized Conv / Gemm / MatMul (+ Relu/Clip), residual
-Add/Sum, MaxPool and global average pooling go to device ``ACCEL`` as instruction streams.
+Add/Sum, MaxPool, global average pooling and a standalone Relu go to device ``ACCEL`` as
+instruction streams.
 
 ``--options '{"plugin": "accel", "quantize": true}'``; plugin options (``plugin_options.accel``):
 the accelerator configuration the code is generated for (``n``, ``inp_depth``, ``wgt_depth``,
