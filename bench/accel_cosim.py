@@ -4,8 +4,9 @@ the real host software (PcieDriver on RtlCard), timed from the START write to th
 Each test reads a job directory written by bench/accel_bench.py (``$ACCEL_BENCH_WORK/<layer>``),
 uploads the program (``accel_load_program``), constants, input and the output's fill pattern by
 DMA, binds the slots and runs the program, then downloads card memory [0, span) and writes
-cosim.json (counters, wall time and simulated cycles of the compute window, Python wakeups in
-it) and cosim_mem.bin. The comparisons are made by bench/accel_bench.py.
+cosim-<build>.json (counters, wall time and simulated cycles of the compute window, Python
+wakeups in it) and cosim_mem-<build>.bin, <build> from ``$ACCEL_BENCH_BUILD`` (lean or full: the
+model the runner built). The comparisons are made by bench/accel_bench.py.
 
 Python wakeups are counted by wrapping ``GPITrigger._react``, the one entry from the simulator
 into Python for every trigger (edges, timers, read-only phases); cocotb's clock is driven by the
@@ -158,8 +159,9 @@ async def _bench(dut, name: str) -> None:
     assert window.opened and window.closed.is_set(), "the compute window was not observed"
     assert out["cfg_n"] ** 2 == job["n2"], f"ACC_CFG_N {out['cfg_n']}, job built for " \
         f"N*N = {job['n2']}"
-    (d / "cosim_mem.bin").write_bytes(out.pop("mem"))
-    (d / "cosim.json").write_text(json.dumps({**out, **window.result()}, indent=2))
+    tag = os.environ["ACCEL_BENCH_BUILD"]
+    (d / f"cosim_mem-{tag}.bin").write_bytes(out.pop("mem"))
+    (d / f"cosim-{tag}.json").write_text(json.dumps({**out, **window.result()}, indent=2))
 
 
 @cocotb.test(timeout_time=100, timeout_unit="ms")
