@@ -10,8 +10,9 @@ by pyhost.accel.kernels with random quantizer parameters.
   ACC_MACS / (N*N*ACC_CYCLES). The speed is simulated cycles per wall second from the START
   write to the interrupt, measured on the cocotb side, with the Python wakeups in that window
   counted (every GPI trigger that entered Python). It runs on two Verilator builds of card_top:
-  `lean` (tb/common/runner.py's ``public=[]``: no --public-flat-rw, only card_top's own ports
-  and signals public; the benchmark's figure) and `full` (cocotb's default, every signal public).
+  `lean` (tb/common/runner.py's ``public=[], cxx_opt="-O3"``: no --public-flat-rw, only
+  card_top's own ports and signals public, C++ at -O3; the benchmark's figure) and `full`
+  (cocotb's default: every signal public, verilated.mk's -Os).
 - C++ harness (tb/accel/harness/accel_harness.cpp): the same card_top RTL, Verilator version and
   flags as a cocotb build, no Python in the loop: card memory loaded by backdoor, the register
   writes of a job file generated here from pyhost.spec.regs sent through BAR0 AXI-Lite, the
@@ -233,28 +234,32 @@ def harness_script(job: dict[str, Any], dump: str) -> str:
 # --- the C++ harness ---------------------------------------------------------------------------
 
 #: The Verilator builds of card_top, each run by cocotb and by a C++ harness with its flags:
-#: `lean` (no --public-flat-rw; the benchmark's figure) and `full` (cocotb's default).
+#: `lean` (no --public-flat-rw, -O3; the benchmark's figure) and `full` (cocotb's default).
 BUILDS = ("lean", "full")
-#: runner.build's ``public`` argument of each build (None: every signal public).
-PUBLIC: dict[str, list[str] | None] = {"lean": [], "full": None}
+#: runner.build's ``public`` (None: every signal public) and ``cxx_opt`` of each build.
+BUILD_OPTS: dict[str, dict[str, Any]] = {"lean": {"public": [], "cxx_opt": "-O3"},
+                                         "full": {"public": None, "cxx_opt": None}}
 
 
 def cocotb_build(variant: str) -> runner.Build:
     """The cocotb model of one build (built once, then reused by the runner's stamp)."""
     return runner.build("verilator", "card_top", runner.card_sources(), PARAMS,
-                        public=PUBLIC[variant])
+                        **BUILD_OPTS[variant])
 
 
 def cocotb_verilator_flags(variant: str = "full") -> list[str]:
     """The Verilator options of a cocotb build that shape the model (cocotb_tools.runner's
     Verilator command plus tb/common/runner.py's arguments), without cocotb's VPI library and
     main: the C++ harness is built with exactly these. A lean build has no --public-flat-rw and
-    the runner's control file instead (passed separately: its path is the build's)."""
+    the runner's control file instead (passed separately: its path is the build's), and its
+    C++ optimization level as make variables (the runner's ``cxx_opt``)."""
     if variant not in BUILDS:
         raise ValueError(f"build {variant!r}: expected one of {BUILDS}")
-    return ["--vpi", *(["--public-flat-rw"] if variant == "full" else []), "--prefix", "Vtop",
-            str(runner.RTL / "lint.vlt"), "--timescale", "1ns/1ps", f"-I{runner.INCLUDE}",
-            *[f"-G{k}={v}" for k, v in PARAMS.items()]]
+    opt = BUILD_OPTS[variant]["cxx_opt"]
+    return ["--vpi", *(["--public-flat-rw"] if BUILD_OPTS[variant]["public"] is None else []),
+            "--prefix", "Vtop", str(runner.RTL / "lint.vlt"), "--timescale", "1ns/1ps",
+            f"-I{runner.INCLUDE}", *[f"-G{k}={v}" for k, v in PARAMS.items()],
+            *(["-MAKEFLAGS", f"OPT_FAST={opt} OPT_GLOBAL={opt}"] if opt else [])]
 
 
 @dataclass(frozen=True)
@@ -491,9 +496,9 @@ def _summary(rows: list[dict[str, Any]], result: dict[str, Any]) -> list[str]:
     print(f"\nAccelerator N = {CFG.n} ({CFG.n ** 2} MACs/cycle) on card_top, "
           f"{result['verilator'].split(' (')[0]}. util = ACC_MACS / (N*N*ACC_CYCLES); c/s = "
           "simulated cycles per wall second from the START write to the interrupt. lean build "
-          "(only card_top's own signals public; the target): co-sim, C++ harness with its flags, "
-          "ratio (and by CPU time); full build (--public-flat-rw, cocotb's default): co-sim, "
-          "harness, ratio")
+          "(only card_top's own signals public, C++ -O3; the target): co-sim, C++ harness with "
+          "its flags, ratio (and by CPU time); full build (--public-flat-rw, -Os: cocotb's "
+          "default): co-sim, harness, ratio")
     print(f"{'layer':22} {'cycles':>9} {'MACs':>11} {'util':>6} {'co-sim':>8} {'C++':>8} "
           f"{'ratio':>5} {'(CPU)':>5} | {'co-sim':>7} {'C++':>7} {'ratio':>5}  targets")
     missed = []
