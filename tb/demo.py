@@ -268,29 +268,8 @@ def run_demo(opts: DemoOptions) -> int:
            "DEMO_OUT_NPZ": str(files["outputs.npz"]), "DEMO_TRACE": str(files["trace.json"]),
            "DEMO_PROGRESS": str(files["progress.txt"]), "COCOTB_LOG_LEVEL": "WARNING",
            **{k: str(v) for k, v in opts.extra.items()}}
-    result: dict[str, Any] = {}
-
-    def sim() -> None:
-        try:
-            result["res"] = runner.test(b, "tb.demo", testcase="e2e_demo", run_name="demo",
-                                        extra_env=env, check=False)
-        except BaseException as e:  # reported below, after the progress thread stops
-            result["error"] = e
-
-    t0 = time.perf_counter()
-    th = threading.Thread(target=sim)
-    th.start()
-    seen = 0
-    while th.is_alive():
-        th.join(1.0)
-        lines = files["progress.txt"].read_text().splitlines()
-        for ln in lines[seen:]:
-            _say(opts, f"  [{time.perf_counter() - t0:7.1f} s] {ln}")
-        seen = len(lines)
-    rtl_s = time.perf_counter() - t0
-    if "error" in result:
-        raise result["error"]
-    res = result["res"]
+    res, rtl_s = run_with_progress(b, "tb.demo", "e2e_demo", env, files["progress.txt"],
+                                   lambda ln: _say(opts, ln))
     if res.failed or not files["out.json"].exists():
         print(f"error: the RTL run failed; see {res.run_dir / 'sim.log'}", file=sys.stderr)
         return 1
@@ -306,6 +285,37 @@ def run_demo(opts: DemoOptions) -> int:
          "or chrome://tracing)")
     _say(opts, f"total      {time.perf_counter() - t_start:.1f} s wall")
     return _verdict(opts, model_out, rtl_out, ort_out, out_names)
+
+
+def run_with_progress(build: Any, module: str, testcase: str, env: dict[str, str],
+                      progress: Path, say: Any, poll_s: float = 1.0) -> tuple[Any, float]:
+    """Run one cocotb test of ``module`` on ``build`` (check=False) in a thread and echo the lines
+    the simulation appends to ``progress`` through ``say`` as they come, prefixed with the wall
+    time. Returns (the runner's RunResult, wall seconds); re-raises what the runner raised."""
+    from tb.common import runner
+
+    result: dict[str, Any] = {}
+
+    def sim() -> None:
+        try:
+            result["res"] = runner.test(build, module, testcase=testcase, run_name=testcase,
+                                        extra_env=env, check=False)
+        except BaseException as e:  # re-raised below, after the progress loop
+            result["error"] = e
+
+    t0 = time.perf_counter()
+    th = threading.Thread(target=sim)
+    th.start()
+    seen = 0
+    while th.is_alive():
+        th.join(poll_s)
+        lines = progress.read_text().splitlines() if progress.exists() else []
+        for ln in lines[seen:]:
+            say(f"  [{time.perf_counter() - t0:7.1f} s] {ln}")
+        seen = len(lines)
+    if "error" in result:
+        raise result["error"]
+    return result["res"], time.perf_counter() - t0
 
 
 def _summary(opts: DemoOptions, run: dict[str, Any], rtl: dict[str, Any] | None,
