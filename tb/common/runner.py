@@ -15,7 +15,7 @@ level's parameters and signals readable and its input ports writable (what cocot
 the ``"module:var"`` patterns listed, read-only, or writable with a ``:rw`` suffix (a bench that
 reads ``dut.acc.tok_l2c_reg`` passes ``["accel:tok_l2c_reg"]``). Icarus ignores the option. FST
 tracing does not depend on it: waves still hold the whole hierarchy. ``cxx_opt="-O3"`` compiles
-the Verilator model with that optimization level instead of verilated.mk's ``-Os`` (about 1.3x
+the Verilator model with that optimization level instead of verilated.mk's ``-Os`` (about 1.4x
 faster for card_top, at a slightly longer build).
 """
 
