@@ -38,7 +38,6 @@ import argparse
 import json
 import os
 import sys
-import threading
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
@@ -49,6 +48,7 @@ import cocotb
 import numpy as np
 
 from tb.common import runner
+from tb.demo import run_with_progress
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -346,29 +346,8 @@ def run_rtl(work: Path = WORK) -> tuple[dict[str, Any], dict[str, np.ndarray], f
            "E2E_MEMTRACE": str(files["memtrace.jsonl"]),
            "E2E_TIMELINE": str(files["timeline.json"]),
            "E2E_PROGRESS": str(files["progress.txt"]), "COCOTB_LOG_LEVEL": "WARNING"}
-    result: dict[str, Any] = {}
-
-    def sim() -> None:
-        try:
-            result["res"] = runner.test(b, "bench.e2e_bench", testcase="e2e_resnet50",
-                                        run_name="e2e_resnet50", extra_env=env, check=False)
-        except BaseException as e:  # re-raised below, after the progress loop
-            result["error"] = e
-
-    t0 = time.perf_counter()
-    th = threading.Thread(target=sim)
-    th.start()
-    seen = 0
-    while th.is_alive():
-        th.join(2.0)
-        lines = files["progress.txt"].read_text().splitlines()
-        for ln in lines[seen:]:
-            _say(f"  [{time.perf_counter() - t0:6.1f} s] {ln}")
-        seen = len(lines)
-    rtl_s = time.perf_counter() - t0
-    if "error" in result:
-        raise result["error"]
-    res = result["res"]
+    res, rtl_s = run_with_progress(b, "bench.e2e_bench", "e2e_resnet50", env,
+                                   files["progress.txt"], _say, poll_s=2.0)
     if res.failed or not files["out.json"].exists():
         raise E2EMismatch(f"the RTL run failed; see {res.run_dir / 'sim.log'}")
     out = json.loads(files["out.json"].read_text())

@@ -207,7 +207,7 @@ def run_demo(opts: DemoOptions) -> int:
     # 1. the model and the compiler: every input error is caught here, before any simulation
     model, path = load_model(opts.model, out)
     name = path.stem
-    _say(opts, f"model      {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    _say(opts, f"model      {os.path.relpath(path)}")
     options: dict[str, Any] = {"plugin": "accel", "quantize": {"samples": 4, "seed": 0}}
     if opts.max_layers:
         options["plugin_options"] = {"accel": {"max_layers": opts.max_layers}}
@@ -222,7 +222,7 @@ def run_demo(opts: DemoOptions) -> int:
     subs = [c for c in graph.root_subgraph.children_topological_sort()]
     devices = [(s.name, s.get_attr("device")) for s in subs if s.get_attr("device") != "DATA"]
     accel_subs = [s for s in subs if s.get_attr("device") == "ACCEL"]
-    _say(opts, f"compiled   {xm.relative_to(ROOT)} in {compile_s:.1f} s: "
+    _say(opts, f"compiled   {os.path.relpath(xm)} in {compile_s:.1f} s: "
          + ", ".join(f"{n} -> {d}" for n, d in devices))
     if not accel_subs:
         raise DemoError(f"{path.name}: the accelerator plugin claimed no op; nothing would run "
