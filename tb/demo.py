@@ -42,6 +42,7 @@ class _ProgressEvents(list):
     def __init__(self) -> None:
         super().__init__()
         self.last = ""
+        self.current = ""         # the accelerator step that started last
         self.accel_runs = 0
 
     def append(self, ev: Any) -> None:
@@ -58,12 +59,20 @@ def _host_main(card: Any, env: dict[str, str], events: _ProgressEvents) -> dict[
     from pyhost.driver import PcieDriver
     from pyhost.spec import dram
 
+    class DemoSession(CardSession):
+        """Tells the progress line which accelerator step is running."""
+
+        def span(self, name: str, category: str, **args: Any) -> Any:
+            if category == "accel":
+                events.current = name
+            return super().span(name, category, **args)
+
     graph = xmodel.load(env["DEMO_XMODEL"])
     feeds = dict(np.load(env["DEMO_INPUTS"]))
     images = int(env["DEMO_IMAGES"])
     ns = dram.CTRL_CLK_NS
     drv = PcieDriver(card, timeout_s=100_000)
-    session = CardSession(drv, clock=lambda: card.cycles() * ns * 1e-9)
+    session = DemoSession(drv, clock=lambda: card.cycles() * ns * 1e-9)
     session.events = events
     ex = CardExecutor(graph, session)
     outs: dict[str, np.ndarray] = {}
@@ -108,8 +117,9 @@ async def e2e_demo(dut) -> None:
         while not done:
             await Timer(PROGRESS_EVERY * dram.CTRL_CLK_NS, unit="ns")
             n += PROGRESS_EVERY
+            running = (f"running {events.current}" if events.current else "setting up")
             progress.write(f"cycle {n:>10,}   accelerator launches done {events.accel_runs:>3}"
-                           f"   last finished: {events.last}\n")
+                           f"   {running}\n")
 
     cocotb.start_soon(ticker())
     try:
