@@ -118,13 +118,18 @@ def merge_subgraph(subgraphs: Iterable[Subgraph]) -> set[Subgraph]:
                                  "can be merged (a subgraph merged earlier is gone; use the "
                                  "merged one)")
     assert parent is not None
-    dag = parent.child_dag()
-    members = set(subs)
-    best = min((_runs(dag, members, True), _runs(dag, members, False)), key=len)
-    return {parent.merge_children(run) for run in best}
+    return {parent.merge_children(run) for run in member_runs(parent.child_dag(), set(subs))}
 
 
-def _runs(dag: dict[Subgraph, set[Subgraph]], members: set[Subgraph],
+def member_runs(dag: Mapping[Subgraph, set[Subgraph]], members: set[Subgraph]
+                ) -> list[list[Subgraph]]:
+    """The fewest runs of consecutive ``members`` over the topological orders of ``dag`` (the
+    grouping ``merge_subgraph`` merges): each run in topological order, successors visited in
+    ``sort_key`` order so the order inside a run is deterministic too."""
+    return min((_runs(dag, members, True), _runs(dag, members, False)), key=len)
+
+
+def _runs(dag: Mapping[Subgraph, set[Subgraph]], members: set[Subgraph],
           start_with_members: bool) -> list[list[Subgraph]]:
     indeg = {n: 0 for n in dag}
     for succs in dag.values():
@@ -140,7 +145,7 @@ def _runs(dag: dict[Subgraph, set[Subgraph]], members: set[Subgraph],
         while stack:
             n = stack.pop()
             run.append(n)
-            for s in dag[n]:
+            for s in sorted(dag[n], key=lambda c: c.sort_key()):
                 indeg[s] -= 1
                 if indeg[s] == 0:
                     ready[s in members].append(s)

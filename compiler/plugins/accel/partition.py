@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from compiler.errors import OptionsError
-from compiler.plugin import filter_by_template, merge_subgraph, root_children
+from compiler.plugin import filter_by_template, member_runs, merge_subgraph, root_children
 from compiler.plugins.accel import codegen
 from compiler.plugins.accel.codegen import ACTS, HEADS, VIEWS, Layer
 from compiler.xir import Graph, GraphTemplate, Op, Subgraph
@@ -130,10 +130,7 @@ class AccelPartitioner:
         return self._layers[head]
 
     def _group(self, units: list[Subgraph]) -> set[Subgraph]:
-        root = self.graph.root_subgraph
-        dag = root.child_dag()
-        members = set(units)
-        runs = min((_runs(dag, members, True), _runs(dag, members, False)), key=len)
+        runs = member_runs(self.graph.root_subgraph.child_dag(), set(units))
         result: set[Subgraph] = set()
         for run in runs:
             for chunk in self._chunks(run):
@@ -172,35 +169,6 @@ class AccelPartitioner:
             if need > lim.max_step_bytes:
                 return False
         return True
-
-
-def _runs(dag: dict[Subgraph, set[Subgraph]], members: set[Subgraph],
-          start_with_members: bool) -> list[list[Subgraph]]:
-    """The members as runs of consecutive nodes of one topological order that alternates
-    between exhausting the ready members and the ready non-members (the schedule
-    ``merge_subgraph`` uses; optimal for two kinds of node). Each run is in topological order."""
-    indeg = {n: 0 for n in dag}
-    for succs in dag.values():
-        for s in succs:
-            indeg[s] += 1
-    ready = {True: [n for n in dag if indeg[n] == 0 and n in members],
-             False: [n for n in dag if indeg[n] == 0 and n not in members]}
-    runs: list[list[Subgraph]] = []
-    kind = start_with_members
-    while ready[True] or ready[False]:
-        stack = ready[kind]
-        run = []
-        while stack:
-            node = stack.pop()
-            run.append(node)
-            for s in sorted(dag[node], key=lambda c: c.sort_key()):
-                indeg[s] -= 1
-                if indeg[s] == 0:
-                    ready[s in members].append(s)
-        if kind and run:
-            runs.append(run)
-        kind = not kind
-    return runs
 
 
 @dataclass
