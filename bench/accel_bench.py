@@ -48,10 +48,10 @@ from typing import Any
 import numpy as np
 
 from compiler.quantize.kernels import qconv, qgemm
-from compiler.quantize.requant import quantize_multipliers
 from pyhost.accel import kernels as K
 from pyhost.accel import layout
 from pyhost.accel.model import AccelConfig, AccelModel
+from pyhost.accel.randprog import random_conv_quant, random_gemm_quant
 from pyhost.spec import dram, isa, regs
 from tb.common import runner
 
@@ -95,34 +95,19 @@ LAYERS = (Layer("gemm", "GEMM 256x256x256", 0.90),
 
 # --- the jobs ----------------------------------------------------------------------------------
 
-def _quant(rng: np.random.Generator, co: int, ci: int, kh: int, kw: int) -> dict[str, Any]:
-    """Random quantizer parameters (the keys of compiler/quantize/quantizer.py's "quant"): int8
-    weights, zero points, the zero-point-corrected int32 bias and per-channel multipliers that
-    spread the outputs over the int8 range (as tests/pyhost/test_accel_kernels.py builds them)."""
-    w = rng.integers(-127, 128, (co, ci, kh, kw)).astype(np.int8)
-    zin, zout = int(rng.integers(-40, 40)), int(rng.integers(-30, 30))
-    bias = rng.integers(-(2**15), 2**15, co)
-    corrected = bias - zin * w.astype(np.int64).sum(axis=(1, 2, 3))
-    m = 40.0 / (74 * 73 * np.sqrt(ci * kh * kw)) * rng.uniform(0.5, 2.0, co)
-    mult, shift = quantize_multipliers(m)
-    return {"weight": w, "bias_corrected": corrected.astype(np.int32), "multiplier": mult,
-            "shift": shift, "input_zero_point": zin, "output_zero_point": zout}
-
-
 def _layer_kernel(name: str, rng: np.random.Generator) -> tuple[K.Kernel, bytes, bytes, int]:
     """(kernel, packed input, packed numpy reference output, MACs of the layer itself)."""
     n = CFG.n
     if name == "gemm":
         m = k = nout = 256
-        q = _quant(rng, nout, k, 1, 1)
-        q = {**q, "weight": q["weight"][:, :, 0, 0], "weight_axis": 0}
+        q = random_gemm_quant(rng, k, nout)
         x = rng.integers(-128, 128, (m, k)).astype(np.int8)
         kern = K.gemm(m, q, inp=K.Ref(IN), out=K.Ref(OUT), consts=K.Ref(CONST), cfg=CFG)
         ref = layout.pack_rows(qgemm(x, q), n, q["output_zero_point"])
         return kern, layout.pack_rows(x, n, q["input_zero_point"]), ref, m * k * nout
     if name == "conv":
         shape, co, pads = (1, 64, 56, 56), 64, (1, 1, 1, 1)
-        q = _quant(rng, co, shape[1], 3, 3)
+        q = random_conv_quant(rng, co, shape[1], 3, 3)
         x = rng.integers(-128, 128, shape).astype(np.int8)
         kern = K.conv2d(shape, q, inp=K.Ref(IN), out=K.Ref(OUT), consts=K.Ref(CONST),
                         pads=pads, cfg=CFG)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from compiler.quantize.requant import quantize_multiplier
+from compiler.quantize.requant import quantize_multiplier, quantize_multipliers
 from pyhost.accel.model import _POPS, _PUSHES, AccelConfig, AccelModel
 from pyhost.spec import isa
 from pyhost.spec.isa import AccelError, AluOp, Buffer, Insn, Opcode, Unit
@@ -829,3 +829,26 @@ def coverage(rp: RandomProgram, cfg: AccelConfig) -> set[str]:
     if len(slots_used) > 3:
         out.add("several slots")
     return out
+
+
+# --- random layer parameters (kernel tests, card checks, benchmarks) -----------------------------
+
+def random_conv_quant(rng: np.random.Generator, co: int, ci: int, kh: int, kw: int) -> dict:
+    """Random quantizer parameters of a Conv (the keys of compiler/quantize/quantizer.py's
+    "quant"): int8 weights, zero points, the zero-point-corrected int32 bias and per-channel
+    multipliers that spread the outputs over the int8 range."""
+    w = rng.integers(-127, 128, (co, ci, kh, kw)).astype(np.int8)
+    zin, zout = int(rng.integers(-40, 40)), int(rng.integers(-30, 30))
+    bias = rng.integers(-(2**15), 2**15, co)
+    corrected = bias - zin * w.astype(np.int64).sum(axis=(1, 2, 3))
+    m = 40.0 / (74 * 73 * np.sqrt(ci * kh * kw)) * rng.uniform(0.5, 2.0, co)
+    mult, shift = quantize_multipliers(m)
+    return {"weight": w, "bias_corrected": corrected.astype(np.int32), "multiplier": mult,
+            "shift": shift, "input_zero_point": zin, "output_zero_point": zout}
+
+
+def random_gemm_quant(rng: np.random.Generator, k: int, nout: int, axis: int = 0) -> dict:
+    """`random_conv_quant` for a Gemm with a (Nout, K) weight (`axis` 0) or a (K, Nout) one."""
+    q = random_conv_quant(rng, nout, k, 1, 1)
+    w = q["weight"][:, :, 0, 0]
+    return {**q, "weight": w if axis == 0 else np.ascontiguousarray(w.T), "weight_axis": axis}

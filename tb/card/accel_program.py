@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from compiler.quantize.kernels import qconv, qgemm
-from compiler.quantize.requant import quantize_multipliers
 from pyhost.accel import kernels as K
 from pyhost.accel import layout, randprog
 from pyhost.accel.model import AccelModel
@@ -76,18 +75,6 @@ def check_accel_random(drv: PcieDriver, reduced: bool = False) -> None:
                                 f"at {lo + int(diff[0]):#x}")
 
 
-def _quant(rng: np.random.Generator, co: int, ci: int, kh: int, kw: int) -> dict:
-    """Quantizer-like parameters: int8 weights, corrected int32 bias, per-channel requant."""
-    w = rng.integers(-127, 128, (co, ci, kh, kw)).astype(np.int8)
-    zin, zout = int(rng.integers(-40, 40)), int(rng.integers(-30, 30))
-    bias = rng.integers(-(2**14), 2**14, co)
-    corrected = bias - zin * w.astype(np.int64).sum(axis=(1, 2, 3))
-    mult, shift = quantize_multipliers(
-        40.0 / (74 * 73 * np.sqrt(ci * kh * kw)) * rng.uniform(0.5, 2.0, co))
-    return {"weight": w, "bias_corrected": corrected.astype(np.int32), "multiplier": mult,
-            "shift": shift, "input_zero_point": zin, "output_zero_point": zout}
-
-
 @dataclass
 class _Layout:
     slots: dict[int, int]
@@ -125,8 +112,7 @@ def check_accel_gemm(drv: PcieDriver, reduced: bool = False) -> None:
     cfg = drv.accel_config()
     rng = np.random.default_rng(21)
     m, k, nout = (24, 40, 20) if reduced else (64, 96, 72)
-    q = _quant(rng, nout, k, 1, 1)
-    q = {**q, "weight": q["weight"][:, :, 0, 0], "weight_axis": 0}
+    q = randprog.random_gemm_quant(rng, k, nout)
     x = rng.integers(-128, 128, (m, k)).astype(np.int8)
     kern = K.gemm(m, q, inp=K.Ref(2), out=K.Ref(3), consts=K.Ref(0), cfg=cfg)
     out = run_layer(drv, kern, {2: layout.pack_rows(x, cfg.n, q["input_zero_point"])})[3]
@@ -143,7 +129,7 @@ def check_accel_conv(drv: PcieDriver, reduced: bool = False) -> None:
     cfg = drv.accel_config()
     rng = np.random.default_rng(22)
     shape, co = ((1, 8, 6, 7), 8) if reduced else ((1, 16, 12, 12), 24)
-    q = _quant(rng, co, shape[1], 3, 3)
+    q = randprog.random_conv_quant(rng, co, shape[1], 3, 3)
     x = rng.integers(-128, 128, shape).astype(np.int8)
     lo, hi = K.relu_bounds(q["output_zero_point"])
     kern = K.conv2d(shape, q, inp=K.Ref(2), out=K.Ref(3), consts=K.Ref(0), pads=(1, 1, 1, 1),

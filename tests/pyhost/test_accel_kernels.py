@@ -14,10 +14,12 @@ import numpy as np
 import pytest
 
 from compiler.quantize.kernels import qadd, qconv, qgemm
-from compiler.quantize.requant import quantize_multiplier, quantize_multipliers, requantize
+from compiler.quantize.requant import quantize_multiplier, requantize
 from pyhost.accel import kernels as K
 from pyhost.accel import layout
 from pyhost.accel.model import AccelConfig, AccelModel
+from pyhost.accel.randprog import random_conv_quant as conv_q
+from pyhost.accel.randprog import random_gemm_quant as gemm_q
 from pyhost.spec import isa
 
 CFG = AccelConfig()
@@ -86,25 +88,6 @@ def run(kernels: Sequence[K.Kernel], data: dict[K.Ref, bytes], cfg: AccelConfig 
     assert changed.size == 0, f"{changed.size} bytes outside the outputs changed, first at " \
         f"{changed[:4]}"
     return got
-
-
-def conv_q(rng: np.random.Generator, co: int, ci: int, kh: int, kw: int) -> dict:
-    """Random quantizer parameters of a Conv (the keys of compiler/quantize/quantizer.py), with
-    multipliers that spread the outputs over the int8 range."""
-    w = rng.integers(-127, 128, (co, ci, kh, kw)).astype(np.int8)
-    zin, zout = int(rng.integers(-40, 40)), int(rng.integers(-30, 30))
-    bias = rng.integers(-(2**15), 2**15, co)
-    corrected = bias - zin * w.astype(np.int64).sum(axis=(1, 2, 3))
-    m = 40.0 / (74 * 73 * np.sqrt(ci * kh * kw)) * rng.uniform(0.5, 2.0, co)
-    mult, shift = quantize_multipliers(m)
-    return {"weight": w, "bias_corrected": corrected.astype(np.int32), "multiplier": mult,
-            "shift": shift, "input_zero_point": zin, "output_zero_point": zout}
-
-
-def gemm_q(rng: np.random.Generator, k: int, nout: int, axis: int) -> dict:
-    q = conv_q(rng, nout, k, 1, 1)
-    w = q["weight"][:, :, 0, 0]
-    return {**q, "weight": w if axis == 0 else np.ascontiguousarray(w.T), "weight_axis": axis}
 
 
 def _meaningful(y: np.ndarray) -> None:
