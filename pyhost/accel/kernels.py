@@ -21,7 +21,7 @@ pair of conflicting accesses on different units is ordered by tokens.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -396,6 +396,37 @@ def _base(version: int, versions: int, regions: int, size: int) -> int:
 _INSN_COST = 4
 _STEP_COST = 8
 
+def _tile_steps(plan: _Plan, tiles: int, groups: int, passes: int, cfg: AccelConfig,
+                params: int) -> Iterator[tuple[int, int, int, int, dict[str, bool], int, int,
+                                               int]]:
+    """The steps of a tiled layer (conv2d, gemm) in the plan's loop order: (step, tile, group,
+    pass, new, inp_base, wgt_base, acc_base). ``new[r]`` says the step needs a fresh copy of
+    region r ("inp" per tile and pass, "wgt" per group and pass, "acc" per tile and group), which
+    then goes to the next version of that region (double buffering); the bases are the
+    scratchpad rows of the current versions (ACC after the ``params`` rows)."""
+    inp_cap = _region(cfg.inp_depth, plan.inp_v, INP_REGIONS)
+    acc_cap = _region(cfg.acc_depth - params, plan.acc_v, ACC_REGIONS)
+    wgt_cap = _region(cfg.wgt_depth, plan.wgt_v, WGT_REGIONS)
+    if plan.order == "rt":
+        seq = [(t, gi, pi) for t in range(tiles) for gi in range(groups) for pi in range(passes)]
+    else:
+        seq = [(t, gi, pi) for gi in range(groups) for t in range(tiles) for pi in range(passes)]
+    ver = {"inp": -1, "wgt": -1, "acc": -1}
+    key: dict[str, Any] = {"inp": None, "wgt": None, "acc": None}
+    for si, (t, gi, pi) in enumerate(seq):
+        new = {}
+        for res, k in (("inp", (t, pi)), ("wgt", (gi, pi)), ("acc", (t, gi))):
+            new[res] = key[res] != k
+            if new[res]:
+                key[res] = k
+                ver[res] += 1
+        yield (si, t, gi, pi, new, _base(ver["inp"], plan.inp_v, INP_REGIONS, inp_cap),
+               _base(ver["wgt"], plan.wgt_v, WGT_REGIONS, wgt_cap),
+               params + _base(ver["acc"], plan.acc_v, ACC_REGIONS, acc_cap))
+    assert (ver["inp"] + 1, ver["acc"] + 1) == (plan.inp_v, plan.acc_v), (ver, plan)
+    assert plan.resident or ver["wgt"] + 1 == plan.wgt_v, (ver, plan)
+
+
 def _pipe_cost(order: str, nrt: int, groups: int, passes: int, g_step: int, q_tile: int,
                li: int, lw: int, lb: int) -> int:
     """Cycles of a (row tile, output group, input pass) nest whose load unit runs one step
@@ -678,33 +709,14 @@ def conv2d(in_shape: Sequence[int], q: Quant, *, inp: Ref, out: Ref, consts: Ref
     _need(len(np.asarray(q["multiplier"]).reshape(-1)) == g.co,
           "one multiplier and shift per output channel")
 
-    inp_cap = _region(cfg.inp_depth, plan.inp_v, INP_REGIONS)
-    acc_cap = _region(cfg.acc_depth - params, plan.acc_v, ACC_REGIONS)
-    wgt_cap = _region(cfg.wgt_depth, plan.wgt_v, WGT_REGIONS)
     region = g.rows_in(plan.rows) * g.wp          # INP rows of one input block of a tile
     rtiles = [(b, oy0, min(plan.rows, g.oh - oy0)) for b in range(g.b)
               for oy0 in range(0, g.oh, plan.rows)]
-    if plan.order == "rt":
-        seq = [(rt, gi, pi) for rt in range(len(rtiles)) for gi in range(len(groups))
-               for pi in range(len(passes))]
-    else:
-        seq = [(rt, gi, pi) for gi in range(len(groups)) for rt in range(len(rtiles))
-               for pi in range(len(passes))]
-    ver = {"inp": -1, "wgt": -1, "acc": -1}
-    key: dict[str, Any] = {"inp": None, "wgt": None, "acc": None}
     steps: list[_Step] = []
-    for si, (rt, gi, pi) in enumerate(seq):
+    for si, rt, gi, pi, new, inp_base, wgt_base, acc_base in _tile_steps(
+            plan, len(rtiles), len(groups), len(passes), cfg, params):
         b, oy0, rr = rtiles[rt]
         gr, pa = groups[gi], passes[pi]
-        new = {}
-        for res, k in (("inp", (rt, pi)), ("wgt", (gi, pi)), ("acc", (rt, gi))):
-            new[res] = key[res] != k
-            if new[res]:
-                key[res] = k
-                ver[res] += 1
-        inp_base = _base(ver["inp"], plan.inp_v, INP_REGIONS, inp_cap)
-        acc_base = params + _base(ver["acc"], plan.acc_v, ACC_REGIONS, acc_cap)
-        wgt_base = _base(ver["wgt"], plan.wgt_v, WGT_REGIONS, wgt_cap)
         p = rr * g.ow
         loads: list[Insn] = []
         if si == 0:
@@ -760,8 +772,6 @@ def conv2d(in_shape: Sequence[int], q: Quant, *, inp: Ref, out: Ref, consts: Ref
                                             offset=obase + j * g.oh * g.ow * n, y_size=1,
                                             x_size=p, y_stride=p))
         steps.append(_Step(loads, compute, stores, new["acc"]))
-    assert (ver["inp"] + 1, ver["acc"] + 1) == (plan.inp_v, plan.acc_v), (ver, plan)
-    assert plan.resident or ver["wgt"] + 1 == plan.wgt_v, (ver, plan)
     insns = _pipeline(steps)
     return Kernel(
         name, tuple(insns),
@@ -880,31 +890,12 @@ def _gemm_kernel(m: int, w_kn: np.ndarray, bias: np.ndarray, requant: tuple | No
         mult, shift, zout, lo, hi = requant
         _need(np.asarray(mult).size == nout, "one multiplier and shift per output")
         req_off = blob.add("requant", layout.acc_rows_bytes(_requant_rows(mult, shift, nbo, n)))
-    inp_cap = _region(cfg.inp_depth, plan.inp_v, INP_REGIONS)
-    acc_cap = _region(cfg.acc_depth - params, plan.acc_v, ACC_REGIONS)
-    wgt_cap = _region(cfg.wgt_depth, plan.wgt_v, WGT_REGIONS)
     mtiles = [(m0, min(plan.rows, m - m0)) for m0 in range(0, m, plan.rows)]
-    if plan.order == "rt":
-        seq = [(t, gi, pi) for t in range(len(mtiles)) for gi in range(len(groups))
-               for pi in range(len(passes))]
-    else:
-        seq = [(t, gi, pi) for gi in range(len(groups)) for t in range(len(mtiles))
-               for pi in range(len(passes))]
-    ver = {"inp": -1, "wgt": -1, "acc": -1}
-    key: dict[str, Any] = {"inp": None, "wgt": None, "acc": None}
     steps: list[_Step] = []
-    for si, (t, gi, pi) in enumerate(seq):
+    for si, t, gi, pi, new, inp_base, wgt_base, acc_base in _tile_steps(
+            plan, len(mtiles), len(groups), len(passes), cfg, params):
         m0, mt = mtiles[t]
         gr, pa = groups[gi], passes[pi]
-        new = {}
-        for res, kk in (("inp", (t, pi)), ("wgt", (gi, pi)), ("acc", (t, gi))):
-            new[res] = key[res] != kk
-            if new[res]:
-                key[res] = kk
-                ver[res] += 1
-        inp_base = _base(ver["inp"], plan.inp_v, INP_REGIONS, inp_cap)
-        acc_base = params + _base(ver["acc"], plan.acc_v, ACC_REGIONS, acc_cap)
-        wgt_base = _base(ver["wgt"], plan.wgt_v, WGT_REGIONS, wgt_cap)
         obg, kbp = len(gr), len(pa)
         loads: list[Insn] = []
         if si == 0:
@@ -938,8 +929,6 @@ def _gemm_kernel(m: int, w_kn: np.ndarray, bias: np.ndarray, requant: tuple | No
                              offset=out.offset + (m0 * nbo + gr.start) * elem_out,
                              y_size=mt, x_size=obg, y_stride=nbo)
         steps.append(_Step(loads, compute, stores, new["acc"]))
-    assert (ver["inp"] + 1, ver["acc"] + 1) == (plan.inp_v, plan.acc_v), (ver, plan)
-    assert plan.resident or ver["wgt"] + 1 == plan.wgt_v, (ver, plan)
     insns = _pipeline(steps)
     zfill = 0
     if requant:
