@@ -36,6 +36,7 @@ import numpy as np
 
 from compiler.errors import RunnerError
 from compiler.runtime.cpu import CpuRunner
+from compiler.runtime.executor import check_feeds
 from compiler.runtime.loader import create_runner
 from compiler.runtime.runner import Runner
 from compiler.xir import Graph, Subgraph
@@ -642,11 +643,7 @@ class CardExecutor:
         return needs, list(dict.fromkeys(reads))
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        missing = [n for n in self.input_names if n not in feeds]
-        extra = [n for n in feeds if n not in self.input_names]
-        if missing or extra:
-            raise RunnerError(f"model inputs are {self.input_names}; missing {missing}, "
-                              f"unknown {extra}")
+        check_feeds(self.input_names, feeds)
         s = self.session
         mgr = s.manager
         self._runs += 1

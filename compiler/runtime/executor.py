@@ -14,6 +14,14 @@ from compiler.runtime.runner import Runner
 from compiler.xir import Graph
 
 
+def check_feeds(input_names: list[str], feeds: Mapping[str, np.ndarray]) -> None:
+    """RunnerError unless ``feeds`` names exactly the model inputs."""
+    missing = [n for n in input_names if n not in feeds]
+    extra = [n for n in feeds if n not in input_names]
+    if missing or extra:
+        raise RunnerError(f"model inputs are {input_names}; missing {missing}, unknown {extra}")
+
+
 class GraphExecutor:
     """Feeds model inputs through every subgraph's runner and returns the model outputs.
 
@@ -37,11 +45,7 @@ class GraphExecutor:
                 self._readers[t.name] = self._readers.get(t.name, 0) + 1
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        missing = [n for n in self.input_names if n not in feeds]
-        extra = [n for n in feeds if n not in self.input_names]
-        if missing or extra:
-            raise RunnerError(f"model inputs are {self.input_names}; missing {missing}, "
-                              f"unknown {extra}")
+        check_feeds(self.input_names, feeds)
         env: dict[str, np.ndarray] = dict(feeds)
         left = dict(self._readers)
         outputs = set(self.output_names)
