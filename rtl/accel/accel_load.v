@@ -84,16 +84,10 @@ localparam integer INP_AW = $clog2(INP_DEPTH);
 localparam integer WGT_AW = $clog2(WGT_DEPTH);
 localparam integer ACC_AW = $clog2(ACC_DEPTH);
 localparam integer BSH = $clog2(BEAT);
-localparam integer PAGE_BEATS = 4096 / BEAT;
-localparam integer PW = $clog2(PAGE_BEATS);
 localparam integer LN = $clog2(N);
 localparam integer E_WGT = N * N;
 localparam integer WGT_BPE = E_WGT > BEAT ? E_WGT / BEAT : 1;   // beats per WGT element
 localparam integer ASM_W = WGT_BPE > 1 ? 8 * E_WGT - DATA_WIDTH : 1;
-localparam [3:0]   LG_N = LN[3:0], LG_WGT = 2 * LN[3:0], LG_ACC = LN[3:0] + 4'd2;
-localparam integer LW = 32 - BSH;                   // beat numbers and beat counts
-localparam integer BW = 10;                         // burst lengths
-localparam integer OW = $clog2(MAX_OUTSTANDING + 1);
 localparam integer SPW = INP_AW > WGT_AW ? (INP_AW > ACC_AW ? INP_AW : ACC_AW)
                                          : (WGT_AW > ACC_AW ? WGT_AW : ACC_AW);
 localparam integer YW = `F_MEM_Y_SIZE_W;
@@ -110,15 +104,9 @@ initial begin
     if ((1 << BSH) != BEAT || BEAT < 16 || BEAT > 4096)
         $fatal(1, "accel_load: DATA_WIDTH must be a power of two, 128..32768, got %0d",
                DATA_WIDTH);
-    if (ADDR_WIDTH < 32) $fatal(1, "accel_load: ADDR_WIDTH must be >= 32, got %0d", ADDR_WIDTH);
-    if (MAX_BURST < 1 || MAX_BURST > PAGE_BEATS || MAX_BURST > 256)
-        $fatal(1, "accel_load: MAX_BURST must be 1..%0d, got %0d", PAGE_BEATS, MAX_BURST);
-    if (MAX_OUTSTANDING < 1 || MAX_OUTSTANDING > 64)
-        $fatal(1, "accel_load: MAX_OUTSTANDING must be 1..64, got %0d", MAX_OUTSTANDING);
     if (INP_DEPTH < 2 || WGT_DEPTH < 2 || ACC_DEPTH < 2 || INP_DEPTH > 65536
         || WGT_DEPTH > 65536 || ACC_DEPTH > 65536)
         $fatal(1, "accel_load: scratchpad depths must be 2..65536");
-    if (PDW >= YW || PDW >= XW) $fatal(1, "accel_load: padding fields wider than sizes");
 end
 
 localparam [1:0] S_IDLE = 2'd0, S_HELD = 2'd1, S_RUN = 2'd2;
@@ -128,81 +116,45 @@ reg [1:0]   state_reg, state_next;
 reg [127:0] cur_reg;
 reg [31:0]  pc_reg;
 
-wire [1:0]       c_buf = cur_reg[`F_MEM_BUF_LSB +: `F_MEM_BUF_W];
-wire [3:0]       c_slot = cur_reg[`F_MEM_SLOT_LSB +: `F_MEM_SLOT_W];
-wire [SBW-1:0]   c_sp = cur_reg[`F_MEM_SP_BASE_LSB +: `F_MEM_SP_BASE_W];
-wire [31:0]      c_off = cur_reg[`F_MEM_OFFSET_LSB +: `F_MEM_OFFSET_W];
-wire [YW-1:0]    c_y = cur_reg[`F_MEM_Y_SIZE_LSB +: `F_MEM_Y_SIZE_W];
-wire [XW-1:0]    c_x = cur_reg[`F_MEM_X_SIZE_LSB +: `F_MEM_X_SIZE_W];
-wire [15:0]      c_stride = cur_reg[`F_MEM_Y_STRIDE_LSB +: `F_MEM_Y_STRIDE_W];
-wire [PDW-1:0]   c_pt = cur_reg[`F_MEM_PAD_TOP_LSB +: `F_MEM_PAD_TOP_W];
-wire [PDW-1:0]   c_pb = cur_reg[`F_MEM_PAD_BOTTOM_LSB +: `F_MEM_PAD_BOTTOM_W];
-wire [PDW-1:0]   c_pl = cur_reg[`F_MEM_PAD_LEFT_LSB +: `F_MEM_PAD_LEFT_W];
-wire [PDW-1:0]   c_pr = cur_reg[`F_MEM_PAD_RIGHT_LSB +: `F_MEM_PAD_RIGHT_W];
-wire [7:0]       c_pad = cur_reg[`F_MEM_PAD_VALUE_LSB +: `F_MEM_PAD_VALUE_W];
+wire [1:0]       c_buf;
+wire [SBW-1:0]   c_sp;
+wire [YW-1:0]    c_y;
+wire [XW-1:0]    c_x;
+wire [PDW-1:0]   c_pt, c_pl;
+wire [7:0]       c_pad;
+wire [3:0]       lg_e;
+wire [RW-1:0]    rows;                              // the tile is rows x cols elements
+wire [CLW-1:0]   cols;
+wire [TW-1:0]    total;
+wire [31:0]      addr0, row_bytes, stride_bytes, moved_bytes;
+wire             range_bad, align_bad;
 wire             c_pop = cur_reg[`F_HDR_POP_NEXT_LSB];
 wire             c_push = cur_reg[`F_HDR_PUSH_NEXT_LSB];
+
+accel_mem_decode #(
+    .N(N), .INP_DEPTH(INP_DEPTH), .WGT_DEPTH(WGT_DEPTH), .ACC_DEPTH(ACC_DEPTH), .STORE(0)
+) u_decode (
+    .insn(cur_reg), .slots(slots),
+    .buf_sel(c_buf), .sp_base(c_sp), .y_size(c_y), .x_size(c_x), .pad_top(c_pt),
+    .pad_left(c_pl), .pad_value(c_pad), .lg_e(lg_e), .rows(rows), .cols(cols), .total(total),
+    .addr0(addr0), .row_bytes(row_bytes), .stride_bytes(stride_bytes),
+    .moved_bytes(moved_bytes), .range_bad(range_bad), .align_bad(align_bad)
+);
 
 wire c_inp = c_buf == `BUF_INP;
 wire c_wgt = c_buf == `BUF_WGT;
 wire c_acc8 = c_buf == `BUF_ACC8;
 wire c_multi = c_wgt && WGT_BPE > 1;
-wire [3:0] lg_e = c_wgt ? LG_WGT : (c_buf == `BUF_ACC ? LG_ACC : LG_N);
 
-// tile geometry (the tile is rows x cols elements, memory rows/columns inside the padding)
-wire [RW-1:0]  rows = {{(RW - PDW){1'b0}}, c_pt} + {1'b0, c_y} + {{(RW - PDW){1'b0}}, c_pb};
-wire [CLW-1:0] cols = {{(CLW - PDW){1'b0}}, c_pl} + {1'b0, c_x} + {{(CLW - PDW){1'b0}}, c_pr};
-wire [TW-1:0]  total = {{CLW{1'b0}}, rows} * {{RW{1'b0}}, cols};
+// memory rows/columns of the tile (inside the padding)
 wire [RW-1:0]  mem_r0 = {{(RW - PDW){1'b0}}, c_pt};
 wire [RW-1:0]  mem_r1 = mem_r0 + {1'b0, c_y};                 // first row after memory rows
 wire [CLW-1:0] mem_c0 = {{(CLW - PDW){1'b0}}, c_pl};
 wire [CLW-1:0] mem_c1 = mem_c0 + {1'b0, c_x};
 
-// memory addresses
-wire [31:0] addr0 = slots[32*c_slot +: 32] + c_off;
-wire [31:0] row_bytes = {{(32 - XW){1'b0}}, c_x} << lg_e;
-wire [31:0] stride_bytes = {16'd0, c_stride} << lg_e;
-wire [31:0] e_mask = ~(32'hFFFF_FFFF << lg_e);
-
-// the start-cycle checks
-reg [31:0] depth;
-always @* begin
-    case (c_buf)
-        `BUF_INP: depth = INP_DEPTH;
-        `BUF_WGT: depth = WGT_DEPTH;
-        default:  depth = ACC_DEPTH;
-    endcase
-end
-wire [31:0] sp_end = {{(32 - SBW){1'b0}}, c_sp} + {{(32 - TW){1'b0}}, total};
-wire range_bad = total != {TW{1'b0}} && sp_end > depth;
-wire align_bad = (addr0 & e_mask) != 32'd0;
-
 wire tok_ok = !c_pop || tok_next_avail;
 wire start = state_reg == S_HELD && !stop && tok_ok;
-
-// beats a memory row covers: from its first beat, at the start and for the next row
-localparam [32:0] BEAT_M1 = (33'd1 << BSH) - 33'd1;
-wire [32:0] span0 = {{(33 - BSH){1'b0}}, addr0[BSH-1:0]} + {1'b0, row_bytes} + BEAT_M1;
-wire [32:0] span1;      // of the row at ar_row_reg (below)
-
-// --- request side --------------------------------------------------------------------------------
-reg              ar_valid_reg, ar_valid_next;
-reg [LW-1:0]     ar_addr_reg, ar_addr_next;        // beat number of the pending burst
-reg [7:0]        ar_len_reg, ar_len_next;
-reg [LW-1:0]     ar_beat_reg, ar_beat_next;        // next beat of the current row
-reg [LW-1:0]     ar_left_reg, ar_left_next;        // beats of the current row still to request
-reg [YW-1:0]     ar_rows_reg, ar_rows_next;        // memory rows after the current one
-reg [31:0]       ar_row_reg, ar_row_next;          // address of the next memory row
-reg [OW-1:0]     ost_reg, ost_next;                // bursts requested, last beat not yet in
-assign span1 = {{(33 - BSH){1'b0}}, ar_row_reg[BSH-1:0]} + {1'b0, row_bytes} + BEAT_M1;
-
-wire [PW:0] page_left = PAGE_BEATS[PW:0] - {1'b0, ar_beat_reg[PW-1:0]};
-reg  [BW-1:0] burst;
-always @* begin
-    burst = MAX_BURST[BW-1:0];
-    if ({{(BW - PW - 1){1'b0}}, page_left} < burst) burst = {{(BW - PW - 1){1'b0}}, page_left};
-    if (ar_left_reg < {{(LW - BW){1'b0}}, burst}) burst = ar_left_reg[BW-1:0];
-end
+wire start_run = start && !range_bad && !align_bad && total != {TW{1'b0}};
 
 // --- R buffer (two beats) and write side ---------------------------------------------------------
 reg [DATA_WIDTH-1:0] rb_mem [0:1];
@@ -222,6 +174,21 @@ wire drain = drain_reg || stop;
 wire [DATA_WIDTH-1:0] head = rb_mem[rb_rd_reg];
 wire head_valid = rb_cnt_reg != 2'd0;
 wire r_fire = m_axi_rvalid && m_axi_rready;
+
+// --- request side --------------------------------------------------------------------------------
+wire ar_all;            // every burst requested (unused: the write side ends the instruction)
+wire ost_none;          // no burst in flight
+accel_burst_walker #(
+    .DATA_WIDTH(DATA_WIDTH), .ADDR_WIDTH(ADDR_WIDTH), .MAX_BURST(MAX_BURST),
+    .MAX_OUTSTANDING(MAX_OUTSTANDING), .ROWS_W(YW)
+) u_ar (
+    .clk(clk), .rst(rst),
+    .start(start_run), .start_addr(addr0), .start_rows(c_x != {XW{1'b0}} ? c_y : {YW{1'b0}}),
+    .row_bytes(row_bytes), .stride_bytes(stride_bytes),
+    .enable(state_reg == S_RUN && !drain), .burst_done(r_fire && m_axi_rlast),
+    .requested(ar_all), .none_outstanding(ost_none),
+    .a_addr(m_axi_araddr), .a_len(m_axi_arlen), .a_valid(m_axi_arvalid), .a_ready(m_axi_arready)
+);
 
 wire mem_row = wr_r_reg >= mem_r0 && wr_r_reg < mem_r1;
 wire is_mem = mem_row && wr_c_reg >= mem_c0 && wr_c_reg < mem_c1;
@@ -276,19 +243,8 @@ reg                err_reg, err_next;
 reg [7:0]          err_code_reg, err_code_next;
 reg [31:0]         err_pc_reg;
 
-wire [23:0] moved = {{(24 - YW){1'b0}}, c_y} * {{(24 - XW){1'b0}}, c_x};
-wire [31:0] moved_bytes = {8'd0, moved} << lg_e;
-
 always @* begin
     state_next = state_reg;
-    ar_valid_next = ar_valid_reg;
-    ar_addr_next = ar_addr_reg;
-    ar_len_next = ar_len_reg;
-    ar_beat_next = ar_beat_reg;
-    ar_left_next = ar_left_reg;
-    ar_rows_next = ar_rows_reg;
-    ar_row_next = ar_row_reg;
-    ost_next = ost_reg;
     rb_cnt_next = rb_cnt_reg;
     drain_next = drain_reg;
     bus_err_next = bus_err_reg;
@@ -304,27 +260,8 @@ always @* begin
     err_next = 1'b0;
     err_code_next = err_code_reg;
 
-    // address channel: a request stays until it is taken
-    if (ar_valid_reg && m_axi_arready) ar_valid_next = 1'b0;
-    if (state_reg == S_RUN && !drain && (!ar_valid_reg || m_axi_arready)
-        && ar_left_reg != {LW{1'b0}} && ost_reg != MAX_OUTSTANDING[OW-1:0]) begin
-        ar_valid_next = 1'b1;
-        ar_addr_next = ar_beat_reg;
-        ar_len_next = burst[7:0] - 8'd1;
-        ost_next = ost_next + {{(OW-1){1'b0}}, 1'b1};
-        ar_beat_next = ar_beat_reg + {{(LW - BW){1'b0}}, burst};
-        ar_left_next = ar_left_reg - {{(LW - BW){1'b0}}, burst};
-        if (ar_left_reg == {{(LW - BW){1'b0}}, burst} && ar_rows_reg != {YW{1'b0}}) begin
-            ar_beat_next = ar_row_reg[31:BSH];
-            ar_left_next = span1[BSH +: LW];
-            ar_row_next = ar_row_reg + stride_bytes;
-            ar_rows_next = ar_rows_reg - {{(YW-1){1'b0}}, 1'b1};
-        end
-    end
-
     // data channel
     if (r_fire) begin
-        if (m_axi_rlast) ost_next = ost_next - {{(OW-1){1'b0}}, 1'b1};
         if (m_axi_rresp != 2'b00 && state_reg == S_RUN) begin
             bus_err_next = 1'b1;
             drain_next = 1'b1;
@@ -371,15 +308,6 @@ always @* begin
                     drain_next = 1'b0;
                     bus_err_next = 1'b0;
                     rb_cnt_next = 2'd0;
-                    ar_beat_next = addr0[31:BSH];
-                    ar_row_next = addr0 + stride_bytes;
-                    if (c_x != {XW{1'b0}} && c_y != {YW{1'b0}}) begin
-                        ar_left_next = span0[BSH +: LW];
-                        ar_rows_next = c_y - {{(YW-1){1'b0}}, 1'b1};
-                    end else begin
-                        ar_left_next = {LW{1'b0}};
-                        ar_rows_next = {YW{1'b0}};
-                    end
                     wr_r_next = {RW{1'b0}};
                     wr_c_next = {CLW{1'b0}};
                     wr_sp_next = c_sp[SPW-1:0];
@@ -393,7 +321,7 @@ always @* begin
             if (stop) drain_next = 1'b1;
             if (drain) begin
                 rb_cnt_next = 2'd0;
-                if (ost_reg == {OW{1'b0}}) begin
+                if (ost_none) begin
                     state_next = S_IDLE;
                     if (bus_err_reg) begin
                         err_next = 1'b1;
@@ -436,14 +364,6 @@ always @(posedge clk) begin
     if (start) err_pc_reg <= pc_reg;
 
     state_reg <= state_next;
-    ar_valid_reg <= ar_valid_next;
-    ar_addr_reg <= ar_addr_next;
-    ar_len_reg <= ar_len_next;
-    ar_beat_reg <= ar_beat_next;
-    ar_left_reg <= ar_left_next;
-    ar_rows_reg <= ar_rows_next;
-    ar_row_reg <= ar_row_next;
-    ost_reg <= ost_next;
     rb_cnt_reg <= rb_cnt_next;
     drain_reg <= drain_next;
     bus_err_reg <= bus_err_next;
@@ -461,10 +381,6 @@ always @(posedge clk) begin
 
     if (rst) begin
         state_reg <= S_IDLE;
-        ar_valid_reg <= 1'b0;
-        ar_left_reg <= {LW{1'b0}};
-        ar_rows_reg <= {YW{1'b0}};
-        ost_reg <= {OW{1'b0}};
         rb_cnt_reg <= 2'd0;
         rb_wr_reg <= 1'b0;
         rb_rd_reg <= 1'b0;
@@ -483,14 +399,6 @@ always @(posedge clk) begin
 end
 
 // --- outputs -------------------------------------------------------------------------------------
-wire [31:0] ar_byte_addr = {ar_addr_reg, {BSH{1'b0}}};
-generate if (ADDR_WIDTH > 32) begin : g_wide
-    assign m_axi_araddr = {{(ADDR_WIDTH - 32){1'b0}}, ar_byte_addr};
-end else begin : g_narrow
-    assign m_axi_araddr = ar_byte_addr;
-end endgenerate
-assign m_axi_arlen = ar_len_reg;
-assign m_axi_arvalid = ar_valid_reg;
 assign m_axi_rready = drain || rb_cnt_reg != 2'd2;
 
 assign insn_ready = state_reg == S_IDLE && !stop;
@@ -519,12 +427,10 @@ assign acc_waddr = waddr_reg[ACC_AW-1:0];
 assign acc_wdata = acc_wd_reg;
 
 // The load unit has no "prev" queue (the fetch unit rejects those flags); a LOAD's other header
-// bits are not its business either. Row spans are used from the beat bit up; a small N uses only
-// the low bits of the shifted beat.
-wire unused_ok = &{1'b0, tok_prev_avail, cur_reg[`F_HDR_OPCODE_LSB +: 4],
-                   cur_reg[`F_HDR_POP_PREV_LSB], cur_reg[`F_HDR_PUSH_PREV_LSB],
-                   cur_reg[127:`F_MEM_PAD_VALUE_LSB + `F_MEM_PAD_VALUE_W], asm_reg[0],
-                   span0[32], span0[BSH-1:0], span1[32], span1[BSH-1:0], shifted};
+// bits are not its business either. The write side, not the request side, ends an instruction;
+// a small scratchpad uses only the low bits of sp_base, a small N only the low bits of the
+// shifted beat.
+wire unused_ok = &{1'b0, tok_prev_avail, ar_all, c_sp, asm_reg[0], shifted};
 
 endmodule
 

@@ -80,18 +80,13 @@ module accel_store #(
 localparam integer BEAT = DATA_WIDTH / 8;           // bytes per beat
 localparam integer ACC_AW = $clog2(ACC_DEPTH);
 localparam integer BSH = $clog2(BEAT);
-localparam integer PAGE_BEATS = 4096 / BEAT;
-localparam integer PW = $clog2(PAGE_BEATS);
 localparam integer LN = $clog2(N);
-localparam [3:0]   LG_N = LN[3:0], LG_ACC = LN[3:0] + 4'd2;
-localparam integer LW = 32 - BSH;                   // beat numbers and beat counts
-localparam integer BW = 10;                         // burst lengths
-localparam integer OW = $clog2(MAX_OUTSTANDING + 1);
 localparam integer LFA = MAX_OUTSTANDING > 2 ? $clog2(MAX_OUTSTANDING) : 1;  // burst FIFO
 localparam integer EFD = 4;                         // element buffer entries
 localparam integer YW = `F_MEM_Y_SIZE_W;
 localparam integer XW = `F_MEM_X_SIZE_W;
 localparam integer TW = YW + XW;                    // elements
+localparam integer DTW = TW + 2;                    // elements as the decoder counts them
 localparam integer SBW = `F_MEM_SP_BASE_W;
 
 initial begin
@@ -100,11 +95,6 @@ initial begin
     if ((1 << BSH) != BEAT || BEAT < 16 || BEAT > 4096)
         $fatal(1, "accel_store: DATA_WIDTH must be a power of two, 128..32768, got %0d",
                DATA_WIDTH);
-    if (ADDR_WIDTH < 32) $fatal(1, "accel_store: ADDR_WIDTH must be >= 32, got %0d", ADDR_WIDTH);
-    if (MAX_BURST < 1 || MAX_BURST > PAGE_BEATS || MAX_BURST > 256)
-        $fatal(1, "accel_store: MAX_BURST must be 1..%0d, got %0d", PAGE_BEATS, MAX_BURST);
-    if (MAX_OUTSTANDING < 1 || MAX_OUTSTANDING > 64)
-        $fatal(1, "accel_store: MAX_OUTSTANDING must be 1..64, got %0d", MAX_OUTSTANDING);
     if (ACC_DEPTH < 2 || ACC_DEPTH > 65536)
         $fatal(1, "accel_store: ACC_DEPTH must be 2..65536, got %0d", ACC_DEPTH);
 end
@@ -116,63 +106,51 @@ reg [1:0]   state_reg, state_next;
 reg [127:0] cur_reg;
 reg [31:0]  pc_reg;
 
-wire [1:0]       c_buf = cur_reg[`F_MEM_BUF_LSB +: `F_MEM_BUF_W];
-wire [3:0]       c_slot = cur_reg[`F_MEM_SLOT_LSB +: `F_MEM_SLOT_W];
-wire [SBW-1:0]   c_sp = cur_reg[`F_MEM_SP_BASE_LSB +: `F_MEM_SP_BASE_W];
-wire [31:0]      c_off = cur_reg[`F_MEM_OFFSET_LSB +: `F_MEM_OFFSET_W];
-wire [YW-1:0]    c_y = cur_reg[`F_MEM_Y_SIZE_LSB +: `F_MEM_Y_SIZE_W];
-wire [XW-1:0]    c_x = cur_reg[`F_MEM_X_SIZE_LSB +: `F_MEM_X_SIZE_W];
-wire [15:0]      c_stride = cur_reg[`F_MEM_Y_STRIDE_LSB +: `F_MEM_Y_STRIDE_W];
+wire [1:0]       c_buf;
+wire [SBW-1:0]   c_sp;
+wire [YW-1:0]    c_y;
+wire [XW-1:0]    c_x;
+wire [3:0]       lg_e;
+wire [DTW-1:0]   total;
+wire [31:0]      addr0, row_bytes, stride_bytes, moved_bytes;
+wire             range_bad, align_bad;
 wire             c_pop = cur_reg[`F_HDR_POP_PREV_LSB];
 wire             c_push = cur_reg[`F_HDR_PUSH_PREV_LSB];
+// unused: a STORE has no padding
+wire [`F_MEM_PAD_TOP_W-1:0] c_pt, c_pl;
+wire [7:0]       c_pad;
+wire [YW:0]      c_rows;
+wire [XW:0]      c_cols;
 
 // The fetch unit only lets ACC and ACC8 through; anything but ACC8 is stored as ACC.
+accel_mem_decode #(
+    .N(N), .INP_DEPTH(INP_DEPTH), .WGT_DEPTH(WGT_DEPTH), .ACC_DEPTH(ACC_DEPTH), .STORE(1)
+) u_decode (
+    .insn(cur_reg), .slots(slots),
+    .buf_sel(c_buf), .sp_base(c_sp), .y_size(c_y), .x_size(c_x), .pad_top(c_pt),
+    .pad_left(c_pl), .pad_value(c_pad), .lg_e(lg_e), .rows(c_rows), .cols(c_cols),
+    .total(total), .addr0(addr0), .row_bytes(row_bytes), .stride_bytes(stride_bytes),
+    .moved_bytes(moved_bytes), .range_bad(range_bad), .align_bad(align_bad)
+);
 wire c_acc8 = c_buf == `BUF_ACC8;
-wire [3:0] lg_e = c_acc8 ? LG_N : LG_ACC;
-
-wire [TW-1:0] total = {{XW{1'b0}}, c_y} * {{YW{1'b0}}, c_x};
-wire [31:0] addr0 = slots[32*c_slot +: 32] + c_off;
-wire [31:0] row_bytes = {{(32 - XW){1'b0}}, c_x} << lg_e;
-wire [31:0] stride_bytes = {16'd0, c_stride} << lg_e;
-wire [31:0] e_mask = ~(32'hFFFF_FFFF << lg_e);
-wire [31:0] sp_end = {{(32 - SBW){1'b0}}, c_sp} + {{(32 - TW){1'b0}}, total};
-wire range_bad = total != {TW{1'b0}} && sp_end > ACC_DEPTH;
-wire align_bad = (addr0 & e_mask) != 32'd0;
-wire [31:0] moved_bytes = {{(32 - TW){1'b0}}, total} << lg_e;
 
 wire tok_ok = !c_pop || tok_prev_avail;
 wire start = state_reg == S_HELD && !stop && tok_ok;
-
-// beats a memory row covers from its first beat: at the start, and of the row at aw_row_reg
-localparam [32:0] BEAT_M1 = (33'd1 << BSH) - 33'd1;
-wire [32:0] span0 = {{(33 - BSH){1'b0}}, addr0[BSH-1:0]} + {1'b0, row_bytes} + BEAT_M1;
-wire [32:0] span1;
+wire start_run = start && !range_bad && !align_bad && total != {DTW{1'b0}};
 
 // --- request side --------------------------------------------------------------------------------
-reg              aw_valid_reg, aw_valid_next;
-reg [LW-1:0]     aw_addr_reg, aw_addr_next;        // beat number of the pending burst
-reg [7:0]        aw_len_reg, aw_len_next;
-reg [LW-1:0]     aw_beat_reg, aw_beat_next;        // next beat of the current row
-reg [LW-1:0]     aw_left_reg, aw_left_next;        // beats of the current row still to request
-reg [YW-1:0]     aw_rows_reg, aw_rows_next;        // memory rows after the current one
-reg [31:0]       aw_row_reg, aw_row_next;          // address of the next memory row
-reg [OW-1:0]     ost_reg, ost_next;                // bursts requested, B not yet in
-assign span1 = {{(33 - BSH){1'b0}}, aw_row_reg[BSH-1:0]} + {1'b0, row_bytes} + BEAT_M1;
-
-wire [PW:0] page_left = PAGE_BEATS[PW:0] - {1'b0, aw_beat_reg[PW-1:0]};
-reg  [BW-1:0] burst;
-always @* begin
-    burst = MAX_BURST[BW-1:0];
-    if ({{(BW - PW - 1){1'b0}}, page_left} < burst) burst = {{(BW - PW - 1){1'b0}}, page_left};
-    if (aw_left_reg < {{(LW - BW){1'b0}}, burst}) burst = aw_left_reg[BW-1:0];
-end
+wire [7:0] aw_len;
+wire       aw_valid;
+wire       aw_all;          // every burst requested
+wire       ost_none;        // no burst awaiting its B response
+// (the burst walker is instantiated below, after `drain`)
 
 // lengths (AWLEN) of the accepted bursts whose W beats are not all sent
 reg [7:0]     lf_mem [0:(1 << LFA)-1];
 reg [LFA-1:0] lf_wr_reg, lf_rd_reg;
 reg [LFA:0]   lf_cnt_reg, lf_cnt_next;
 wire [7:0]    lf_head = lf_mem[lf_rd_reg];
-wire          lf_push = aw_valid_reg && m_axi_awready;
+wire          lf_push = aw_valid && m_axi_awready;
 
 // --- reader: ACC rows into the element buffer ----------------------------------------------------
 reg [TW-1:0]     rd_left_reg, rd_left_next;        // rows still to read
@@ -235,19 +213,24 @@ reg [7:0]   err_code_reg, err_code_next;
 reg [31:0]  err_pc_reg;
 
 wire drain = drain_reg || stop;
-wire quiet = !aw_valid_reg && lf_cnt_reg == {(LFA+1){1'b0}} && !w_valid_reg
-             && ost_reg == {OW{1'b0}};
+
+// the request side
+accel_burst_walker #(
+    .DATA_WIDTH(DATA_WIDTH), .ADDR_WIDTH(ADDR_WIDTH), .MAX_BURST(MAX_BURST),
+    .MAX_OUTSTANDING(MAX_OUTSTANDING), .ROWS_W(YW)
+) u_aw (
+    .clk(clk), .rst(rst),
+    .start(start_run), .start_addr(addr0), .start_rows(c_y),
+    .row_bytes(row_bytes), .stride_bytes(stride_bytes),
+    .enable(state_reg == S_RUN && !drain), .burst_done(m_axi_bvalid),
+    .requested(aw_all), .none_outstanding(ost_none),
+    .a_addr(m_axi_awaddr), .a_len(aw_len), .a_valid(aw_valid), .a_ready(m_axi_awready)
+);
+
+wire quiet = !aw_valid && lf_cnt_reg == {(LFA+1){1'b0}} && !w_valid_reg && ost_none;
 
 always @* begin
     state_next = state_reg;
-    aw_valid_next = aw_valid_reg;
-    aw_addr_next = aw_addr_reg;
-    aw_len_next = aw_len_reg;
-    aw_beat_next = aw_beat_reg;
-    aw_left_next = aw_left_reg;
-    aw_rows_next = aw_rows_reg;
-    aw_row_next = aw_row_reg;
-    ost_next = ost_reg;
     lf_cnt_next = lf_cnt_reg;
     rd_left_next = rd_left_reg;
     rd_sp_next = rd_sp_reg;
@@ -270,29 +253,12 @@ always @* begin
     err_next = 1'b0;
     err_code_next = err_code_reg;
 
-    // address channel: a request stays until it is taken
-    if (aw_valid_reg && m_axi_awready) aw_valid_next = 1'b0;
-    if (state_reg == S_RUN && !drain && (!aw_valid_reg || m_axi_awready)
-        && aw_left_reg != {LW{1'b0}} && ost_reg != MAX_OUTSTANDING[OW-1:0]) begin
-        aw_valid_next = 1'b1;
-        aw_addr_next = aw_beat_reg;
-        aw_len_next = burst[7:0] - 8'd1;
-        ost_next = ost_next + {{(OW-1){1'b0}}, 1'b1};
-        aw_beat_next = aw_beat_reg + {{(LW - BW){1'b0}}, burst};
-        aw_left_next = aw_left_reg - {{(LW - BW){1'b0}}, burst};
-        if (aw_left_reg == {{(LW - BW){1'b0}}, burst} && aw_rows_reg != {YW{1'b0}}) begin
-            aw_beat_next = aw_row_reg[31:BSH];
-            aw_left_next = span1[BSH +: LW];
-            aw_row_next = aw_row_reg + stride_bytes;
-            aw_rows_next = aw_rows_reg - {{(YW-1){1'b0}}, 1'b1};
-        end
-    end
+    // accepted bursts whose W beats are still to send
     if (lf_push) lf_cnt_next = lf_cnt_next + {{LFA{1'b0}}, 1'b1};
     if (lf_pop) lf_cnt_next = lf_cnt_next - {{LFA{1'b0}}, 1'b1};
 
     // write responses
     if (m_axi_bvalid) begin
-        ost_next = ost_next - {{(OW-1){1'b0}}, 1'b1};
         if (m_axi_bresp != 2'b00 && state_reg == S_RUN) begin
             bus_err_next = 1'b1;
             drain_next = 1'b1;
@@ -341,7 +307,7 @@ always @* begin
                     err_next = 1'b1;
                     err_code_next = range_bad ? `ACC_ERR_SP_RANGE : `ACC_ERR_MISALIGNED;
                     state_next = S_IDLE;
-                end else if (total == {TW{1'b0}}) begin
+                end else if (total == {DTW{1'b0}}) begin
                     push_next = c_push;
                     bytes_valid_next = 1'b1;
                     bytes_next = 32'd0;
@@ -350,11 +316,7 @@ always @* begin
                     state_next = S_RUN;
                     drain_next = 1'b0;
                     bus_err_next = 1'b0;
-                    aw_beat_next = addr0[31:BSH];
-                    aw_left_next = span0[BSH +: LW];
-                    aw_row_next = addr0 + stride_bytes;
-                    aw_rows_next = c_y - {{(YW-1){1'b0}}, 1'b1};
-                    rd_left_next = total;
+                    rd_left_next = total[TW-1:0];
                     rd_sp_next = c_sp[ACC_AW-1:0];
                     ef_cnt_next = 3'd0;
                     pk_data_next = {DATA_WIDTH{1'b0}};
@@ -368,7 +330,7 @@ always @* begin
         end
         S_RUN: begin
             if (stop) drain_next = 1'b1;
-            if (quiet && (drain || aw_left_reg == {LW{1'b0}})) begin
+            if (quiet && (drain || aw_all)) begin
                 state_next = S_IDLE;
                 if (bus_err_reg) begin
                     err_next = 1'b1;
@@ -391,7 +353,7 @@ always @(posedge clk) begin
     end
     if (start) err_pc_reg <= pc_reg;
     if (lf_push) begin
-        lf_mem[lf_wr_reg] <= aw_len_reg;
+        lf_mem[lf_wr_reg] <= aw_len;
         lf_wr_reg <= lf_wr_reg + {{(LFA-1){1'b0}}, 1'b1};
     end
     if (lf_pop) lf_rd_reg <= lf_rd_reg + {{(LFA-1){1'b0}}, 1'b1};
@@ -409,14 +371,6 @@ always @(posedge clk) begin
     end
 
     state_reg <= state_next;
-    aw_valid_reg <= aw_valid_next;
-    aw_addr_reg <= aw_addr_next;
-    aw_len_reg <= aw_len_next;
-    aw_beat_reg <= aw_beat_next;
-    aw_left_reg <= aw_left_next;
-    aw_rows_reg <= aw_rows_next;
-    aw_row_reg <= aw_row_next;
-    ost_reg <= ost_next;
     lf_cnt_reg <= start ? {(LFA+1){1'b0}} : lf_cnt_next;
     rd_left_reg <= rd_left_next;
     rd_sp_reg <= rd_sp_next;
@@ -441,10 +395,6 @@ always @(posedge clk) begin
 
     if (rst) begin
         state_reg <= S_IDLE;
-        aw_valid_reg <= 1'b0;
-        aw_left_reg <= {LW{1'b0}};
-        aw_rows_reg <= {YW{1'b0}};
-        ost_reg <= {OW{1'b0}};
         lf_cnt_reg <= {(LFA+1){1'b0}};
         lf_wr_reg <= {LFA{1'b0}};
         lf_rd_reg <= {LFA{1'b0}};
@@ -467,14 +417,8 @@ always @(posedge clk) begin
 end
 
 // --- outputs -------------------------------------------------------------------------------------
-wire [31:0] aw_byte_addr = {aw_addr_reg, {BSH{1'b0}}};
-generate if (ADDR_WIDTH > 32) begin : g_wide
-    assign m_axi_awaddr = {{(ADDR_WIDTH - 32){1'b0}}, aw_byte_addr};
-end else begin : g_narrow
-    assign m_axi_awaddr = aw_byte_addr;
-end endgenerate
-assign m_axi_awlen = aw_len_reg;
-assign m_axi_awvalid = aw_valid_reg;
+assign m_axi_awlen = aw_len;
+assign m_axi_awvalid = aw_valid;
 assign m_axi_wdata = w_data_reg;
 assign m_axi_wstrb = w_strb_reg;
 assign m_axi_wlast = w_last_reg;
@@ -499,12 +443,10 @@ assign err_pc = err_pc_reg;
 assign bytes_valid = bytes_valid_reg;
 assign bytes = bytes_reg;
 
-// The store unit has no "next" queue and no padding (the fetch unit rejects both); the INP and
-// WGT depths are parameters of every unit. Row spans are used from the beat bit up.
-wire unused_ok = &{1'b0, tok_next_avail, cur_reg[`F_HDR_OPCODE_LSB +: 4],
-                   cur_reg[`F_HDR_POP_NEXT_LSB], cur_reg[`F_HDR_PUSH_NEXT_LSB],
-                   cur_reg[127:`F_MEM_PAD_TOP_LSB], span0[32], span0[BSH-1:0], span1[32],
-                   span1[BSH-1:0], INP_DEPTH[0], WGT_DEPTH[0]};
+// The store unit has no "next" queue and no padding (the fetch unit rejects both); a small ACC
+// scratchpad uses only the low bits of sp_base; without padding the element count fits TW bits.
+wire unused_ok = &{1'b0, tok_next_avail, c_sp, c_pt, c_pl, c_pad, c_rows, c_cols,
+                   total[DTW-1:TW]};
 
 endmodule
 

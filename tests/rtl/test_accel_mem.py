@@ -19,8 +19,8 @@ def test_accel_fetch(sim: str, max_burst: int) -> None:
     assert res.tests == 6
 
 
-LS_SOURCES = [ACCEL / "accel_load.v", ACCEL / "accel_store.v",
-              runner.ROOT / "tb" / "accel" / "accel_ls_wrap.v"]
+LS_SOURCES = [ACCEL / "accel_load.v", ACCEL / "accel_store.v", ACCEL / "accel_mem_decode.v",
+              ACCEL / "accel_burst_walker.v", runner.ROOT / "tb" / "accel" / "accel_ls_wrap.v"]
 
 
 #: N = 8 with the default bursts; N = 16 (multi-beat WGT elements, one ACC row per beat) and
