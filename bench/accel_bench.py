@@ -50,9 +50,10 @@ import numpy as np
 from compiler.quantize.kernels import qconv, qgemm
 from pyhost.accel import kernels as K
 from pyhost.accel import layout
-from pyhost.accel.model import AccelConfig, AccelModel
+from pyhost.accel.model import AccelModel
 from pyhost.accel.randprog import random_conv_quant, random_gemm_quant
 from pyhost.spec import dram, isa, regs
+from pyhost.spec.accel import AccelConfig
 from tb.common import runner
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -33,9 +33,9 @@ from compiler.runtime.card import (
 )
 from compiler.summary import format_summary, summarize, to_dot
 from compiler.xir import Graph
-from pyhost.accel.model import AccelConfig
 from pyhost.driver import PcieDriver
 from pyhost.model_card import ModelCard
+from pyhost.spec.accel import AccelConfig
 
 
 def _parser() -> argparse.ArgumentParser:

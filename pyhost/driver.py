@@ -20,9 +20,9 @@ from numbers import Integral
 
 import numpy as np
 
-from pyhost.accel.model import AccelConfig
 from pyhost.backend import CardBackend, HostBuffer, HostRangeError
 from pyhost.spec import isa, regs
+from pyhost.spec.accel import AccelConfig
 from pyhost.spec.isa import AccelError, Insn, Opcode
 from pyhost.spec.regs import Channel, DmaError
 

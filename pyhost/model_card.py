@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pyhost.accel.model import AccelConfig, AccelModel
+from pyhost.accel.model import AccelModel
 from pyhost.backend import (
     DEFAULT_HOST_BASE,
     DEFAULT_HOST_SIZE,
@@ -24,6 +24,7 @@ from pyhost.backend import (
     check_mmio,
 )
 from pyhost.spec import isa, regs
+from pyhost.spec.accel import AccelConfig
 from pyhost.spec.dram import DramGeometry
 from pyhost.spec.isa import AccelError
 from pyhost.spec.regs import Access, Channel, DmaError

@@ -41,11 +41,11 @@ from compiler.runtime.loader import create_runner
 from compiler.runtime.runner import Runner
 from compiler.xir import Graph, Subgraph
 from pyhost.accel import layout
-from pyhost.accel.model import AccelConfig
 from pyhost.driver import AccelProgram, AccelRunError, PcieDriver
 from pyhost.memory import MemoryManager
 from pyhost.memory import Tensor as MTensor
 from pyhost.spec import isa
+from pyhost.spec.accel import AccelConfig
 
 #: Slot registers of an accelerator subgraph: constants, scratch, then inputs and outputs.
 CONST_SLOT, SCRATCH_SLOT, FIRST_IO_SLOT = 0, 1, 2

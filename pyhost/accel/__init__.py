@@ -5,6 +5,7 @@ under rtl/accel/ does (the scratchpads and card memory agree bit for bit on race
 `randprog` generates constrained-random programs for comparing the two.
 """
 
-from pyhost.accel.model import AccelConfig, AccelModel, AccelResult
+from pyhost.accel.model import AccelModel, AccelResult
+from pyhost.spec.accel import AccelConfig
 
 __all__ = ["AccelConfig", "AccelModel", "AccelResult"]

@@ -28,19 +28,17 @@ from typing import Any
 import numpy as np
 
 from pyhost.accel import layout
-from pyhost.accel.model import AccelConfig
+from pyhost.fixedpoint import MAX_SHIFT
 from pyhost.spec import isa
+from pyhost.spec.accel import DEFAULT_CONFIG, AccelConfig
 from pyhost.spec.isa import AluOp, Buffer, Insn, Opcode, Unit
 
 Quant = Mapping[str, Any]
 #: The default accelerator build (the ISA's default parameters).
-DEFAULT_CFG = AccelConfig()
+DEFAULT_CFG = DEFAULT_CONFIG
 
 #: Bytes of one beat of the card's 512-bit data bus (the model's timing estimate counts them).
 BEAT_BYTES = 64
-#: Largest shift REQ takes (the low 6 bits of the shift lane) and the one
-#: compiler/quantize/requant.py produces.
-MAX_REQ_SHIFT = 62
 #: Residual add: the per-input multipliers are scaled so that the larger is below 2**ADD_BITS;
 #: then (x - zp) * m summed over two inputs stays below 2**31 (see `add`).
 ADD_BITS = 22
@@ -175,9 +173,9 @@ def _requant_rows(mult: np.ndarray, shift: np.ndarray, nb: int, n: int) -> np.nd
     s = np.asarray(shift, np.int64).reshape(-1)
     _need(m.size == s.size, f"{m.size} multipliers but {s.size} shifts")
     _need(bool(((m >= 0) & (m < 2**31)).all()), "requantization multipliers must be in "
-          "[0, 2**31) (compiler/quantize/requant.py)")
-    _need(bool(((s >= 0) & (s <= MAX_REQ_SHIFT)).all()),
-          f"requantization shifts must be in [0, {MAX_REQ_SHIFT}]")
+          "[0, 2**31) (pyhost/fixedpoint.py)")
+    _need(bool(((s >= 0) & (s <= MAX_SHIFT)).all()),
+          f"requantization shifts must be in [0, {MAX_SHIFT}]")
     rows = np.zeros((nb, 2, n), np.int32)
     rows[:, 0] = layout.lane_rows(m, n)[:nb] if m.size else 0
     rows[:, 1] = layout.lane_rows(s, n)[:nb] if s.size else 0
@@ -1074,7 +1072,7 @@ def add_multipliers(mults: Sequence[int], shifts: Sequence[int]) -> tuple[list[i
     ms = [int(m) for m in mults]
     ss = [int(s) for s in shifts]
     _need(len(ms) == len(ss) >= 1, "one multiplier and shift per input")
-    _need(all(0 <= m < 2**31 for m in ms) and all(0 <= s <= MAX_REQ_SHIFT for s in ss),
+    _need(all(0 <= m < 2**31 for m in ms) and all(0 <= s <= MAX_SHIFT for s in ss),
           "add multipliers must be in [0, 2**31) and shifts in [0, 62]")
     live = [(m, s) for m, s in zip(ms, ss, strict=True) if m]
     if not live:
@@ -1084,7 +1082,7 @@ def add_multipliers(mults: Sequence[int], shifts: Sequence[int]) -> tuple[list[i
     big = ADD_BITS - e
     _need(big >= 1, f"add: an input scale is {2 ** (e - 1)} or more times the output scale; "
           "the 32-bit datapath cannot represent it")
-    sc = min(big, MAX_REQ_SHIFT)
+    sc = min(big, MAX_SHIFT)
     out = []
     for m, s in zip(ms, ss, strict=True):
         d = s - sc
@@ -1345,20 +1343,9 @@ def join(kernels: Sequence[Kernel]) -> list[Insn]:
 
 # --- static analysis: cycle estimate and race check ----------------------------------------------
 
-#: Token counter of each (unit, flag): 0 load->compute, 1 compute->load, 2 compute->store,
-#: 3 store->compute (the four counters of docs/isa.md).
-_TOKEN = {(Unit.LOAD, "pop_next"): 1, (Unit.LOAD, "push_next"): 0,
-          (Unit.COMPUTE, "pop_prev"): 0, (Unit.COMPUTE, "pop_next"): 3,
-          (Unit.COMPUTE, "push_prev"): 1, (Unit.COMPUTE, "push_next"): 2,
-          (Unit.STORE, "pop_prev"): 2, (Unit.STORE, "push_prev"): 3}
-
-
-def _tokens(insn: Insn) -> tuple[list[int], list[int]]:
-    u = insn.unit
-    assert u is not None
-    pops = [_TOKEN[(u, f)] for f in ("pop_prev", "pop_next") if insn.fields.get(f)]
-    pushes = [_TOKEN[(u, f)] for f in ("push_prev", "push_next") if insn.fields.get(f)]
-    return pops, pushes
+def _tokens(insn: Insn) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    assert insn.unit is not None
+    return isa.token_counters(insn.unit, insn.fields)
 
 
 @dataclass(frozen=True)

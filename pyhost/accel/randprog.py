@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from compiler.quantize.requant import quantize_multiplier, quantize_multipliers
-from pyhost.accel.model import _POPS, _PUSHES, AccelConfig, AccelModel
+from pyhost.accel.model import AccelModel
+from pyhost.fixedpoint import quantize_multiplier, quantize_multipliers
 from pyhost.spec import isa
+from pyhost.spec.accel import AccelConfig
 from pyhost.spec.isa import AccelError, AluOp, Buffer, Insn, Opcode, Unit
 
 _MASK32 = (1 << 32) - 1
@@ -139,12 +140,8 @@ def footprint(insn: Insn, n: int, slots: Sequence[int]) -> tuple[set, set, list,
     return reads, writes, [], []
 
 
-def _token_flags(insn: Insn) -> tuple[list[int], list[int]]:
-    u = insn.unit
-    if u is None:
-        return [], []
-    return ([c for fl, c in _POPS[u].items() if insn.fields.get(fl)],
-            [c for fl, c in _PUSHES[u].items() if insn.fields.get(fl)])
+def _token_flags(insn: Insn) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    return isa.token_counters(insn.unit, insn.fields)
 
 
 class ProgramCheckError(AssertionError):

@@ -21,8 +21,8 @@ from compiler.xir import CONST, Graph, Subgraph
 from compiler.zoo import demo_cnn, light_model
 from pyhost.accel import kernels as K
 from pyhost.accel import layout
-from pyhost.accel.model import AccelConfig
 from pyhost.spec import isa
+from pyhost.spec.accel import AccelConfig
 from tests.compiler.helpers import make_model, tensor_info
 
 ACCEL = {"plugin": "accel", "quantize": {"samples": 2}}

@@ -32,9 +32,9 @@ from compiler.runtime.card import (
 )
 from compiler.xir import CONST, Graph
 from compiler.zoo import DEMO_INPUT, ONNX_DATA, demo_cnn, demo_input, light_model
-from pyhost.accel.model import AccelConfig
 from pyhost.driver import AccelUnavailable, PcieDriver
 from pyhost.model_card import ModelCard
+from pyhost.spec.accel import AccelConfig
 from tests.compiler.helpers import make_model, tensor_info
 
 ACCEL = {"plugin": "accel", "quantize": {"samples": 2}}

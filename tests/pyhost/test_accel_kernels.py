@@ -17,10 +17,11 @@ from compiler.quantize.kernels import qadd, qconv, qgemm
 from compiler.quantize.requant import quantize_multiplier, requantize
 from pyhost.accel import kernels as K
 from pyhost.accel import layout
-from pyhost.accel.model import AccelConfig, AccelModel
+from pyhost.accel.model import AccelModel
 from pyhost.accel.randprog import random_conv_quant as conv_q
 from pyhost.accel.randprog import random_gemm_quant as gemm_q
 from pyhost.spec import isa
+from pyhost.spec.accel import AccelConfig
 
 CFG = AccelConfig()
 N = CFG.n

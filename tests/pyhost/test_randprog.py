@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 from pyhost.accel import randprog
-from pyhost.accel.model import AccelConfig, AccelModel, AccelResult
+from pyhost.accel.model import AccelModel, AccelResult
 from pyhost.accel.randprog import RandomProgram
 from pyhost.driver import PcieDriver
 from pyhost.model_card import ModelCard
 from pyhost.spec import isa
+from pyhost.spec.accel import AccelConfig
 from pyhost.spec.isa import AccelError, AluOp, Buffer, Insn, Opcode
 
 MiB = 1 << 20

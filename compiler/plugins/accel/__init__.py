@@ -22,7 +22,7 @@ from compiler.plugins.accel import codegen
 from compiler.plugins.accel.partition import Limits, partition
 from compiler.xir import Graph, Op, Subgraph
 from pyhost.accel import kernels as K
-from pyhost.accel.model import AccelConfig
+from pyhost.spec.accel import AccelConfig
 
 DEVICE = "ACCEL"
 RUNNER = "compiler.plugins.accel.runner:AccelRunner"

@@ -47,8 +47,8 @@ from compiler.runtime.card import (
 from compiler.xir import CONST, Op, Subgraph, Tensor
 from pyhost.accel import kernels as K
 from pyhost.accel import layout
-from pyhost.accel.model import AccelConfig
 from pyhost.spec import isa
+from pyhost.spec.accel import AccelConfig
 
 #: Op types that head a layer, by kernel.
 HEADS: dict[str, frozenset[str]] = {

@@ -29,7 +29,7 @@ from compiler.plugins.accel import codegen
 from compiler.plugins.accel.codegen import ACTS, HEADS, VIEWS, Layer
 from compiler.xir import Graph, GraphTemplate, Op, Subgraph
 from pyhost.accel import kernels as K
-from pyhost.accel.model import AccelConfig
+from pyhost.spec.accel import AccelConfig
 
 
 @dataclass(frozen=True)
