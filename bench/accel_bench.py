@@ -2,7 +2,7 @@
 
 ``python -m bench accel`` runs two layers on card_top (16 MiB card memory) under Verilator:
 a 256 x 256 x 256 int8 GEMM and a 3 x 3, 64 -> 64 channel convolution on 56 x 56, both generated
-by pyhost.accel.kernels with random quantizer parameters.
+by compiler.plugins.accel.kernels with random quantizer parameters.
 
 - Co-simulation (bench/accel_cosim.py): the real host software, PcieDriver on RtlCard under
   cocotb, uploads program, constants and input by DMA, binds the slots, starts, waits for the
@@ -47,13 +47,13 @@ from typing import Any
 
 import numpy as np
 
+from compiler.plugins.accel import kernels as K
 from compiler.quantize.kernels import qconv, qgemm
-from pyhost.accel import kernels as K
-from pyhost.accel import layout
+from pyhost.accel import layout, timing
 from pyhost.accel.model import AccelModel
-from pyhost.accel.randprog import random_conv_quant, random_gemm_quant
 from pyhost.spec import dram, isa, regs
 from pyhost.spec.accel import AccelConfig
+from tb.accel.randprog import random_conv_quant, random_gemm_quant
 from tb.common import runner
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -173,7 +173,7 @@ def make_job(layer: Layer, seed: int = SEED) -> dict[str, Any]:
         "regions": regions, "slots": slots, "insn_base": PROG_ADDR, "insn_count": count,
         "tiling": {k: v for k, v in kern.tiling.items() if isinstance(v, int | bool | str)},
         "layer_macs": layer_macs, "model_counters": res.counters,
-        "estimate_cycles": K.estimate(K.join([kern]), CFG).cycles,
+        "estimate_cycles": timing.estimate(K.join([kern]), CFG).cycles,
         "max_cycles": MAX_CYCLES, "n2": n2,
     }
     d = WORK / layer.name

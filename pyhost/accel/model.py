@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pyhost.accel.timing import field_cycles
 from pyhost.fixedpoint import requantize_lanes, rounding_shift
 from pyhost.spec import isa, regs
 from pyhost.spec.accel import DEFAULT_CONFIG, AccelConfig
@@ -259,11 +260,12 @@ class AccelModel:
 
     Counters: `insns`, `macs`, `bytes_loaded` and `bytes_stored` are exact (the RTL's values for
     a run without error; after an error they depend on timing, in the RTL too).
-    The cycle counters are an estimate, not cycle-accurate: an instruction of the load unit is
-    busy max(scratchpad rows written, 64-byte beats) + 1 cycles, a store the same with rows read,
-    a GEMM or ALU outer*inner + 1; the fetcher dispatches one instruction per cycle, no sooner than
-    the unit frees a queue entry; an instruction starts when its unit is free and its tokens have
-    been pushed (the wait is `*_stall`); `cycles` is the time the last unit finishes.
+    The cycle counters are an estimate, not cycle-accurate (the rules of `timing.field_cycles`):
+    an instruction of the load unit is busy max(scratchpad rows written, 64-byte beats) + 1
+    cycles, a store the same with rows read, a GEMM or ALU outer*inner + 1; the fetcher
+    dispatches one instruction per cycle, no sooner than the unit frees a queue entry; an
+    instruction starts when its unit is free and its tokens have been pushed (the wait is
+    `*_stall`); `cycles` is the time the last unit finishes.
     """
 
     def __init__(self, cfg: AccelConfig = DEFAULT_CONFIG) -> None:
@@ -676,13 +678,7 @@ class _Run:
         start = ready
         for t in op.pops:
             start = max(start, self.token_t[t].popleft())
-        if op.op in (Opcode.LOAD, Opcode.STORE):
-            e = self.model.cfg.element_bytes(Buffer(f["buf"]))
-            y, x = f["y_size"], f["x_size"]
-            rows = (f["pad_top"] + y + f["pad_bottom"]) * (f["pad_left"] + x + f["pad_right"])
-            dur = max(rows, y * (-(-x * e // 64))) + 1
-        else:
-            dur = f["outer"] * f["inner"] + 1
+        dur = field_cycles(op.op, f, self.model.cfg.n)
         finish = start + dur
         c[("load", "compute", "store")[u] + "_busy"] += dur
         c[("load", "compute", "store")[u] + "_stall"] += start - ready

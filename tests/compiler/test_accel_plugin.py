@@ -19,10 +19,10 @@ from compiler.plugins.accel import AccelPlugin, codegen
 from compiler.runtime.card import MAX_IO, AccelImage
 from compiler.xir import CONST, Graph, Subgraph
 from compiler.zoo import demo_cnn, light_model
-from pyhost.accel import kernels as K
-from pyhost.accel import layout
+from pyhost.accel import layout, timing
 from pyhost.spec import isa
 from pyhost.spec.accel import AccelConfig
+from tb.accel import races
 from tests.compiler.helpers import make_model, tensor_info
 
 ACCEL = {"plugin": "accel", "quantize": {"samples": 2}}
@@ -92,12 +92,12 @@ def test_demo_program(demo: Graph) -> None:
     prog = isa.decode_program(sub.get_attr("accel_program"))
     assert prog[-1].op == isa.Opcode.END
     assert sum(i.op == isa.Opcode.END for i in prog) == 1
-    K.check_races(prog)
+    races.check_races(prog)
     slots = {i.fields.get("slot", 0) for i in prog if i.op in (isa.Opcode.LOAD,
                                                               isa.Opcode.STORE)}
     assert slots == {0, 1, 2, 3}
     st = sub.get_attr("accel_stats")
-    est = K.estimate(prog)
+    est = timing.estimate(prog)
     assert st["instructions"] == len(prog) and st["layers"] == 8
     # the layers are drained one after the other: the sum of their estimates is the program's
     assert abs(st["estimated_cycles"] - est.cycles) <= 8 * st["layers"], (st, est)
@@ -303,7 +303,7 @@ def test_standalone_relu_is_a_layer() -> None:
     (sub,) = accel_subgraphs(g)
     assert [(ly.kind, [op.type for op in ly.ops]) for ly in codegen.layers_of(sub.ops)] == [
         ("relu", ["Relu"]), ("conv", ["Conv"]), ("relu", ["Relu"]), ("conv", ["Conv", "Relu"])]
-    K.check_races(isa.decode_program(sub.get_attr("accel_program")))
+    races.check_races(isa.decode_program(sub.get_attr("accel_program")))
     rng = np.random.default_rng(4)
     x = rng.standard_normal((2, 8, 7, 6)).astype(np.float32)
     with PcieDriver(ModelCard(1 << 20)) as drv:
@@ -389,4 +389,4 @@ def test_other_card_configurations(cfg: AccelConfig) -> None:
     assert img.config == cfg
     assert all(s.n == cfg.n for s in img.io)
     assert len(img.consts) > 0 and img.insns > 0
-    K.check_races(isa.decode_program(img.program), cfg)
+    races.check_races(isa.decode_program(img.program), cfg.n)

@@ -1,7 +1,7 @@
 """Code generation of the accelerator plugin: layers of a device subgraph -> one instruction
 stream, its constant blob and the memory plan the runtime binds to the slot registers.
 
-A *layer* is what one kernel of :mod:`pyhost.accel.kernels` computes: a Conv, Gemm/MatMul,
+A *layer* is what one kernel of :mod:`compiler.plugins.accel.kernels` computes: a Conv, Gemm/MatMul,
 residual Add/Sum, MaxPool, global average pool or standalone Relu (head), optionally with the
 Relu/Clip after it fused into its requantization and, before a Gemm/MatMul, the Flatten/Reshape
 that collapses C, H, W (absorbed by permuting the weights to the blocked layout). A Relu is a
@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from compiler.errors import PartitionError, QuantizationError
+from compiler.plugins.accel import kernels as K
 from compiler.quantize.params import ActQuant
 from compiler.quantize.quantizer import requant_params
 from compiler.quantize.requant import quantize_multiplier, quantize_multipliers
@@ -45,8 +46,7 @@ from compiler.runtime.card import (
     card_align,
 )
 from compiler.xir import CONST, Op, Subgraph, Tensor
-from pyhost.accel import kernels as K
-from pyhost.accel import layout
+from pyhost.accel import layout, timing
 from pyhost.spec import isa
 from pyhost.spec.accel import AccelConfig
 
@@ -540,7 +540,7 @@ def compile_subgraph(subgraph: Subgraph, cfg: AccelConfig,
             blob += bytes(off - len(blob))
             blob += kern.consts.data
         kernels.append(kern)
-        est = K.estimate(kern.insns, cfg)
+        est = timing.estimate(kern.insns, cfg)
         macs = layer_macs(ly)
         per_layer.append({
             "name": ly.name, "kind": ly.kind, "ops": [op.type for op in ly.ops],

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from compiler.errors import OptionsError
 from compiler.plugin import filter_by_template, member_runs, merge_subgraph, root_children
 from compiler.plugins.accel import codegen
+from compiler.plugins.accel import kernels as K
 from compiler.plugins.accel.codegen import ACTS, HEADS, VIEWS, Layer
 from compiler.xir import Graph, GraphTemplate, Op, Subgraph
-from pyhost.accel import kernels as K
 from pyhost.spec.accel import AccelConfig
 
 
