@@ -286,7 +286,7 @@ def prepare() -> dict[str, Any]:
 
     from compiler import xmodel, zoo
     from compiler.driver import compile_model
-    from compiler.runtime.card import AccelImage, CardExecutor, CardSession
+    from compiler.runtime.card import CardExecutor, CardSession, accel_image
     from pyhost.driver import PcieDriver
     from pyhost.model_card import ModelCard
 
@@ -300,7 +300,7 @@ def prepare() -> dict[str, Any]:
     compile_s = time.perf_counter() - t0
     xmodel.save(graph, WORK / "model.xmodel")
     subs = graph.root_subgraph.children_topological_sort()
-    images = [AccelImage.from_subgraph(s) for s in subs if s.get_attr("device") == "ACCEL"]
+    images = [accel_image(s) for s in subs if s.get_attr("device") == "ACCEL"]
     name = graph.inputs[0].name
     x = np.random.default_rng(INPUT_SEED).standard_normal(
         tuple(graph.inputs[0].output.shape)).astype(np.float32)

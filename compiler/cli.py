@@ -25,9 +25,9 @@ from compiler.passes import PASSES, PIPELINE
 from compiler.plugin.loader import BUILTIN
 from compiler.runtime import GraphExecutor
 from compiler.runtime.card import (
-    AccelImage,
     CardExecutor,
     CardSession,
+    accel_image,
     is_accel_subgraph,
     write_chrome_trace,
 )
@@ -142,7 +142,7 @@ def _run(args: argparse.Namespace) -> int:
                  for op in graph.inputs}
     accel = [c for c in graph.root_subgraph.children if is_accel_subgraph(c)]
     if accel:
-        outs = _run_on_card(graph, feeds, AccelImage.from_subgraph(accel[0]).config, args)
+        outs = _run_on_card(graph, feeds, accel_image(accel[0]).config, args)
     else:
         if args.trace:
             print("note: --trace records card runs; this model has no ACCEL subgraph")

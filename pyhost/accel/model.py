@@ -22,8 +22,8 @@ from pyhost.spec import isa, regs
 from pyhost.spec.accel import DEFAULT_CONFIG, AccelConfig
 from pyhost.spec.isa import TOKEN_QUEUES, AccelError, AluOp, Buffer, Insn, Opcode
 
-_MASK32 = (1 << 32) - 1
-_ADDR_SPACE = 1 << 32
+_ADDR_SPACE = isa.ADDR_SPACE
+_MASK32 = _ADDR_SPACE - 1
 #: Iterations of one GEMM / ALU instruction computed per numpy pass (bounds temporary memory).
 _BLOCK = 1 << 16
 #: Instructions the fetcher reads from memory per `read` call.

@@ -19,6 +19,8 @@ INSN_BYTES = INSN_BITS // 8
 
 #: Base-address slot registers.
 NUM_SLOTS = 16
+#: The accelerator addresses card memory with 32 bits (slot + offset wraps modulo this).
+ADDR_SPACE = 1 << 32
 #: Dependency-token counters saturate here; a push beyond it is TOKEN_OVERFLOW.
 TOKEN_MAX = 255
 

@@ -16,10 +16,11 @@ from compiler.driver import compile_model
 from compiler.errors import OptionsError
 from compiler.plugin import load_plugin
 from compiler.plugins.accel import AccelPlugin, codegen
-from compiler.runtime.card import MAX_IO, AccelImage
+from compiler.runtime.card import accel_image
 from compiler.xir import CONST, Graph, Subgraph
 from compiler.zoo import demo_cnn, light_model
 from pyhost.accel import layout, timing
+from pyhost.accel.abi import MAX_IO
 from pyhost.spec import isa
 from pyhost.spec.accel import AccelConfig
 from tb.accel import races
@@ -109,7 +110,7 @@ def test_demo_program(demo: Graph) -> None:
         assert ly["macs"] <= ly["array_macs"]
     assert sub.get_attr("accel_config") == {"n": 8, "inp_depth": 8192, "wgt_depth": 1024,
                                             "acc_depth": 4096, "queue_depth": 8}
-    img = AccelImage.from_subgraph(sub)
+    img = accel_image(sub)
     assert img.insns == len(prog)
 
 
@@ -223,14 +224,14 @@ def test_max_layers_and_max_step_bytes_split() -> None:
     assert [len(codegen.layers_of(s.ops)) for s in accel_subgraphs(two)] == [2, 2, 2, 2]
     assert device_of(two) == device_of(full)
     (sub,) = accel_subgraphs(full)
-    whole = AccelImage.from_subgraph(sub).card_bytes(64)
+    whole = accel_image(sub).card_bytes(64)
     cap = whole // 2
     small = compile_model(demo_cnn(), {**ACCEL, "plugin_options": {"accel": {
         "max_step_bytes": cap}}}).graph
     subs = accel_subgraphs(small)
     assert len(subs) > 1 and device_of(small) == device_of(full)
     for s in subs:
-        assert AccelImage.from_subgraph(s).card_bytes(64) <= cap
+        assert accel_image(s).card_bytes(64) <= cap
 
 
 def test_what_stays_on_the_cpu_and_why() -> None:
@@ -385,7 +386,7 @@ def test_other_card_configurations(cfg: AccelConfig) -> None:
                                          "queue_depth")}
     g = compile_model(demo_cnn(), {**ACCEL, "plugin_options": {"accel": opts}}).graph
     (sub,) = accel_subgraphs(g)
-    img = AccelImage.from_subgraph(sub)
+    img = accel_image(sub)
     assert img.config == cfg
     assert all(s.n == cfg.n for s in img.io)
     assert len(img.consts) > 0 and img.insns > 0

@@ -23,15 +23,16 @@ from compiler.ops.op_conv import conv_nd
 from compiler.runtime import GraphExecutor
 from compiler.runtime.card import (
     AccelConfigMismatch,
-    AccelImage,
     CardExecutor,
     CardMemoryError,
     CardSession,
+    accel_image,
     chrome_trace,
     write_chrome_trace,
 )
 from compiler.xir import CONST, Graph
 from compiler.zoo import DEMO_INPUT, ONNX_DATA, demo_cnn, demo_input, light_model
+from pyhost.accel.abi import AccelImage
 from pyhost.driver import AccelUnavailable, PcieDriver
 from pyhost.model_card import ModelCard
 from pyhost.spec.accel import AccelConfig
@@ -47,7 +48,7 @@ def driver(mem: int, accel: AccelConfig | None = DEFAULT, host: int = 32 << 20
 
 
 def accel_images(g: Graph) -> list[AccelImage]:
-    return [AccelImage.from_subgraph(c) for c in g.root_subgraph.children_topological_sort()
+    return [accel_image(c) for c in g.root_subgraph.children_topological_sort()
             if c.device == "ACCEL"]
 
 

@@ -14,7 +14,7 @@ its attributes:
   aligned sections), slot 1: a scratch arena for the activations that stay inside the subgraph
   (offsets reused by liveness), slots 2..15: the external inputs, then outputs, at offset 0;
 - ``accel_program`` (the END-terminated stream as bytes), ``accel_consts``,
-  ``accel_scratch_bytes``, ``accel_io`` (see :class:`compiler.runtime.card.IoSpec`),
+  ``accel_scratch_bytes``, ``accel_io`` (see :class:`pyhost.accel.abi.IoSpec`),
   ``accel_config`` and ``accel_stats``.
 
 The program refers to memory only through slots, so it runs wherever the runtime places the
@@ -36,7 +36,9 @@ from compiler.plugins.accel import kernels as K
 from compiler.quantize.params import ActQuant
 from compiler.quantize.quantizer import requant_params
 from compiler.quantize.requant import quantize_multiplier, quantize_multipliers
-from compiler.runtime.card import (
+from compiler.xir import CONST, Op, Subgraph, Tensor
+from pyhost.accel import layout, timing
+from pyhost.accel.abi import (
     CONST_SLOT,
     FIRST_IO_SLOT,
     MAX_IO,
@@ -45,8 +47,6 @@ from compiler.runtime.card import (
     align_up,
     card_align,
 )
-from compiler.xir import CONST, Op, Subgraph, Tensor
-from pyhost.accel import layout, timing
 from pyhost.spec import isa
 from pyhost.spec.accel import AccelConfig
 
