@@ -98,10 +98,10 @@ async def e2e_demo(dut) -> None:
     from cocotb.triggers import Timer
 
     from pyhost.backend import HostMemory
-    from pyhost.rtl_card import RtlCard
     from pyhost.spec import dram
     from tb.common.clocking import reset, start_clock
     from tb.common.host_memory_axi import HostMemoryConfig
+    from tb.common.rtl_card import RtlCard
 
     env = dict(os.environ)
     start_clock(dut)
@@ -262,12 +262,12 @@ def run_demo(opts: DemoOptions) -> int:
         return _verdict(opts, model_out, None, ort_out, out_names)
 
     # 3. the RTL card
-    from tb.common import runner, waves
+    from tb.common import simulator, waves
 
     params = {"MEM_SIZE": f"64'd{opts.card_mem}"}
     _say(opts, f"RTL card   card_top on {opts.sim}, {opts.card_mem >> 10} KiB card memory "
          f"(building the model if needed)")
-    b = runner.build(opts.sim, "card_top", runner.card_sources(), params, waves=opts.waves)
+    b = simulator.build(opts.sim, "card_top", simulator.card_sources(), params, waves=opts.waves)
     files = {k: out / f"rtl_{k}" for k in ("out.json", "outputs.npz", "trace.json",
                                             "progress.txt")}
     for f in files.values():
@@ -302,13 +302,13 @@ def run_with_progress(build: Any, module: str, testcase: str, env: dict[str, str
     """Run one cocotb test of ``module`` on ``build`` (check=False) in a thread and echo the lines
     the simulation appends to ``progress`` through ``say`` as they come, prefixed with the wall
     time. Returns (the runner's RunResult, wall seconds); re-raises what the runner raised."""
-    from tb.common import runner
+    from tb.common import simulator
 
     result: dict[str, Any] = {}
 
     def sim() -> None:
         try:
-            result["res"] = runner.test(build, module, testcase=testcase, run_name=testcase,
+            result["res"] = simulator.test(build, module, testcase=testcase, run_name=testcase,
                                         extra_env=env, check=False)
         except BaseException as e:  # re-raised below, after the progress loop
             result["error"] = e

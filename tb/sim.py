@@ -33,7 +33,7 @@ import cocotb
 import numpy as np
 
 from pyhost.spec import dram
-from tb.common import runner, waves
+from tb.common import simulator, waves
 from tb.common.clocking import reset, start_clock
 from tb.common.host_memory_axi import HostMemoryConfig
 from tb.dram_ctrl.traffic import AxiTraffic, Pattern
@@ -98,7 +98,7 @@ async def card_round_trip(dut) -> None:
     from cocotb.task import bridge
 
     from pyhost.backend import HostMemory
-    from pyhost.rtl_card import RtlCard
+    from tb.common.rtl_card import RtlCard
 
     start_clock(dut)
     card = RtlCard(dut, HostMemory(4 << 20), HostMemoryConfig(read_latency=200))
@@ -110,11 +110,11 @@ async def card_round_trip(dut) -> None:
 
 def card_demo(sim: str, mem: int) -> int:
     params = {"MEM_SIZE": f"64'd{mem}"}
-    sources = runner.card_sources()
-    b = runner.build(sim, "card_top", sources, params, waves=True)
+    sources = simulator.card_sources()
+    b = simulator.build(sim, "card_top", sources, params, waves=True)
     out = b.build_dir / "demo.json"
     out.unlink(missing_ok=True)
-    res = runner.test(b, "tb.sim", testcase="card_round_trip", run_name="sim",
+    res = simulator.test(b, "tb.sim", testcase="card_round_trip", run_name="sim",
                       extra_env={"DEMO_OUT": str(out), "COCOTB_LOG_LEVEL": "WARNING"})
     r = json.loads(out.read_text())
     peak = 64 / dram.CTRL_CLK_NS
@@ -129,7 +129,7 @@ def card_demo(sim: str, mem: int) -> int:
     return 0 if r["ok"] else 1
 
 
-def _report_waves(res: runner.RunResult, note: str = "") -> bool:
+def _report_waves(res: simulator.RunResult, note: str = "") -> bool:
     """Print the run's FST and its GTKWave save file; False when the simulator wrote none."""
     if res.waves is None:
         print("error: the simulator wrote no waveform", file=sys.stderr)
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--demo", default=os.environ.get("DEMO") or "e2e", choices=["e2e", "card"])
     ap.add_argument("--model", default=os.environ.get("MODEL") or "demo")
     ap.add_argument("--sim", default=os.environ.get("SIM") or "verilator",
-                    choices=runner.SIMULATORS)
+                    choices=simulator.SIMULATORS)
     ap.add_argument("--card-mem", default=os.environ.get("CARD_MEM") or "")
     ap.add_argument("--backend", default=os.environ.get("BACKEND") or "rtl",
                     choices=["rtl", "model"])
@@ -177,7 +177,7 @@ def e2e(args: argparse.Namespace) -> int:
     except DemoError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except runner.SimulatorMissing as e:
+    except simulator.SimulatorMissing as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
@@ -189,14 +189,14 @@ def card_demos(args: argparse.Namespace) -> int:
     print(f"make sim: card memory demo on {args.sim}, {mem >> 20} MiB card memory, "
           f"{args.cycles} measured cycles")
     try:
-        b = runner.build(args.sim, "dram_ctrl", runner.rtl_sources("dram_ctrl"), params,
+        b = simulator.build(args.sim, "dram_ctrl", simulator.rtl_sources("dram_ctrl"), params,
                          waves=True)
-    except runner.SimulatorMissing as e:
+    except simulator.SimulatorMissing as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     out = b.build_dir / "demo.json"
     out.unlink(missing_ok=True)
-    res = runner.test(b, "tb.sim", testcase="card_memory_demo", run_name="sim",
+    res = simulator.test(b, "tb.sim", testcase="card_memory_demo", run_name="sim",
                       extra_env={"DEMO_OUT": str(out), "DEMO_MEM_SIZE": str(mem),
                                  "DEMO_CYCLES": str(args.cycles), "COCOTB_LOG_LEVEL": "WARNING"})
     r = json.loads(out.read_text())

@@ -52,8 +52,7 @@ from pyhost.accel.abi import (
     card_align,
 )
 from pyhost.driver import AccelProgram, AccelRunError, PcieDriver
-from pyhost.memory import MemoryManager
-from pyhost.memory import Tensor as MTensor
+from pyhost.memory import MemoryManager, TensorHandle
 from pyhost.spec import isa
 
 
@@ -272,24 +271,26 @@ class AccelStep:
         self.resident = [t for t in (self.program, self.consts, self.scratch) if t is not None]
         self.last_counters: dict[str, int] = {}
 
-    def _tensor(self, what: str, data: bytes) -> MTensor:
+    def _tensor(self, what: str, data: bytes) -> TensorHandle:
         mgr = self.session.manager
         t = mgr.allocate_tensor(align_up(len(data), self.session.align),
                                 name=self.session.unique(f"{self.image.name}/{what}"))
         mgr.write_tensor(t, len(data), data)
         return t
 
-    def allocate(self, spec: IoSpec, name: str | None = None) -> MTensor:
+    def allocate(self, spec: IoSpec, name: str | None = None) -> TensorHandle:
         """A manager tensor for one input or output of this step."""
         return self.session.manager.allocate_tensor(
             align_up(spec.nbytes, self.session.align),
             name=name or self.session.unique(f"{self.image.name}/{spec.name}"))
 
-    def need_list(self, inputs: Sequence[MTensor], outputs: Sequence[MTensor]) -> list[MTensor]:
+    def need_list(self, inputs: Sequence[TensorHandle], outputs: Sequence[TensorHandle]
+                  ) -> list[TensorHandle]:
         """The tensors of one launch, in the order of its need_in_device call."""
         return [*self.resident, *inputs, *outputs]
 
-    def launch(self, inputs: Sequence[MTensor], outputs: Sequence[MTensor]) -> dict[str, int]:
+    def launch(self, inputs: Sequence[TensorHandle], outputs: Sequence[TensorHandle]
+               ) -> dict[str, int]:
         """Run the program on the card with these input and output tensors (in accel_io order);
         returns the accelerator's counters. The outputs are marked updated.
 
@@ -461,7 +462,7 @@ class _Value:
     """A tensor value of a run: on the host, on the card (a manager tensor), or both."""
 
     host: np.ndarray | None = None
-    dev: MTensor | None = None
+    dev: TensorHandle | None = None
     spec: IoSpec | None = None
 
 
@@ -584,7 +585,7 @@ class CardExecutor:
         self.stats = stats
         return result
 
-    def _on_card(self, env: dict[str, _Value], spec: IoSpec, step: AccelStep) -> MTensor:
+    def _on_card(self, env: dict[str, _Value], spec: IoSpec, step: AccelStep) -> TensorHandle:
         v = env.get(spec.name)
         if v is None:
             raise RunnerError(f"step {step.image.name!r} needs {spec.name!r}, which no earlier "

@@ -29,7 +29,7 @@ from pyhost.driver import (
 from pyhost.model_card import ModelCard, irq_done_bit, status_word
 from pyhost.spec import regs
 from pyhost.spec.regs import Channel, DmaError
-from tb.card import driver_program as program
+from tb.card_top import driver_program as program
 
 MiB = 1 << 20
 H2C, C2H, C2C = Channel.H2C, Channel.C2H, Channel.C2C
@@ -46,7 +46,7 @@ def make(card_cls: type[ModelCard] = ModelCard, mem: int = 32 * MiB,
 @pytest.mark.parametrize("reduced", [False, True], ids=["full", "reduced"])
 @pytest.mark.parametrize("check", program.ALL_CHECKS, ids=lambda c: c.name)
 def test_program(check: program.Check, reduced: bool) -> None:
-    """Each check of tb/card/driver_program.py passes on ModelCard, full and reduced."""
+    """Each check of tb/card_top/driver_program.py passes on ModelCard, full and reduced."""
     card, drv = make()
     check.fn(drv, reduced=reduced)
     drv.close()
