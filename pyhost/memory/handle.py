@@ -1,8 +1,8 @@
 """Tensor handles and the manager's record of each tensor.
 
 A `TensorHandle` is an indirect handle: it names a tensor by id, never by card address, so the
-manager may evict and move tensors freely; `need_in_device` gives the current addresses. The `_Entry` is
-the manager's private record of where the tensor's bytes are valid.
+manager may evict and move tensors freely; `need_in_device` gives the current addresses. The
+`_Entry` is the manager's private record of where the tensor's bytes are valid.
 """
 
 from __future__ import annotations

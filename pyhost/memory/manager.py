@@ -400,8 +400,8 @@ class MemoryManager:
                     elif isinstance(t, TensorHandle):
                         keys.append(self._entry(t).key)
                     else:
-                        raise ScheduleError(f"schedule entry {i} names {t!r}; use TensorHandle objects "
-                                            "or the names given to allocate_tensor")
+                        raise ScheduleError(f"schedule entry {i} names {t!r}; use TensorHandle "
+                                            "objects or the names given to allocate_tensor")
                 sched.append(frozenset(keys))
             positions: dict[str, list[int]] = {}
             for i, keys in enumerate(sched):
