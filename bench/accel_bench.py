@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from compiler.plugins.accel import kernels as K
-from compiler.quantize.kernels import qconv, qgemm
+from compiler.quantize.reference import qconv, qgemm
 from pyhost.accel import layout, timing
 from pyhost.accel.model import AccelModel
 from pyhost.spec import dram, isa, regs

@@ -285,7 +285,7 @@ def prepare() -> dict[str, Any]:
     from onnx import helper
 
     from compiler import xmodel, zoo
-    from compiler.driver import compile_model
+    from compiler.pipeline import compile_model
     from compiler.runtime.card import CardExecutor, CardSession, accel_image
     from pyhost.driver import PcieDriver
     from pyhost.model_card import ModelCard

@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 
 from compiler import xmodel
-from compiler.driver import compile_file
 from compiler.errors import CompilerError
 from compiler.passes import PASSES, PIPELINE
-from compiler.plugin.loader import BUILTIN
+from compiler.pipeline import compile_file
+from compiler.plugin_api.loader import BUILTIN
 from compiler.runtime import GraphExecutor
 from compiler.runtime.card import (
     CardExecutor,

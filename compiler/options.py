@@ -15,7 +15,7 @@ from typing import Any
 
 from compiler.errors import OptionsError, PassError
 from compiler.passes import check_switches
-from compiler.plugin.loader import plugin_names
+from compiler.plugin_api.loader import plugin_names
 
 KEYS = ("plugin", "plugins", "plugin_options", "passes", "input_shapes", "quantize", "name")
 

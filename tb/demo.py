@@ -206,8 +206,8 @@ def run_demo(opts: DemoOptions) -> int:
     import onnxruntime as ort
 
     from compiler import xmodel
-    from compiler.driver import compile_model
     from compiler.errors import CompilerError
+    from compiler.pipeline import compile_model
     from compiler.runtime.card import CardExecutor, CardRuntimeError, CardSession
     from pyhost.driver import PcieDriver
     from pyhost.model_card import ModelCard

@@ -12,10 +12,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from compiler.runtime.base import Runner
 from compiler.runtime.cpu import CpuRunner
 from compiler.runtime.executor import GraphExecutor
 from compiler.runtime.loader import BUILTIN, create_runner, resolve_runner
-from compiler.runtime.runner import Runner
 
 #: Names served lazily by compiler.runtime.card.
 _CARD = ("AccelConfigMismatch", "AccelStepError", "CardExecutor", "CardMemoryError",

@@ -35,10 +35,10 @@ from typing import IO, Any
 import numpy as np
 
 from compiler.errors import RunnerError
+from compiler.runtime.base import Runner
 from compiler.runtime.cpu import CpuRunner
 from compiler.runtime.executor import Lifetimes, check_feeds
 from compiler.runtime.loader import create_runner
-from compiler.runtime.runner import Runner
 from compiler.xir import Graph, Subgraph
 from pyhost.accel.abi import (
     ACCEL_SPACE,

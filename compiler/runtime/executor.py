@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 
 from compiler.errors import RunnerError
+from compiler.runtime.base import Runner
 from compiler.runtime.cpu import CpuRunner
 from compiler.runtime.loader import create_runner
-from compiler.runtime.runner import Runner
 from compiler.xir import Graph
 
 

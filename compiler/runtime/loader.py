@@ -13,8 +13,8 @@ from importlib import metadata
 from typing import Any
 
 from compiler.errors import RunnerError
+from compiler.runtime.base import Runner
 from compiler.runtime.cpu import CpuRunner
-from compiler.runtime.runner import Runner
 from compiler.xir import Subgraph
 
 RunnerFactory = Callable[[Subgraph, Mapping[str, Any]], Runner]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from compiler.plugins.accel import kernels as K
-from compiler.quantize.kernels import qconv, qgemm
+from compiler.quantize.reference import qconv, qgemm
 from pyhost.accel import layout
 from pyhost.accel.model import AccelModel
 from pyhost.driver import AccelRunError, PcieDriver
@@ -109,7 +109,7 @@ def run_layer(drv: PcieDriver, kern: K.Kernel, inputs: dict[int, bytes]) -> dict
 
 
 def check_accel_gemm(drv: PcieDriver, reduced: bool = False) -> None:
-    """A quantized GEMM layer on the card equals numpy (compiler.quantize.kernels.qgemm)."""
+    """A quantized GEMM layer on the card equals numpy (compiler.quantize.reference.qgemm)."""
     cfg = drv.accel_config()
     rng = np.random.default_rng(21)
     m, k, nout = (24, 40, 20) if reduced else (64, 96, 72)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from compiler.plugins.accel import kernels as K
-from compiler.quantize.kernels import qadd, qconv, qgemm
+from compiler.quantize.reference import qadd, qconv, qgemm
 from compiler.quantize.requant import quantize_multiplier, requantize
 from pyhost.accel import layout, timing
 from pyhost.accel.model import AccelModel
@@ -180,7 +180,7 @@ CONV_CASES = {
 
 @pytest.mark.parametrize("case", sorted(CONV_CASES))
 def test_conv2d_matches_qconv(case: str) -> None:
-    """conv2d equals compiler.quantize.kernels.qconv bit for bit (padding channels included),
+    """conv2d equals compiler.quantize.reference.qconv bit for bit (padding channels included),
     the same under every schedule."""
     shape, co, k, s, p = CONV_CASES[case]
     _conv_case(shape, co, k, s, p, seed=sorted(CONV_CASES).index(case))
@@ -225,7 +225,7 @@ def test_conv2d_tiles_do_not_divide_the_image() -> None:
     (45, 150, 70, 1, TINY),         # forced tiling in every dimension
 ])
 def test_gemm_matches_qgemm(m: int, k: int, nout: int, axis: int, cfg: AccelConfig) -> None:
-    """gemm equals compiler.quantize.kernels.qgemm bit for bit (weight_axis 0 and 1)."""
+    """gemm equals compiler.quantize.reference.qgemm bit for bit (weight_axis 0 and 1)."""
     rng = np.random.default_rng(m * 7 + k)
     q = gemm_q(rng, k, nout, axis)
     x = rng.integers(-128, 128, (m, k)).astype(np.int8)
@@ -328,7 +328,7 @@ ADD_CASES = [
 
 @pytest.mark.parametrize("shape,scales,relu,cfg", ADD_CASES)
 def test_add_matches_qadd_within_one_lsb(shape, scales, relu, cfg) -> None:
-    """add equals compiler.quantize.kernels.qadd (then ReLU) within 1 LSB; the rare 1-LSB
+    """add equals compiler.quantize.reference.qadd (then ReLU) within 1 LSB; the rare 1-LSB
     differences are near rounding ties (measured: see docs/accel-kernels.md)."""
     sa, sb, so, za, zb, zo = scales
     q = _add_q(sa, sb, so, za, zb, zo)

@@ -12,9 +12,9 @@ import pytest
 from onnx import helper
 
 from compiler import xmodel
-from compiler.driver import compile_model
 from compiler.errors import OptionsError
-from compiler.plugin import load_plugin
+from compiler.pipeline import compile_model
+from compiler.plugin_api import load_plugin
 from compiler.plugins.accel import AccelPlugin, codegen
 from compiler.runtime.card import accel_image
 from compiler.xir import CONST, Graph, Subgraph
@@ -256,7 +256,7 @@ def test_what_stays_on_the_cpu_and_why() -> None:
     from compiler.frontend import import_onnx
     from compiler.options import QuantizeOptions
     from compiler.passes import run_pipeline
-    from compiler.plugin import partition_graph
+    from compiler.plugin_api import partition_graph
     from compiler.quantize import quantize_graph
 
     g = import_onnx(model)
@@ -328,8 +328,8 @@ def test_standalone_relu_is_a_layer() -> None:
     c1 = to_int("c1", out["c1"])
     m, s = quantize_multiplier(sc / sr)
     r1 = requantize(c1 - zc, m, s, zr, zr, 127)
-    from compiler.quantize.kernels import qconv
     from compiler.quantize.quantizer import requant_params
+    from compiler.quantize.reference import qconv
 
     c2 = g.get_op("c2")
     q2 = dict(c2.attrs["quant"])
@@ -354,7 +354,7 @@ def test_relu_is_not_claimed_alone_after_a_claimed_producer_it_fuses_into(monkey
     from compiler.frontend import import_onnx
     from compiler.options import QuantizeOptions
     from compiler.passes import run_pipeline
-    from compiler.plugin import partition_graph
+    from compiler.plugin_api import partition_graph
     from compiler.quantize import quantize_graph
 
     g = import_onnx(relu_chain())

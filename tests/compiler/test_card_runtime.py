@@ -17,9 +17,9 @@ import pytest
 from onnx import helper, numpy_helper
 
 from compiler import cli
-from compiler.driver import compile_model
 from compiler.errors import FrontendError, RunnerError, UnsupportedOpError
 from compiler.ops.op_conv import conv_nd
+from compiler.pipeline import compile_model
 from compiler.runtime import GraphExecutor
 from compiler.runtime.card import (
     AccelConfigMismatch,

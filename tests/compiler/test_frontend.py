@@ -10,9 +10,9 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from compiler.driver import compile_model
 from compiler.errors import FrontendError, UnsupportedOpError
 from compiler.frontend import import_onnx
+from compiler.pipeline import compile_model
 from compiler.runtime import GraphExecutor
 from tests.compiler.helpers import make_model, tensor_info
 

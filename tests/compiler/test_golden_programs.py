@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from compiler import xmodel, zoo
-from compiler.driver import compile_model
+from compiler.pipeline import compile_model
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "golden_programs.json"
 

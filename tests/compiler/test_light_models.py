@@ -16,7 +16,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from compiler import xmodel
-from compiler.driver import compile_model
+from compiler.pipeline import compile_model
 from compiler.runtime import GraphExecutor
 from tests.compiler.helpers import LIGHT, light_path, randomize_light, real_inputs
 

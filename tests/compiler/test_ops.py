@@ -13,8 +13,8 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from compiler.driver import compile_model
 from compiler.ops import OPS
+from compiler.pipeline import compile_model
 from compiler.runtime import GraphExecutor
 from tests.compiler.helpers import make_model
 

@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import helper
 
-from compiler.driver import compile_model
 from compiler.errors import OptionsError, QuantizationError
 from compiler.ops.op_conv import conv_nd
+from compiler.pipeline import compile_model
 from compiler.quantize import (
     ActQuant,
     activation_params,

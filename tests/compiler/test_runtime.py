@@ -9,9 +9,9 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from compiler.driver import compile_model
 from compiler.errors import RunnerError
 from compiler.ops import OPS
+from compiler.pipeline import compile_model
 from compiler.runtime import CpuRunner, GraphExecutor, Runner, create_runner, resolve_runner
 from tests.compiler.helpers import ONNX_DATA
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from compiler.errors import OptionsError
-from compiler.plugin import Plugin
+from compiler.plugin_api import Plugin
 from compiler.plugins.accel import codegen
 from compiler.plugins.accel import kernels as K
 from compiler.plugins.accel.partition import Limits, partition

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from compiler.errors import OptionsError
-from compiler.plugin import filter_by_template, member_runs, merge_subgraph, root_children
+from compiler.plugin_api import filter_by_template, member_runs, merge_subgraph, root_children
 from compiler.plugins.accel import codegen
 from compiler.plugins.accel import kernels as K
 from compiler.plugins.accel.codegen import ACTS, HEADS, VIEWS, Layer

@@ -175,7 +175,7 @@ def conv2d(in_shape: Sequence[int], q: Quant, *, inp: Ref, out: Ref, consts: Ref
            dilations: Sequence[int] = (1, 1), group: int = 1,
            act: tuple[int, int] | None = None, cfg: AccelConfig = DEFAULT_CFG,
            name: str = "conv2d") -> Kernel:
-    """Quantized Conv2d, bit-exact with compiler.quantize.kernels.qconv (+ clamp to `act`).
+    """Quantized Conv2d, bit-exact with compiler.quantize.reference.qconv (+ clamp to `act`).
 
     `in_shape` is NCHW (batch images one after the other); `q` the quantizer's dict (int8
     `weight` (Cout, Cin, KH, KW), int32 `bias_corrected`, `multiplier`, `shift`,
@@ -464,7 +464,7 @@ def gemm(m: int, q: Quant, *, inp: Ref, out: Ref, consts: Ref,
          act: tuple[int, int] | None = None, cfg: AccelConfig = DEFAULT_CFG,
          name: str = "gemm") -> Kernel:
     """Quantized Gemm / fully connected: (M, K) int8 @ (K, Nout) -> int8 (M, Nout), bit-exact
-    with compiler.quantize.kernels.qgemm (+ clamp to `act`).
+    with compiler.quantize.reference.qgemm (+ clamp to `act`).
 
     `q` is the quantizer's dict (`weight` with `weight_axis`, `bias_corrected`, `multiplier`,
     `shift`, `input_zero_point`, `output_zero_point`). Input and output are rows of K/N (N/N)

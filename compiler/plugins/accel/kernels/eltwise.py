@@ -74,7 +74,7 @@ def add(in_shape: Sequence[int], q: Quant, *, a: Ref, b: Ref, out: Ref, consts: 
     Per tile of rows, in 32-bit lanes: LOAD.ACC8 both inputs; MUL a by m'_a, MUL b by m'_b,
     ADD, ADD the constant row -(za*m'_a + zb*m'_b), REQ with multiplier 1 and shift S (rounding
     half up, + zero point, clamp). The multipliers come from `add_multipliers`: ~22-bit instead
-    of compiler.quantize.kernels.qadd's 31-bit, so the result can differ from qadd by 1 LSB
+    of compiler.quantize.reference.qadd's 31-bit, so the result can differ from qadd by 1 LSB
     where the exact value is within about 2**-13 of a rounding tie (docs/accel-kernels.md).
     """
     n = cfg.n

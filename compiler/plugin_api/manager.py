@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compiler.errors import CompilerError, PartitionError
-from compiler.plugin.base import Plugin
-from compiler.plugin.helpers import is_assigned, root_children
+from compiler.plugin_api.base import Plugin
+from compiler.plugin_api.helpers import is_assigned, root_children
 from compiler.xir import CONST, Graph, Op, Subgraph
 
 
