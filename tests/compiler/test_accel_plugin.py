@@ -15,7 +15,8 @@ from compiler import xmodel
 from compiler.errors import OptionsError
 from compiler.pipeline import compile_model
 from compiler.plugin_api import load_plugin
-from compiler.plugins.accel import AccelPlugin, codegen
+from compiler.plugins.accel import AccelPlugin, lower, memplan
+from compiler.plugins.accel.layers import Layer, layers_of
 from compiler.runtime.card import accel_image
 from compiler.xir import CONST, Graph, Subgraph
 from compiler.zoo import demo_cnn, light_model
@@ -64,7 +65,7 @@ def test_demo_partition(demo: Graph) -> None:
     assert {n for n, d in dev.items() if d == "ACCEL"} == on_accel
     assert dev["probs"] == "CPU" and dev["input"] == "CPU"
     (sub,) = accel_subgraphs(demo)
-    layers = codegen.layers_of(sub.ops)
+    layers = layers_of(sub.ops)
     assert [(ly.kind, [op.type for op in ly.ops]) for ly in layers] == [
         ("conv", ["Conv", "Relu"]), ("conv", ["Conv", "Relu"]), ("conv", ["Conv"]),
         ("add", ["Add", "Relu"]), ("maxpool", ["MaxPool"]), ("conv", ["Conv", "Relu"]),
@@ -132,10 +133,10 @@ def test_scratch_is_reused_by_liveness(demo: Graph) -> None:
     """Internal activations share the scratch arena: it is smaller than their sum, and no
     two tensors that are live together overlap."""
     (sub,) = accel_subgraphs(demo)
-    layers = codegen.layers_of(sub.ops)
-    plan = codegen.plan_step(layers, 8)
+    layers = layers_of(sub.ops)
+    plan = memplan.plan_step(layers, 8)
     internal = [ly.output for ly in layers if plan.refs[ly.output].slot == 1]
-    total = sum(codegen.tensor_bytes(t.shape, 8) for t in internal)
+    total = sum(lower.tensor_bytes(t.shape, 8) for t in internal)
     assert plan.scratch_bytes == sub.get_attr("accel_scratch_bytes")
     assert 0 < plan.scratch_bytes < total
     born = {ly.output: i for i, ly in enumerate(layers)}
@@ -145,7 +146,7 @@ def test_scratch_is_reused_by_liveness(demo: Graph) -> None:
             if x is y or not (born[x] <= last[y] and born[y] <= last[x]):
                 continue
             ax, ay = plan.refs[x].offset, plan.refs[y].offset
-            nx, ny = codegen.tensor_bytes(x.shape, 8), codegen.tensor_bytes(y.shape, 8)
+            nx, ny = lower.tensor_bytes(x.shape, 8), lower.tensor_bytes(y.shape, 8)
             assert ax + nx <= ay or ay + ny <= ax, f"{x.name} and {y.name} overlap"
 
 
@@ -155,7 +156,7 @@ def test_blocked_fc_weight_reads_the_blocked_tensor() -> None:
     for n, shape in ((8, (2, 13, 3, 5)), (4, (1, 8, 2, 2)), (16, (3, 20, 1, 1))):
         x = rng.integers(-128, 128, shape).astype(np.int8)
         w = rng.integers(-127, 128, (math.prod(shape[1:]), 7)).astype(np.int64)
-        wb = codegen.blocked_fc_weight(w, shape, n)
+        wb = lower.blocked_fc_weight(w, shape, n)
         xb = np.frombuffer(layout.pack_act(x, n, fill=99), np.int8).reshape(shape[0], -1)
         np.testing.assert_array_equal(xb.astype(np.int64) @ wb,
                                       x.reshape(shape[0], -1).astype(np.int64) @ w)
@@ -221,7 +222,7 @@ def test_max_layers_and_max_step_bytes_split() -> None:
     full = compile_model(demo_cnn(), ACCEL).graph
     two = compile_model(demo_cnn(), {**ACCEL, "plugin_options": {"accel": {"max_layers": 2}}}
                         ).graph
-    assert [len(codegen.layers_of(s.ops)) for s in accel_subgraphs(two)] == [2, 2, 2, 2]
+    assert [len(layers_of(s.ops)) for s in accel_subgraphs(two)] == [2, 2, 2, 2]
     assert device_of(two) == device_of(full)
     (sub,) = accel_subgraphs(full)
     whole = accel_image(sub).card_bytes(64)
@@ -302,7 +303,7 @@ def test_standalone_relu_is_a_layer() -> None:
     dev = device_of(g)
     assert {n for n, d in dev.items() if d == "ACCEL"} == {"r0", "c1", "r1", "c2", "r2"}
     (sub,) = accel_subgraphs(g)
-    assert [(ly.kind, [op.type for op in ly.ops]) for ly in codegen.layers_of(sub.ops)] == [
+    assert [(ly.kind, [op.type for op in ly.ops]) for ly in layers_of(sub.ops)] == [
         ("relu", ["Relu"]), ("conv", ["Conv"]), ("relu", ["Relu"]), ("conv", ["Conv", "Relu"])]
     races.check_races(isa.decode_program(sub.get_attr("accel_program")))
     rng = np.random.default_rng(4)
@@ -343,13 +344,13 @@ def test_standalone_relu_is_a_layer() -> None:
 def test_relu_is_not_claimed_alone_after_a_claimed_producer_it_fuses_into(monkeypatch) -> None:
     """If a Conv + Relu cannot be generated but the Conv alone can, the Relu stays on the CPU
     (layers_of would fuse it into the claimed Conv, whose kernel was made without it)."""
-    real = codegen.check_layer
+    real = lower.check_layer
 
-    def no_fusion(layer: codegen.Layer, cfg: AccelConfig):  # type: ignore[no-untyped-def]
+    def no_fusion(layer: Layer, cfg: AccelConfig):  # type: ignore[no-untyped-def]
         return (None, "fusion disabled by the test") if layer.act is not None \
             else real(layer, cfg)
 
-    monkeypatch.setattr(codegen, "check_layer", no_fusion)
+    monkeypatch.setattr(lower, "check_layer", no_fusion)
     plugin = AccelPlugin()
     from compiler.frontend import import_onnx
     from compiler.options import QuantizeOptions
