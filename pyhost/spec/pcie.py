@@ -1,0 +1,79 @@
+"""The card's PCIe identity and host-link layout: what enumeration finds and what the RTL decodes.
+
+Defined once here; ``python -m pyhost.spec.gen`` writes rtl/include/pcie_cfg.vh (the endpoint's
+BAR decode, MSI-X table and PBA offsets, vector assignment) from it, and the simulated hard IP
+(tb/common/pcie_link.py) is configured from the same values, so the configuration space the
+driver reads and the logic behind the BARs cannot disagree.
+
+BARs (32-bit, non-prefetchable memory):
+- BAR0: the register block (pyhost.spec.regs) in its first ``regs.BAR0_SIZE`` bytes; the rest of
+  the BAR is unmapped (a read there completes Unsupported Request, a write is dropped).
+- BAR2: the MSI-X table (one 16-byte entry per vector) and the pending-bit array.
+
+MSI-X: vector ``i`` is IRQ_STATUS bit ``i`` (regs.IRQ_FIELDS order: H2C_DONE, H2C_ERR, C2H_DONE,
+C2H_ERR, C2C_DONE, C2C_ERR, ACCEL_DONE, ACCEL_ERR). A vector fires when its bit of
+IRQ_STATUS & IRQ_MASK rises; a masked vector sets its pending bit and fires when unmasked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyhost.spec import regs
+
+VENDOR_ID = 0x10EE            # the hard IP's vendor (Xilinx), as an FPGA card of this kind has
+DEVICE_ID = 0xD0CA            # this card
+SUBSYSTEM_VENDOR_ID = 0x10EE
+SUBSYSTEM_ID = 0x0001
+REVISION_ID = 0x01
+CLASS_CODE = 0x120000         # processing accelerator (base class 0x12), no programming interface
+
+
+@dataclass(frozen=True)
+class Bar:
+    index: int
+    size: int                 # bytes, a power of two >= 4 KiB
+    doc: str
+
+    @property
+    def addr_bits(self) -> int:
+        return (self.size - 1).bit_length()
+
+
+BAR_REGS = Bar(0, 64 << 10, "registers (pyhost.spec.regs) in the first 4 KiB, the rest unmapped")
+BAR_MSIX = Bar(2, 4 << 10, "MSI-X table and pending-bit array")
+BARS = (BAR_REGS, BAR_MSIX)
+
+MSIX_VECTORS = len(regs.IRQ_FIELDS)          # one vector per IRQ_STATUS bit
+MSIX_ENTRY_SIZE = 16                         # address lo, address hi, data, vector control
+MSIX_TABLE_OFFSET = 0x000                    # in BAR_MSIX
+MSIX_PBA_OFFSET = 0x800                      # in BAR_MSIX
+MSIX_VECTOR_NAMES = tuple(f.name for f in regs.IRQ_FIELDS)
+
+# Link: the UltraScale+ hard IP's user interface is 512 bits at 250 MHz for Gen3 x16 and Gen4 x8.
+USER_CLK_MHZ = 250
+LINK_CONFIGS = {"gen3x16": (3, 16), "gen4x8": (4, 8)}
+DEFAULT_LINK = "gen3x16"
+MAX_PAYLOAD_SUPPORTED = 1024                 # Device Capabilities: what the endpoint can take
+
+#: Completion timeout of the requester, in microseconds (PCIe range A: 50 us .. 10 ms).
+CPL_TIMEOUT_US = 50
+
+
+def payload_code(size: int) -> int:
+    """The 3-bit Device Control encoding of a max payload / read request size (128 << code)."""
+    if size not in (128, 256, 512, 1024, 2048, 4096):
+        raise ValueError(f"{size} is not a PCIe payload size (128 .. 4096, a power of two)")
+    return (size // 128).bit_length() - 1
+
+
+def _check() -> None:
+    assert MSIX_TABLE_OFFSET + MSIX_VECTORS * MSIX_ENTRY_SIZE <= MSIX_PBA_OFFSET
+    assert MSIX_PBA_OFFSET + 8 <= BAR_MSIX.size
+    assert BAR_REGS.size >= regs.BAR0_SIZE
+    for b in BARS:
+        assert b.size >= 4096 and b.size & (b.size - 1) == 0, b
+    assert MSIX_VECTORS <= 32
+
+
+_check()
