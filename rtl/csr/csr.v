@@ -69,7 +69,9 @@ module csr #(
     input  wire                 acc_irq_done,
     input  wire                 acc_irq_err,
 
-    output wire                 irq
+    output wire                 irq,
+    // IRQ_STATUS & IRQ_MASK, bit per source (the MSI-X vectors of card_top_pcie)
+    output wire [2*`DMA_CHANNELS+1:0] irq_vec
 );
 
 localparam integer NCH = `DMA_CHANNELS;
@@ -266,6 +268,7 @@ assign cfg_mps = mps;
 assign cfg_mrrs = mrrs;
 assign cfg_tags = tags;
 assign irq = |(irq_status & irq_mask);
+assign irq_vec = irq_status & irq_mask;
 
 wire acc_whit = waddr >= `ACCEL_BASE && waddr < `ACCEL_END;
 wire acc_rhit = raddr >= `ACCEL_BASE && raddr < `ACCEL_END;

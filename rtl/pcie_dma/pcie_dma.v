@@ -2,10 +2,9 @@
 `timescale 1ns / 1ps
 `default_nettype none
 
-// pcie_dma: the DMA engine (dma_engine.v) with its two ports. The host port is an AXI4 master
-// served by the host-memory model (a PCIe TLP adapter can take its place: it only has to speak
-// dma_engine's request/completion interface); the card port is an AXI4 master on the card's
-// interconnect. Registers live in csr.v; this block gets their values and returns status.
+// pcie_dma: the DMA engine with both ports as AXI4 masters: dma_core.v (the engine and its card
+// port on the card's interconnect) and the AXI4 host-port adapter (dma_axi_port.v) served by the
+// host-memory model. card_top_pcie puts the PCIe requester adapter on dma_core instead. Registers live in csr.v; this block gets their values and returns status.
 module pcie_dma #(
     parameter integer DATA_WIDTH = 512,      // data width of both ports
     parameter integer CARD_ADDR_WIDTH = 32,  // card port address width
@@ -92,33 +91,72 @@ module pcie_dma #(
     output wire                          m_axi_card_bready
 );
 
-wire [1:0]              rd_req_valid, rd_req_ready, rd_cpl_valid, rd_cpl_ready, rd_cpl_last,
+wire                    rd_req_valid, rd_req_ready, rd_cpl_valid, rd_cpl_ready, rd_cpl_last,
                         rd_cpl_err;
-wire [2*64-1:0]         rd_req_addr;
-wire [2*13-1:0]         rd_req_len;
-wire [2*6-1:0]          rd_req_tag;
-wire [2*6-1:0]          rd_cpl_tag;
-wire [2*DATA_WIDTH-1:0] rd_cpl_data;
-wire [1:0]              wr_req_valid, wr_req_ready, wr_dat_valid, wr_dat_ready, wr_cpl_valid,
-                        wr_cpl_err;
+wire [63:0]             rd_req_addr;
+wire [12:0]             rd_req_len;
+wire [5:0]              rd_req_tag, rd_cpl_tag;
+wire [DATA_WIDTH-1:0]   rd_cpl_data;
+wire                    wr_req_valid, wr_req_ready, wr_dat_valid, wr_dat_ready, wr_dat_last,
+                        wr_cpl_valid, wr_cpl_err;
 wire [63:0]             wr_req_addr;
 wire [12:0]             wr_req_len;
 wire [DATA_WIDTH-1:0]   wr_dat_data;
 wire [DATA_WIDTH/8-1:0] wr_dat_strb;
-wire                    wr_dat_last;
 
-dma_engine #(
-    .DATA_WIDTH(DATA_WIDTH),
-    .CARD_ADDR_WIDTH(CARD_ADDR_WIDTH),
-    .RING_LINES(RING_LINES),
+dma_core #(
+    .DATA_WIDTH(DATA_WIDTH), .CARD_ADDR_WIDTH(CARD_ADDR_WIDTH), .RING_LINES(RING_LINES),
     .WR_OUTSTANDING(WR_OUTSTANDING)
-) engine (
+) core (
     .clk(clk), .rst(rst),
     .ch_desc_addr(ch_desc_addr), .ch_wb_addr(ch_wb_addr), .ch_run(ch_run), .ch_reset(ch_reset),
     .cfg_mps(cfg_mps), .cfg_mrrs(cfg_mrrs), .cfg_tags(cfg_tags),
     .ch_busy(ch_busy), .ch_done(ch_done), .ch_error(ch_error), .ch_err_code(ch_err_code),
     .ch_completed(ch_completed), .ch_bytes(ch_bytes), .ch_descs(ch_descs),
     .irq_done(irq_done), .irq_err(irq_err),
+    .h_rd_req_valid(rd_req_valid), .h_rd_req_ready(rd_req_ready), .h_rd_req_addr(rd_req_addr),
+    .h_rd_req_len(rd_req_len), .h_rd_req_tag(rd_req_tag),
+    .h_rd_cpl_valid(rd_cpl_valid), .h_rd_cpl_ready(rd_cpl_ready), .h_rd_cpl_tag(rd_cpl_tag),
+    .h_rd_cpl_data(rd_cpl_data), .h_rd_cpl_last(rd_cpl_last), .h_rd_cpl_err(rd_cpl_err),
+    .h_wr_req_valid(wr_req_valid), .h_wr_req_ready(wr_req_ready), .h_wr_req_addr(wr_req_addr),
+    .h_wr_req_len(wr_req_len), .h_wr_dat_valid(wr_dat_valid), .h_wr_dat_ready(wr_dat_ready),
+    .h_wr_dat_data(wr_dat_data), .h_wr_dat_strb(wr_dat_strb), .h_wr_dat_last(wr_dat_last),
+    .h_wr_cpl_valid(wr_cpl_valid), .h_wr_cpl_err(wr_cpl_err),
+    .m_axi_card_arid(m_axi_card_arid),
+    .m_axi_card_araddr(m_axi_card_araddr),
+    .m_axi_card_arlen(m_axi_card_arlen),
+    .m_axi_card_arsize(m_axi_card_arsize),
+    .m_axi_card_arburst(m_axi_card_arburst),
+    .m_axi_card_arvalid(m_axi_card_arvalid),
+    .m_axi_card_arready(m_axi_card_arready),
+    .m_axi_card_rid(m_axi_card_rid),
+    .m_axi_card_rdata(m_axi_card_rdata),
+    .m_axi_card_rresp(m_axi_card_rresp),
+    .m_axi_card_rlast(m_axi_card_rlast),
+    .m_axi_card_rvalid(m_axi_card_rvalid),
+    .m_axi_card_rready(m_axi_card_rready),
+    .m_axi_card_awid(m_axi_card_awid),
+    .m_axi_card_awaddr(m_axi_card_awaddr),
+    .m_axi_card_awlen(m_axi_card_awlen),
+    .m_axi_card_awsize(m_axi_card_awsize),
+    .m_axi_card_awburst(m_axi_card_awburst),
+    .m_axi_card_awvalid(m_axi_card_awvalid),
+    .m_axi_card_awready(m_axi_card_awready),
+    .m_axi_card_wdata(m_axi_card_wdata),
+    .m_axi_card_wstrb(m_axi_card_wstrb),
+    .m_axi_card_wlast(m_axi_card_wlast),
+    .m_axi_card_wvalid(m_axi_card_wvalid),
+    .m_axi_card_wready(m_axi_card_wready),
+    .m_axi_card_bid(m_axi_card_bid),
+    .m_axi_card_bresp(m_axi_card_bresp),
+    .m_axi_card_bvalid(m_axi_card_bvalid),
+    .m_axi_card_bready(m_axi_card_bready)
+);
+
+dma_axi_port #(
+    .DATA_WIDTH(DATA_WIDTH), .ADDR_WIDTH(64), .TAG_WIDTH(6), .LEN_WIDTH(13)
+) host_port (
+    .clk(clk), .rst(rst),
     .rd_req_valid(rd_req_valid), .rd_req_ready(rd_req_ready), .rd_req_addr(rd_req_addr),
     .rd_req_len(rd_req_len), .rd_req_tag(rd_req_tag),
     .rd_cpl_valid(rd_cpl_valid), .rd_cpl_ready(rd_cpl_ready), .rd_cpl_tag(rd_cpl_tag),
@@ -126,97 +164,36 @@ dma_engine #(
     .wr_req_valid(wr_req_valid), .wr_req_ready(wr_req_ready), .wr_req_addr(wr_req_addr),
     .wr_req_len(wr_req_len), .wr_dat_valid(wr_dat_valid), .wr_dat_ready(wr_dat_ready),
     .wr_dat_data(wr_dat_data), .wr_dat_strb(wr_dat_strb), .wr_dat_last(wr_dat_last),
-    .wr_cpl_valid(wr_cpl_valid), .wr_cpl_err(wr_cpl_err)
-);
-
-dma_axi_port #(
-    .DATA_WIDTH(DATA_WIDTH), .ADDR_WIDTH(64), .TAG_WIDTH(6), .LEN_WIDTH(13)
-) host_port (
-    .clk(clk), .rst(rst),
-    .rd_req_valid(rd_req_valid[0]), .rd_req_ready(rd_req_ready[0]),
-    .rd_req_addr(rd_req_addr[0 +: 64]), .rd_req_len(rd_req_len[0 +: 13]),
-    .rd_req_tag(rd_req_tag[0 +: 6]),
-    .rd_cpl_valid(rd_cpl_valid[0]), .rd_cpl_ready(rd_cpl_ready[0]),
-    .rd_cpl_tag(rd_cpl_tag[0 +: 6]), .rd_cpl_data(rd_cpl_data[0 +: DATA_WIDTH]),
-    .rd_cpl_last(rd_cpl_last[0]), .rd_cpl_err(rd_cpl_err[0]),
-    .wr_req_valid(wr_req_valid[0]), .wr_req_ready(wr_req_ready[0]), .wr_req_addr(wr_req_addr),
-    .wr_req_len(wr_req_len), .wr_dat_valid(wr_dat_valid[0]), .wr_dat_ready(wr_dat_ready[0]),
-    .wr_dat_data(wr_dat_data), .wr_dat_strb(wr_dat_strb), .wr_dat_last(wr_dat_last),
-    .wr_cpl_valid(wr_cpl_valid[0]), .wr_cpl_err(wr_cpl_err[0]),
-        .m_axi_arid(m_axi_host_arid),
-        .m_axi_araddr(m_axi_host_araddr),
-        .m_axi_arlen(m_axi_host_arlen),
-        .m_axi_arsize(m_axi_host_arsize),
-        .m_axi_arburst(m_axi_host_arburst),
-        .m_axi_arvalid(m_axi_host_arvalid),
-        .m_axi_arready(m_axi_host_arready),
-        .m_axi_rid(m_axi_host_rid),
-        .m_axi_rdata(m_axi_host_rdata),
-        .m_axi_rresp(m_axi_host_rresp),
-        .m_axi_rlast(m_axi_host_rlast),
-        .m_axi_rvalid(m_axi_host_rvalid),
-        .m_axi_rready(m_axi_host_rready),
-        .m_axi_awid(m_axi_host_awid),
-        .m_axi_awaddr(m_axi_host_awaddr),
-        .m_axi_awlen(m_axi_host_awlen),
-        .m_axi_awsize(m_axi_host_awsize),
-        .m_axi_awburst(m_axi_host_awburst),
-        .m_axi_awvalid(m_axi_host_awvalid),
-        .m_axi_awready(m_axi_host_awready),
-        .m_axi_wdata(m_axi_host_wdata),
-        .m_axi_wstrb(m_axi_host_wstrb),
-        .m_axi_wlast(m_axi_host_wlast),
-        .m_axi_wvalid(m_axi_host_wvalid),
-        .m_axi_wready(m_axi_host_wready),
-        .m_axi_bid(m_axi_host_bid),
-        .m_axi_bresp(m_axi_host_bresp),
-        .m_axi_bvalid(m_axi_host_bvalid),
-        .m_axi_bready(m_axi_host_bready)
-);
-
-dma_axi_port #(
-    .DATA_WIDTH(DATA_WIDTH), .ADDR_WIDTH(CARD_ADDR_WIDTH), .TAG_WIDTH(6), .LEN_WIDTH(13)
-) card_port (
-    .clk(clk), .rst(rst),
-    .rd_req_valid(rd_req_valid[1]), .rd_req_ready(rd_req_ready[1]),
-    .rd_req_addr(rd_req_addr[64 +: 64]), .rd_req_len(rd_req_len[13 +: 13]),
-    .rd_req_tag(rd_req_tag[6 +: 6]),
-    .rd_cpl_valid(rd_cpl_valid[1]), .rd_cpl_ready(rd_cpl_ready[1]),
-    .rd_cpl_tag(rd_cpl_tag[6 +: 6]), .rd_cpl_data(rd_cpl_data[DATA_WIDTH +: DATA_WIDTH]),
-    .rd_cpl_last(rd_cpl_last[1]), .rd_cpl_err(rd_cpl_err[1]),
-    .wr_req_valid(wr_req_valid[1]), .wr_req_ready(wr_req_ready[1]), .wr_req_addr(wr_req_addr),
-    .wr_req_len(wr_req_len), .wr_dat_valid(wr_dat_valid[1]), .wr_dat_ready(wr_dat_ready[1]),
-    .wr_dat_data(wr_dat_data), .wr_dat_strb(wr_dat_strb), .wr_dat_last(wr_dat_last),
-    .wr_cpl_valid(wr_cpl_valid[1]), .wr_cpl_err(wr_cpl_err[1]),
-        .m_axi_arid(m_axi_card_arid),
-        .m_axi_araddr(m_axi_card_araddr),
-        .m_axi_arlen(m_axi_card_arlen),
-        .m_axi_arsize(m_axi_card_arsize),
-        .m_axi_arburst(m_axi_card_arburst),
-        .m_axi_arvalid(m_axi_card_arvalid),
-        .m_axi_arready(m_axi_card_arready),
-        .m_axi_rid(m_axi_card_rid),
-        .m_axi_rdata(m_axi_card_rdata),
-        .m_axi_rresp(m_axi_card_rresp),
-        .m_axi_rlast(m_axi_card_rlast),
-        .m_axi_rvalid(m_axi_card_rvalid),
-        .m_axi_rready(m_axi_card_rready),
-        .m_axi_awid(m_axi_card_awid),
-        .m_axi_awaddr(m_axi_card_awaddr),
-        .m_axi_awlen(m_axi_card_awlen),
-        .m_axi_awsize(m_axi_card_awsize),
-        .m_axi_awburst(m_axi_card_awburst),
-        .m_axi_awvalid(m_axi_card_awvalid),
-        .m_axi_awready(m_axi_card_awready),
-        .m_axi_wdata(m_axi_card_wdata),
-        .m_axi_wstrb(m_axi_card_wstrb),
-        .m_axi_wlast(m_axi_card_wlast),
-        .m_axi_wvalid(m_axi_card_wvalid),
-        .m_axi_wready(m_axi_card_wready),
-        .m_axi_bid(m_axi_card_bid),
-        .m_axi_bresp(m_axi_card_bresp),
-        .m_axi_bvalid(m_axi_card_bvalid),
-        .m_axi_bready(m_axi_card_bready)
+    .wr_cpl_valid(wr_cpl_valid), .wr_cpl_err(wr_cpl_err),
+    .m_axi_arid(m_axi_host_arid),
+    .m_axi_araddr(m_axi_host_araddr),
+    .m_axi_arlen(m_axi_host_arlen),
+    .m_axi_arsize(m_axi_host_arsize),
+    .m_axi_arburst(m_axi_host_arburst),
+    .m_axi_arvalid(m_axi_host_arvalid),
+    .m_axi_arready(m_axi_host_arready),
+    .m_axi_rid(m_axi_host_rid),
+    .m_axi_rdata(m_axi_host_rdata),
+    .m_axi_rresp(m_axi_host_rresp),
+    .m_axi_rlast(m_axi_host_rlast),
+    .m_axi_rvalid(m_axi_host_rvalid),
+    .m_axi_rready(m_axi_host_rready),
+    .m_axi_awid(m_axi_host_awid),
+    .m_axi_awaddr(m_axi_host_awaddr),
+    .m_axi_awlen(m_axi_host_awlen),
+    .m_axi_awsize(m_axi_host_awsize),
+    .m_axi_awburst(m_axi_host_awburst),
+    .m_axi_awvalid(m_axi_host_awvalid),
+    .m_axi_awready(m_axi_host_awready),
+    .m_axi_wdata(m_axi_host_wdata),
+    .m_axi_wstrb(m_axi_host_wstrb),
+    .m_axi_wlast(m_axi_host_wlast),
+    .m_axi_wvalid(m_axi_host_wvalid),
+    .m_axi_wready(m_axi_host_wready),
+    .m_axi_bid(m_axi_host_bid),
+    .m_axi_bresp(m_axi_host_bresp),
+    .m_axi_bvalid(m_axi_host_bvalid),
+    .m_axi_bready(m_axi_host_bready)
 );
 
 endmodule

@@ -1,0 +1,384 @@
+`resetall
+`timescale 1ns / 1ps
+`default_nettype none
+
+// PCIe requester adapter: the DMA engine's host-port request/completion interface (dma_engine.v;
+// dma_axi_port.v is the AXI4 one) on the UltraScale+ hard IP's requester streams, 512 bits,
+// DWORD-aligned, no straddling (PG213's RQ/RC formats), in the card clock domain (the async
+// FIFOs of card_top_pcie join it to the PCIe user clock).
+//
+// RQ (requests out): a read request becomes one memory read TLP (tag = the engine's tag, client
+// tags), a write request one memory write TLP whose payload is the engine's line-aligned beats
+// realigned to DWORDs after the 4-DWORD descriptor, first/last byte enables from the request's
+// byte range; a write the engine abandons (empty strobes) is discontinued, so the hard IP drops
+// it. An MSI-X message is a one-DWORD memory write between TLPs. Writes are posted: the write
+// completion is signalled when the TLP's last beat is handed on, so whatever the engine does
+// after it (the status write-back, then the interrupt) follows it on the link.
+//
+// RC (completions in): each completion's payload is realigned to card lines (64-byte beats at
+// the address the request asked for) and handed to the engine with its tag; completions of
+// different tags may arrive in any order, split at the read completion boundary (a completer
+// may split only at RCB-aligned addresses, so no line is ever split between two completions).
+// The last line of the completion that completes the request carries last. A completion with
+// a bad status (UR, CA), a poisoned one, or the hard IP's completion timeout, is one error beat
+// with last; a completion the hard IP flags as unexpected (invalid tag) is dropped.
+module pcie_rq_adapter #(
+    parameter integer DATA_WIDTH = 512       // engine and stream data width (DWORD-aligned RQ/RC)
+) (
+    input  wire                      clk,
+    input  wire                      rst,
+
+    // engine: read requests and completions
+    input  wire                      rd_req_valid,
+    output wire                      rd_req_ready,
+    input  wire [63:0]               rd_req_addr,
+    input  wire [12:0]               rd_req_len,
+    input  wire [5:0]                rd_req_tag,
+    output wire                      rd_cpl_valid,
+    input  wire                      rd_cpl_ready,
+    output wire [5:0]                rd_cpl_tag,
+    output wire [DATA_WIDTH-1:0]     rd_cpl_data,
+    output wire                      rd_cpl_last,
+    output wire                      rd_cpl_err,
+
+    // engine: write requests, write data, write completions
+    input  wire                      wr_req_valid,
+    output wire                      wr_req_ready,
+    input  wire [63:0]               wr_req_addr,
+    input  wire [12:0]               wr_req_len,
+    input  wire                      wr_dat_valid,
+    output wire                      wr_dat_ready,
+    input  wire [DATA_WIDTH-1:0]     wr_dat_data,
+    input  wire [DATA_WIDTH/8-1:0]   wr_dat_strb,
+    input  wire                      wr_dat_last,
+    output wire                      wr_cpl_valid,
+    output wire                      wr_cpl_err,
+
+    // MSI-X message (pcie_msix.v): a one-DWORD memory write
+    input  wire                      msix_valid,
+    output wire                      msix_ready,
+    input  wire [63:0]               msix_addr,
+    input  wire [31:0]               msix_data,
+
+    // requester request stream (to the hard IP): tuser carries first_be [3:0], last_be [11:8],
+    // discontinue [36] as in PG213's 512-bit RQ tuser
+    output wire [DATA_WIDTH-1:0]     m_axis_rq_tdata,
+    output wire [DATA_WIDTH/32-1:0]  m_axis_rq_tkeep,
+    output wire                      m_axis_rq_tlast,
+    output wire [36:0]               m_axis_rq_tuser,
+    output wire                      m_axis_rq_tvalid,
+    input  wire                      m_axis_rq_tready,
+
+    // requester completion stream (from the hard IP)
+    input  wire [DATA_WIDTH-1:0]     s_axis_rc_tdata,
+    input  wire                      s_axis_rc_tlast,
+    input  wire                      s_axis_rc_tvalid,
+    output wire                      s_axis_rc_tready
+);
+
+localparam integer DW = DATA_WIDTH / 32;         // DWORDs per beat (16)
+localparam [3:0] REQ_MEM_READ = 4'd0, REQ_MEM_WRITE = 4'd1;
+localparam [3:0] ERR_POISONED = 4'd1, ERR_INVALID_TAG = 4'd6;
+
+initial begin
+    if (DATA_WIDTH != 512)
+        $fatal(1, "pcie_rq_adapter: DATA_WIDTH must be 512, got %0d", DATA_WIDTH);
+end
+
+// First and last byte enables of the byte range [addr, addr + len), len >= 1.
+function [7:0] byte_enables;      // {last_be, first_be}
+    input [1:0]  a;
+    input [12:0] len;
+    reg [13:0] end_off;
+    reg [3:0] fbe, lbe;
+    begin
+        end_off = {12'd0, a} + {1'b0, len};          // one past the last byte, from the DWORD
+        fbe = 4'b1111 << a;
+        lbe = 4'b1111 >> (2'd3 - end_off[1:0] + 2'd1);
+        if (end_off[1:0] == 2'd0) lbe = 4'b1111;
+        if (end_off <= 14'd4) begin                  // one DWORD: first_be only
+            byte_enables = {4'b0000, fbe & lbe};
+        end else begin
+            byte_enables = {lbe, fbe};
+        end
+    end
+endfunction
+
+// Byte offset in the first DWORD + length + 3: the DWORD count is its bits [12:2].
+function [12:0] dword_span;
+    input [1:0]  a;
+    input [12:0] len;
+    dword_span = {11'd0, a} + len + 13'd3;
+endfunction
+
+// ---------------------------------------------------------------------------------------------
+// RQ: output register
+reg [DATA_WIDTH-1:0] q_data;
+reg [DW-1:0]         q_keep;
+reg                  q_last, q_valid, q_disc;
+reg [7:0]            q_be;
+wire q_load = !q_valid || m_axis_rq_tready;
+
+assign m_axis_rq_tdata = q_data;
+assign m_axis_rq_tkeep = q_keep;
+assign m_axis_rq_tlast = q_last;
+assign m_axis_rq_tuser = {q_disc, 24'd0, q_be[7:4], 4'd0, q_be[3:0]};
+assign m_axis_rq_tvalid = q_valid;
+
+// write TLP in progress
+reg         w_busy;             // descriptor sent or pending, payload beats to go
+reg         w_desc;             // descriptor not yet sent
+reg [63:0]  w_addr;
+reg [12:0]  w_len;
+reg [3:0]   w_o;                // DWORD offset of the first byte in its line
+reg [8:0]   w_beats_left;       // output beats still to send (the descriptor's beat included)
+reg [8:0]   w_lines_left;       // engine lines still to take
+reg [DATA_WIDTH-1:0] w_prev;    // the last engine line taken
+reg         w_disc;
+reg         w_cpl;
+reg         last_was_write;     // arbitration: reads and writes alternate when both wait
+reg [8:0]   w_total_lines;
+
+// The output beat b of a write TLP is the 16 DWORDs at offset t = (o - 4) mod 16 of
+// {line c, line c-1}, c = b + (o >= 4): the descriptor takes DWORDs 0..3 of beat 0.
+wire [3:0]  w_t = w_o - 4'd4;
+wire        w_ahead = w_o >= 4'd4;
+// a beat needs the next engine line unless the lines have run out (then it is flushed)
+wire        w_need_line = w_lines_left != 9'd0;
+wire        w_line_ok = !w_need_line || wr_dat_valid;
+wire [2*DATA_WIDTH-1:0] w_win = {w_need_line ? wr_dat_data : {DATA_WIDTH{1'b0}}, w_prev};
+wire [DATA_WIDTH-1:0] w_shifted = w_win[{1'b0, w_t, 5'd0} +: DATA_WIDTH];
+wire        w_first = w_desc;
+wire        w_empty_strb = w_need_line && wr_dat_strb == {DATA_WIDTH/8{1'b0}};
+// the first beat with o >= 4 only primes the window: it takes a line and sends nothing
+wire        w_prime = w_desc && w_ahead && w_lines_left == w_total_lines;
+
+wire [7:0]  w_be = byte_enables(w_addr[1:0], w_len);
+wire [12:0] w_span = dword_span(w_addr[1:0], w_len);
+wire [10:0] w_dwords = w_span[12:2];
+// DWORDs in the last beat of the write TLP (0: a full beat)
+wire [13:0] w_dw_all = {3'd0, w_dwords} + 14'd4;
+wire [3:0]  w_rem = w_dw_all[3:0];
+wire [127:0] w_descriptor = {1'b0, 3'd0, 3'd0, 1'b0, 16'd0, 8'd0,        // DW3: tag 0
+                             16'd0, 1'b0, REQ_MEM_WRITE, w_dwords,         // DW2
+                             w_addr[63:2], 2'b00};                         // DW1, DW0
+
+// MSI-X message as a write TLP of one DWORD
+wire [127:0] m_descriptor = {32'd0, 16'd0, 1'b0, REQ_MEM_WRITE, 11'd1, msix_addr[63:2], 2'b00};
+
+// Next TLP to start when the output register is free and no write is in progress.
+wire idle = !w_busy;
+wire pick_msix = idle && msix_valid;
+wire want_rd = idle && !msix_valid && rd_req_valid;
+wire want_wr = idle && !msix_valid && wr_req_valid;
+wire pick_rd = want_rd && (!want_wr || last_was_write);
+wire pick_wr = want_wr && !pick_rd;
+
+assign msix_ready = pick_msix && q_load;
+assign rd_req_ready = pick_rd && q_load;
+assign wr_req_ready = pick_wr && q_load;
+
+wire [7:0]  r_be = byte_enables(rd_req_addr[1:0], rd_req_len);
+wire [12:0] r_span = dword_span(rd_req_addr[1:0], rd_req_len);
+wire [10:0] r_dwords = r_span[12:2];
+wire [127:0] r_descriptor = {8'd0, 16'd0, 2'd0, rd_req_tag,                  // DW3: tag
+                             16'd0, 1'b0, REQ_MEM_READ, r_dwords,            // DW2
+                             rd_req_addr[63:2], 2'b00};
+
+// write data: a line is taken when a beat that needs it goes out (or primes the window)
+wire w_step = w_busy && q_load && w_line_ok;
+assign wr_dat_ready = w_step && w_need_line;
+wire w_send = w_step && !w_prime;
+wire w_last_beat = w_send && w_beats_left == 9'd1;
+
+assign wr_cpl_valid = w_cpl;
+assign wr_cpl_err = 1'b0;      // writes are posted: a bad host address is the root's to report
+
+wire [12:0] wr_last_byte_line = {7'd0, wr_req_addr[5:0]} + wr_req_len - 13'd1;
+wire [8:0]  wr_lines = {2'd0, wr_last_byte_line[12:6]} + 9'd1;
+wire [12:0] wr_span = dword_span(wr_req_addr[1:0], wr_req_len);
+wire [12:0] wr_dw_total = {2'd0, wr_span[12:2]} + 13'd4 + 13'd15;    // /16: output beats
+
+always @(posedge clk) begin
+    w_cpl <= 1'b0;
+    if (q_load) q_valid <= 1'b0;
+    if (msix_ready) begin
+        q_valid <= 1'b1;
+        q_data <= {{DATA_WIDTH-160{1'b0}}, msix_data, m_descriptor};
+        q_keep <= 16'h001F;
+        q_last <= 1'b1;
+        q_be <= 8'h0F;
+        q_disc <= 1'b0;
+    end
+    if (rd_req_ready) begin
+        q_valid <= 1'b1;
+        q_data <= {{DATA_WIDTH-128{1'b0}}, r_descriptor};
+        q_keep <= 16'h000F;
+        q_last <= 1'b1;
+        q_be <= r_be;
+        q_disc <= 1'b0;
+        last_was_write <= 1'b0;
+    end
+    if (wr_req_ready) begin
+        w_busy <= 1'b1;
+        w_desc <= 1'b1;
+        w_addr <= wr_req_addr;
+        w_len <= wr_req_len;
+        w_o <= wr_req_addr[5:2];
+        w_lines_left <= wr_lines;
+        w_total_lines <= wr_lines;
+        w_beats_left <= wr_dw_total[12:4];
+        w_disc <= 1'b0;
+        last_was_write <= 1'b1;
+    end
+    if (w_step) begin
+        if (w_need_line) begin
+            w_prev <= wr_dat_data;
+            w_lines_left <= w_lines_left - 9'd1;
+        end
+        if (w_send) begin
+            w_desc <= 1'b0;
+            w_beats_left <= w_beats_left - 9'd1;
+            q_valid <= 1'b1;
+            q_data <= w_first ? {w_shifted[DATA_WIDTH-1:128], w_descriptor} : w_shifted;
+            q_keep <= (w_beats_left == 9'd1 && w_rem != 4'd0) ? ~(16'hFFFF << w_rem) : 16'hFFFF;
+            q_last <= w_beats_left == 9'd1;
+            q_be <= w_be;
+            q_disc <= w_disc || w_empty_strb;
+            if (w_empty_strb) w_disc <= 1'b1;
+            if (w_last_beat) begin
+                w_busy <= 1'b0;
+                w_cpl <= 1'b1;
+            end
+        end else if (w_empty_strb) begin
+            w_disc <= 1'b1;
+        end
+    end
+    if (rst) begin
+        q_valid <= 1'b0;
+        w_busy <= 1'b0;
+        w_desc <= 1'b0;
+        w_cpl <= 1'b0;
+        last_was_write <= 1'b0;
+    end
+end
+
+// ---------------------------------------------------------------------------------------------
+// RC: completions realigned to lines. Line i of a completion is the 16 DWORDs at offset
+// s = (3 - o) mod 16 of {beat i + d, beat i + d - 1} (o: DWORD offset of its first byte in the
+// line, d = (o <= 3)); a line whose beat lies past the TLP's end is sent in one flush cycle.
+reg         c_active;           // inside a completion TLP (its first beat has been taken)
+reg         c_flush;            // the TLP has ended, one line still to send
+reg [5:0]   c_tag;
+reg [3:0]   c_s;
+reg         c_d;
+reg [6:0]   c_lines_left;
+reg         c_done;             // this completion completes the request
+reg         c_err;
+reg         c_single;           // an error completion: one error beat
+reg [DATA_WIDTH-1:0] c_prev;
+
+wire [DATA_WIDTH-1:0] rc = s_axis_rc_tdata;
+wire [11:0] h_lower = rc[11:0];
+wire [3:0]  h_err_code = rc[15:12];
+wire        h_completed = rc[30];
+wire [10:0] h_dwords = rc[42:32];
+wire [2:0]  h_status = rc[45:43];
+wire        h_poisoned = rc[46];
+wire [7:0]  h_tag = rc[71:64];
+wire [3:0]  h_o = h_lower[5:2];
+wire        h_d = h_o <= 4'd3;
+wire [11:0] h_span = {8'd0, h_o} + {1'b0, h_dwords} + 12'd15;
+wire [6:0]  h_lines = h_span[10:4];
+// a poisoned completion carries its data (every line flagged); any other error is one beat
+wire        h_poison = h_poisoned || h_err_code == ERR_POISONED;
+wire        h_bad = (h_err_code != 4'd0 && h_err_code != ERR_POISONED) || h_status != 3'd0;
+wire        h_drop = h_err_code == ERR_INVALID_TAG;
+
+// beat 0 of a TLP
+wire        sop = s_axis_rc_tvalid && !c_active && !c_flush;
+// the line emitted this cycle, from the current beat (or the flush)
+wire        emit_mid = c_active && s_axis_rc_tvalid && c_lines_left != 7'd0;
+wire        emit_flush = c_flush;
+wire [2*DATA_WIDTH-1:0] c_win = {c_flush ? {DATA_WIDTH{1'b0}} : rc, c_prev};
+wire [3:0]  s_now = sop ? 4'd3 - h_o : c_s;
+wire [DATA_WIDTH-1:0] c_line = c_win[{1'b0, s_now, 5'd0} +: DATA_WIDTH];
+
+assign s_axis_rc_tready = !c_flush;
+reg                  o_valid, o_last, o_err;
+reg [5:0]            o_tag;
+reg [DATA_WIDTH-1:0] o_data;
+assign rd_cpl_valid = o_valid;
+assign rd_cpl_tag = o_tag;
+assign rd_cpl_data = o_data;
+assign rd_cpl_last = o_last;
+assign rd_cpl_err = o_err;
+
+always @(posedge clk) begin
+    o_valid <= 1'b0;
+    if (s_axis_rc_tvalid && s_axis_rc_tready) c_prev <= rc;
+    if (sop) begin
+        c_tag <= h_tag[5:0];
+        c_s <= 4'd3 - h_o;
+        c_d <= h_d;
+        c_done <= h_completed;
+        c_err <= h_poison;
+        c_single <= h_bad;
+        if (h_drop) begin
+            c_lines_left <= 7'd0;
+        end else if (h_bad) begin
+            // one error beat, now
+            o_valid <= 1'b1;
+            o_tag <= h_tag[5:0];
+            o_data <= {DATA_WIDTH{1'b0}};
+            o_last <= 1'b1;
+            o_err <= 1'b1;
+            c_lines_left <= 7'd0;
+        end else if (!h_d) begin
+            o_valid <= 1'b1;
+            o_tag <= h_tag[5:0];
+            o_data <= c_line;
+            o_last <= h_completed && h_lines == 7'd1;
+            o_err <= h_poison;
+            c_lines_left <= h_lines - 7'd1;
+        end else begin
+            c_lines_left <= h_lines;
+        end
+        if (!s_axis_rc_tlast) begin
+            c_active <= 1'b1;
+        end else if (!h_drop && !h_bad && (h_d ? h_lines != 7'd0 : h_lines > 7'd1)) begin
+            c_flush <= 1'b1;
+        end
+    end
+    if (emit_mid || emit_flush) begin
+        o_valid <= 1'b1;
+        o_tag <= c_tag;
+        o_data <= c_line;
+        o_last <= c_done && c_lines_left == 7'd1;
+        o_err <= c_err;
+        c_lines_left <= c_lines_left - 7'd1;
+    end
+    if (c_active && s_axis_rc_tvalid && s_axis_rc_tlast) begin
+        c_active <= 1'b0;
+        // one more line than beats left: it is sent from the last beat alone
+        if (c_lines_left > 7'd1 || (c_lines_left == 7'd1 && !emit_mid))
+            c_flush <= 1'b1;
+    end
+    if (emit_flush) c_flush <= 1'b0;
+    if (rst) begin
+        c_active <= 1'b0;
+        c_flush <= 1'b0;
+        o_valid <= 1'b0;
+    end
+end
+
+// the engine always takes completions (its ring space is reserved per request); the dropped
+// bits: requester/completer IDs, byte count, attributes, the write request's upper address bits
+// (the descriptor uses them all), the status of c_single (its beat went out at once)
+wire unused_ok = &{1'b0, rd_cpl_ready, msix_addr[1:0], w_span[1:0], r_span[1:0], wr_span[1:0],
+                   wr_dw_total[3:0], h_lower[11:6], h_lower[1:0], h_span[11], h_span[3:0], w_dw_all[13:4], wr_last_byte_line[5:0], rc[DATA_WIDTH-1:72], rc[63:47], rc[31], rc[29:16],
+                   h_tag[7:6], c_d, c_single, wr_dat_last, w_total_lines};
+
+endmodule
+
+`resetall
