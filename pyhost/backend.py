@@ -263,6 +263,12 @@ class CardBackend(abc.ABC):
         card), but it must return False rather than wait forever.
         """
 
+    def link_limits(self) -> tuple[int, int] | None:
+        """The host link's max payload and read request sizes in bytes, as the link negotiated
+        them (PCIe Device Control), or None when the link sets no limit (the driver then keeps
+        the card's DMA_MPS / DMA_MRRS defaults)."""
+        return None
+
     def inject_host_error(self, start: int, end: int) -> None:
         """Make the card's DMA accesses to host bus addresses [start, end) fail (SLVERR).
 

@@ -297,6 +297,12 @@ class PcieDriver(AccelControl):
             raise CardInfoError(f"the card has {_CAPS['CHANNELS'].get(caps)} DMA channels, "
                                 f"the driver needs {len(Channel)}")
 
+        # A PCIe link: the engine's request sizes follow what the link negotiated (Device
+        # Control's max payload and max read request size), as a real driver would set them.
+        limits = backend.link_limits()
+        if limits is not None:
+            self.set_request_limits(mps=limits[0], mrrs=limits[1])
+
         # Host memory the driver owns: a descriptor pool per channel and one write-back page.
         self._pools = {ch: self.host.alloc(pool_descriptors * regs.DESC_SIZE) for ch in Channel}
         self._wb_page = self.host.alloc(_WB_STRIDE * len(Channel))

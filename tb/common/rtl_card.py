@@ -50,11 +50,27 @@ class RtlCard(CardBackend):
 
     def __init__(self, dut, host: HostMemory | None = None,
                  memory: HostMemoryConfig | None = None, irq_timeout_ns: int = 5_000_000,
-                 memory_model: str = "native") -> None:
+                 memory_model: str = "native", link: str = "axi", pcie=None) -> None:
         """``memory_model``: "native" (HostMemoryAxiSlave: latency, reordering, errors) or
-        "axiram" (a plain cocotbext-axi AxiRam over the same HostMemory, for comparison)."""
+        "axiram" (a plain cocotbext-axi AxiRam over the same HostMemory, for comparison).
+        ``link``: "axi" (card_top: AXI4-Lite BAR0, AXI4 host port) or "pcie" (card_top_pcie
+        behind the hard IP model and a root complex, tb/common/pcie_card.py; ``pcie`` is its
+        PcieOptions)."""
         self.dut = dut
         self.host = host or HostMemory()
+        self.pcie = None
+        if link == "pcie":
+            from tb.common.pcie_card import PcieHost
+            self.pcie = PcieHost(dut, self.host, pcie)
+        elif link != "axi":
+            raise ValueError(f"link {link!r}: expected 'axi' or 'pcie'")
+        self._t0_ps = get_sim_time("ps")
+        self.irq_timeout_ns = irq_timeout_ns
+        self.mmio_reads = 0
+        self.mmio_writes = 0
+        if self.pcie is not None:
+            self.memory = self.axiram = None
+            return
         self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
         logging.getLogger(f"cocotb.{dut._name}.s_axil").setLevel(logging.WARNING)
         self.memory: HostMemoryAxiSlave | None = None
@@ -77,13 +93,19 @@ class RtlCard(CardBackend):
 
     # -- coroutines run in the simulator ------------------------------------------------------
     async def _read(self, offset: int) -> int:
+        if self.pcie is not None:
+            return await self.pcie.mmio_read(offset)
         data = await self.axil.read(offset, 4)
         return int.from_bytes(data.data, "little")
 
     async def _write(self, offset: int, value: int) -> None:
+        if self.pcie is not None:
+            return await self.pcie.mmio_write(offset, value)
         await self.axil.write(offset, value.to_bytes(4, "little"))
 
     async def _wait_irq(self, timeout_ns: int) -> bool:
+        if self.pcie is not None:
+            return await self.pcie.wait_irq(timeout_ns)
         irq = self.dut.irq
         if int(irq.value):
             return True
@@ -111,13 +133,21 @@ class RtlCard(CardBackend):
         limit = min(self.irq_timeout_ns, max(1, int(timeout_s * SIM_NS_PER_WALL_S)))
         return resume(self._wait_irq)(limit)
 
+    def link_limits(self) -> tuple[int, int] | None:
+        """The PCIe link's max payload and read request sizes (Device Control), or None."""
+        return None if self.pcie is None else resume(self.pcie.limits)()
+
     def inject_host_error(self, start: int, end: int) -> None:
+        if self.pcie is not None:
+            return self.pcie.inject("ca", start, end)
         if self.memory is None:
             super().inject_host_error(start, end)
         else:
             self.memory.inject_error(start, end)
 
     def clear_host_errors(self) -> None:
+        if self.pcie is not None:
+            return self.pcie.clear_errors()
         if self.memory is None:
             super().clear_host_errors()
         else:

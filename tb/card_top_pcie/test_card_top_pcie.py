@@ -1,0 +1,283 @@
+"""System bench for card_top_pcie: the card as a PCIe endpoint behind cocotbext-pcie's
+UltraScale+ hard IP model, a link and a root complex; the real driver on top, unchanged.
+
+Enumeration (IDs, class, BAR sizes, MSI-X, link), MMIO of every register against ModelCard,
+unmapped BAR offsets, MSI-X on every interrupt source, the shared driver program, the request
+limits crossed with offsets and lengths under a monitor of every request TLP, completions out of
+order, split and delayed, and the link's error completions. CARD_TB_HOST picks the host
+behaviour: "ooo" (500 ns, jittered, out of order, split at MPS), "split64" / "split128"
+(completions of 64 / 128 bytes at that RCB), "inorder" (in order, no jitter).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import cocotb
+from cocotb.task import bridge
+
+from pyhost.backend import HostMemory
+from pyhost.driver import DmaTransferError, PcieDriver
+from pyhost.model_card import ModelCard
+from pyhost.spec import pcie, regs
+from pyhost.spec.regs import Channel, DmaError
+from tb.card_top import driver_program
+from tb.common.clocking import reset, start_clock
+from tb.common.pcie_card import MmioUnsupportedRequest, PcieOptions
+from tb.common.pcie_link import HostLinkConfig
+from tb.common.rtl_card import RtlCard
+
+PAGE = 4096
+
+HOSTS = {
+    "ooo": HostLinkConfig(read_latency_ns=500, jitter_ns=300, out_of_order=True, seed=7),
+    "split64": HostLinkConfig(read_latency_ns=500, jitter_ns=200, rcb=64, cpl_split=64, seed=3),
+    "split128": HostLinkConfig(read_latency_ns=700, rcb=128, cpl_split=128, seed=5),
+    "inorder": HostLinkConfig(read_latency_ns=200, out_of_order=False),
+}
+
+
+def params() -> dict[str, int]:
+    return {"MEM_SIZE": 1 << 30, **json.loads(os.environ.get("CARD_TB_PARAMS", "{}"))}
+
+
+class RequestMonitor:
+    """Fails on any request TLP the card sends that is longer than the link's limits or crosses
+    a 4 KiB boundary (every TLP of the RQ stream reaches the root complex)."""
+
+    def __init__(self, rc) -> None:
+        self.rc = rc
+        self.mps = self.mrrs = 4096
+        self.errors: list[str] = []
+        self.count = {"read": 0, "write": 0}
+        self.largest = {"read": 0, "write": 0}
+        rc.listeners.append(self._tlp)
+
+    def _tlp(self, tlp) -> None:
+        read = tlp.fmt_type in (0x00, 0x20)
+        kind = "read" if read else "write"
+        n = tlp.get_be_byte_count()
+        addr = tlp.address + tlp.get_first_be_offset()
+        limit = self.mrrs if read else self.mps
+        self.count[kind] += 1
+        self.largest[kind] = max(self.largest[kind], n)
+        if tlp.length * 4 > limit:
+            self.errors.append(f"{kind} TLP at {addr:#x}: {tlp.length * 4} bytes > {limit}")
+        if tlp.address // PAGE != (tlp.address + tlp.length * 4 - 1) // PAGE:
+            self.errors.append(f"{kind} TLP at {addr:#x} of {n} bytes crosses 4 KiB")
+
+    def check(self) -> None:
+        assert not self.errors, "request TLP rule violations: " + "; ".join(self.errors[:5])
+
+
+class TB:
+    def __init__(self, dut, host: str | None = None, mps: int = 256, mrrs: int = 512,
+                 cpl_timeout_ns: int | None = None) -> None:
+        self.dut = dut
+        start_clock(dut)
+        cfg = HOSTS[host or os.environ.get("CARD_TB_HOST", "ooo")]
+        opts = PcieOptions(mps=mps, mrrs=mrrs, host=HostLinkConfig(**vars(cfg)),
+                           cpl_timeout_ns=cpl_timeout_ns)
+        self.card = RtlCard(dut, HostMemory(32 << 20), link="pcie", pcie=opts,
+                            irq_timeout_ns=2_000_000)
+        self.link = self.card.pcie.link
+        self.monitor = RequestMonitor(self.link.rc)
+        self.monitor.mps, self.monitor.mrrs = mps, mrrs
+
+    async def reset(self) -> None:
+        await reset(self.dut)
+
+    async def host(self, fn, *args, **kwargs):
+        def main():
+            drv = PcieDriver(self.card)
+            try:
+                return fn(drv, *args, **kwargs)
+            finally:
+                drv.close()
+        return await bridge(main)()
+
+
+@cocotb.test(timeout_time=50, timeout_unit="ms")
+async def test_enumeration(dut) -> None:
+    """The root complex finds the card by its IDs, sizes its BARs, enables MSI-X."""
+    tb = TB(dut)
+    await tb.reset()
+    info = await tb.card.pcie.up()
+    assert (info["vendor_id"], info["device_id"]) == (pcie.VENDOR_ID, pcie.DEVICE_ID), info
+    assert info["class_code"] == pcie.CLASS_CODE, info
+    sizes = {b: s for b, _, s in info["bars"]}
+    assert sizes == {b.index: b.size for b in pcie.BARS}, f"BAR sizes {sizes}"
+    assert info["msix_vectors"] == pcie.MSIX_VECTORS, info
+    assert (info["link_speed_gts"], info["link_width"]) == (8.0, 16), info
+    assert (info["mps"], info["mrrs"]) == (256, 512), info
+    assert await tb.card.pcie.mmio_read(regs.offset("CARD_ID")) == regs.CARD_ID
+
+
+@cocotb.test(timeout_time=100, timeout_unit="ms")
+async def test_mmio_every_register(dut) -> None:
+    """Every register reads as on ModelCard; every RW register takes a pattern and reads it
+    back as on ModelCard (MMIO as memory read/write TLPs through the completer bridge)."""
+    tb = TB(dut)
+    await tb.reset()
+    model = ModelCard(params()["MEM_SIZE"], accel=None)
+    skip = {"IRQ_STATUS"}
+    rw = [r for r in regs.REGISTERS if r.access == regs.Access.RW and r.name not in skip]
+
+    def program(card) -> list[tuple[str, int]]:
+        out = [(r.name, card.mmio_read(r.offset)) for r in regs.REGISTERS
+               if not r.name.startswith("ACC_")]
+        for i, r in enumerate(rw):
+            if r.name.startswith("ACC_"):
+                continue
+            # the request limits take valid values (the RTL keeps only their bits)
+            value = {"DMA_MPS": 512, "DMA_MRRS": 1024, "DMA_TAGS": 16}.get(
+                r.name, (0x5A5A0F0F ^ (i * 0x01010101)) & 0xFFFFFFFF)
+            card.mmio_write(r.offset, value)
+            out.append((r.name, card.mmio_read(r.offset)))
+        return out
+
+    got = await bridge(program)(tb.card)
+    want = program(model)
+    # the models differ only where ModelCard has no accelerator: CAPS.ACCEL
+    diff = [(g, w) for g, w in zip(got, want, strict=True) if g != w and g[0] != "CAPS"]
+    assert not diff, f"RTL (PCIe) vs ModelCard: {diff[:6]}"
+
+
+@cocotb.test(timeout_time=50, timeout_unit="ms")
+async def test_unmapped_bar_offsets(dut) -> None:
+    """A read of an unmapped BAR offset completes Unsupported Request (MmioUnsupportedRequest);
+    a write there is dropped; the card answers normally afterwards."""
+    tb = TB(dut)
+    await tb.reset()
+    p = tb.card.pcie
+    for bar, off in ((pcie.BAR_REGS.index, regs.BAR0_SIZE), (pcie.BAR_REGS.index, 0xFFFC),
+                     (pcie.BAR_MSIX.index, 0x400), (pcie.BAR_MSIX.index, 0xFFC)):
+        try:
+            await p.bar_read(bar, off)
+        except MmioUnsupportedRequest:
+            pass
+        else:
+            raise AssertionError(f"BAR{bar} offset {off:#x} read did not fail")
+        await p.bar_write(bar, off, 0xDEADBEEF)
+    assert await p.mmio_read(regs.offset("CARD_ID")) == regs.CARD_ID
+    await p.mmio_write(regs.offset("SCRATCH"), 0x1234)
+    assert await p.mmio_read(regs.offset("SCRATCH")) == 0x1234
+    # MSI-X table: read back what enumeration programmed, PBA empty
+    assert await p.bar_read(pcie.BAR_MSIX.index, pcie.MSIX_TABLE_OFFSET + 8) == \
+        tb.link.fn.msi_vectors[0].data
+    assert await p.bar_read(pcie.BAR_MSIX.index, pcie.MSIX_PBA_OFFSET) == 0
+
+
+def _msix_sources(drv) -> None:
+    """Raise every DMA interrupt source once: done (a transfer) and error (bad magic)."""
+    buf = drv.host.alloc(PAGE)
+    for ch in Channel:
+        if ch == Channel.H2C:
+            drv.write_data(buf, 64, 0)
+        elif ch == Channel.C2H:
+            drv.read_data(0, 64, buf)
+        else:
+            drv.copy_on_card(0, 64, PAGE)
+        try:
+            drv.run_raw(ch, [driver_program.RawDescriptor(64, buf.address if ch == 0 else 0,
+                                                         0 if ch != 1 else buf.address,
+                                                         magic=0x1234)])
+        except DmaTransferError as e:
+            assert e.code == DmaError.BAD_MAGIC, e
+        else:
+            raise AssertionError("bad magic did not fail")
+    drv.host.free(buf)
+
+
+@cocotb.test(timeout_time=100, timeout_unit="ms")
+async def test_msix_every_source(dut) -> None:
+    """Each DMA channel's done and error, and the accelerator's done and error, arrive as
+    their own MSI-X vector (vector i = IRQ_STATUS bit i)."""
+    from tb.card_top import accel_program
+    tb = TB(dut)
+    await tb.reset()
+    await tb.host(_msix_sources)
+    await tb.host(accel_program.check_accel_gemm, reduced=True)      # ACCEL_DONE
+    await tb.host(accel_program.check_accel_errors, reduced=True)    # ACCEL_ERR
+    counts = tb.link.msix_counts
+    assert all(c >= 1 for c in counts), (
+        "vectors that never fired: "
+        + ", ".join(n for n, c in zip(pcie.MSIX_VECTOR_NAMES, counts, strict=True) if not c))
+
+
+@cocotb.test(timeout_time=300, timeout_unit="ms")
+@cocotb.parametrize(check=[c.name for c in driver_program.ALL_CHECKS])
+async def test_driver_program(dut, check: str) -> None:
+    """One check of the shared driver program on the PCIe card, every request TLP monitored."""
+    tb = TB(dut)
+    await tb.reset()
+    fn = next(c.fn for c in driver_program.ALL_CHECKS if c.name == check)
+    await tb.host(fn, reduced=True)
+    tb.monitor.check()
+    rc = tb.link.rc
+    if os.environ.get("CARD_TB_HOST", "ooo") == "ooo" and rc.reads > 16:
+        assert rc.reordered > 0, "the host never completed reads out of order"
+
+
+@cocotb.test(timeout_time=400, timeout_unit="ms")
+@cocotb.parametrize(limits=[(128, 128), (256, 4096), (512, 256), (1024, 1024), (128, 2048),
+                            (1024, 4096)])
+async def test_request_limits(dut, limits: tuple[int, int]) -> None:
+    """The engine follows the link's MPS / MRRS (Device Control, read by the driver): host
+    offsets x lengths both ways, no request TLP longer than allowed or across 4 KiB."""
+    mps, mrrs = limits
+    tb = TB(dut, mps=mps, mrrs=mrrs)
+    await tb.reset()
+    await tb.host(driver_program.check_alignment, lengths=(1, 127, 1000, 5000),
+                  host_offsets=(0, 3, 4093), card_offsets=(0, 61))
+    tb.monitor.check()
+    assert tb.monitor.largest["write"] <= mps and tb.monitor.largest["read"] <= mrrs
+    assert tb.monitor.largest["write"] > mps // 2, tb.monitor.largest
+
+
+async def _error_case(dut, kind: str) -> None:
+    tb = TB(dut, cpl_timeout_ns=20_000 if kind == "drop" else None)
+    await tb.reset()
+
+    def prog(drv) -> None:
+        src = drv.host.alloc(2 * PAGE)
+        src.write(bytes(range(256)) * 32)
+        tb.card.pcie.inject(kind, src.address + PAGE, src.address + PAGE + 64)
+        try:
+            drv.write_data(src, 2 * PAGE, 0)
+        except DmaTransferError as e:
+            assert e.code == DmaError.SRC_READ and e.channel == Channel.H2C, e
+        else:
+            raise AssertionError(f"a {kind} completion did not fail the transfer")
+        tb.card.pcie.clear_errors()
+        drv.write_data(src, 2 * PAGE, 0x1000)      # works again after the error
+        out = drv.host.alloc(2 * PAGE)
+        drv.read_data(0x1000, 2 * PAGE, out)
+        assert out.read() == src.read(), "data wrong after recovery"
+        # a descriptor fetch that fails is DESC_READ
+        pool = drv.descriptor_pool(Channel.H2C)
+        tb.card.pcie.inject(kind, pool.address, pool.address + 32)
+        try:
+            drv.write_data(src, 64, 0)
+        except DmaTransferError as e:
+            assert e.code == DmaError.DESC_READ, e
+        else:
+            raise AssertionError(f"a {kind} descriptor completion did not fail the transfer")
+        tb.card.pcie.clear_errors()
+        drv.write_data(src, 64, 0)
+        drv.host.free(out)
+        drv.host.free(src)
+
+    await tb.host(prog)
+    if kind == "drop":
+        assert tb.link.dev.timeouts >= 2, tb.link.dev.timeouts
+
+
+@cocotb.test(timeout_time=200, timeout_unit="ms")
+@cocotb.parametrize(kind=["ur", "ca", "poison", "drop"])
+async def test_completion_errors(dut, kind: str) -> None:
+    """Unsupported Request, Completer Abort, poisoned data, completion timeout on a DMA read:
+    SRC_READ (data) or DESC_READ (descriptor), and the card works again after the driver's
+    recovery."""
+    await _error_case(dut, kind)
