@@ -240,7 +240,7 @@ async def e2e_resnet50(dut) -> None:
     start_clock(dut)
     card = _profiled_card(dut, host=HostMemory(HOST_BYTES),
                           memory=HostMemoryConfig(read_latency=HOST_LATENCY),
-                          irq_timeout_ns=IRQ_TIMEOUT_NS)
+                          irq_timeout_ns=IRQ_TIMEOUT_NS, link=env.get("E2E_LINK", "axi"))
     await reset(dut)
     done = False
     progress = open(env["E2E_PROGRESS"], "a", buffering=1)  # noqa: SIM115 (closed below)
@@ -328,13 +328,19 @@ def prepare() -> dict[str, Any]:
             "ort_s": ort_s, "model_s": model_s}
 
 
-def run_rtl(work: Path = WORK) -> tuple[dict[str, Any], dict[str, np.ndarray], float, float,
-                                        Path]:
-    """Build (or reuse) the lean card_top and run e2e_resnet50 on work/model.xmodel and
-    work/inputs.npz; (result, outputs, build wall, RTL run wall, run directory)."""
+def run_rtl(work: Path = WORK, link: str = "axi") -> tuple[dict[str, Any], dict[str, np.ndarray],
+                                                          float, float, Path]:
+    """Build (or reuse) the lean card_top (card_top_pcie for ``link="pcie"``) and run
+    e2e_resnet50 on work/model.xmodel and work/inputs.npz; (result, outputs, build wall, RTL run
+    wall, run directory)."""
     t0 = time.perf_counter()
-    b = simulator.build("verilator", "card_top", simulator.card_sources(), PARAMS, public=[],
-                     cxx_opt="-O3")
+    if link == "pcie":
+        from tb.common.pcie_card import card_sources
+        b = simulator.build("verilator", "card_top_pcie", card_sources(), PARAMS, public=[],
+                            cxx_opt="-O3")
+    else:
+        b = simulator.build("verilator", "card_top", simulator.card_sources(), PARAMS, public=[],
+                            cxx_opt="-O3")
     build_s = time.perf_counter() - t0
     files = {k: work / f"rtl_{k}" for k in ("out.json", "outputs.npz", "memtrace.jsonl",
                                             "timeline.json", "progress.txt")}
@@ -345,7 +351,8 @@ def run_rtl(work: Path = WORK) -> tuple[dict[str, Any], dict[str, np.ndarray], f
            "E2E_OUT": str(files["out.json"]), "E2E_OUT_NPZ": str(files["outputs.npz"]),
            "E2E_MEMTRACE": str(files["memtrace.jsonl"]),
            "E2E_TIMELINE": str(files["timeline.json"]),
-           "E2E_PROGRESS": str(files["progress.txt"]), "COCOTB_LOG_LEVEL": "WARNING"}
+           "E2E_PROGRESS": str(files["progress.txt"]), "COCOTB_LOG_LEVEL": "WARNING",
+           "E2E_LINK": link}
     res, rtl_s = run_with_progress(b, "bench.e2e_bench", "e2e_resnet50", env,
                                    files["progress.txt"], _say, poll_s=2.0)
     if res.failed or not files["out.json"].exists():
@@ -353,6 +360,36 @@ def run_rtl(work: Path = WORK) -> tuple[dict[str, Any], dict[str, np.ndarray], f
     out = json.loads(files["out.json"].read_text())
     npz = np.load(files["outputs.npz"])
     return out, {k: npz[k] for k in npz.files}, build_s, rtl_s, res.run_dir
+
+
+LINK_TARGET = 1.25     # ResNet-50 wall time on the PCIe card / on the AXI card, at most
+
+
+def link_cost() -> dict[str, Any]:
+    """ResNet-50 on the AXI card and on the PCIe card, one after the other in this run: the RTL
+    run's wall time (simulator process, build excluded) of each and their ratio; both must agree
+    bit for bit with the functional card."""
+    _say("link cost: ResNet-50 on card_top (AXI) and card_top_pcie (PCIe), same run")
+    prep = prepare()
+    row: dict[str, Any] = {}
+    outs = {}
+    for link in ("axi", "pcie"):
+        rtl, rtl_out, build_s, rtl_s, _ = run_rtl(link=link)
+        agree, errs = compare(prep, rtl, rtl_out)
+        if errs:
+            raise E2EMismatch(f"ResNet-50 on the {link} card: " + "; ".join(errs))
+        outs[link] = rtl_out
+        row[link] = {"rtl_wall_s": round(rtl_s, 1), "build_s": round(build_s, 1),
+                     "cycles": rtl.get("cycles")}
+        _say(f"  {link}: {rtl_s:.1f} s wall (RTL run), {rtl.get('cycles')} cycles")
+    same = all(np.array_equal(outs["axi"][k], outs["pcie"][k]) for k in outs["axi"])
+    if not same:
+        raise E2EMismatch("ResNet-50 outputs differ between the AXI and the PCIe card")
+    row["ratio"] = round(row["pcie"]["rtl_wall_s"] / row["axi"]["rtl_wall_s"], 3)
+    row["target"] = LINK_TARGET
+    _say(f"  PCIe / AXI wall time {row['ratio']:.2f} (target <= {LINK_TARGET}); outputs "
+         "identical")
+    return row
 
 
 def memory_bound(path: Path, capacity: int) -> dict[str, Any]:
@@ -465,7 +502,8 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(RESULTS / "e2e.json"))
     ap.add_argument("--parts", default="resnet50,demo",
-                    help="comma-separated subset of: resnet50, demo")
+                    help="comma-separated subset of: resnet50, demo, link (ResNet-50 on the "
+                    "AXI and the PCIe card in the same run: the link's co-simulation cost)")
     ap.add_argument("--demo-sims", default=",".join(SIMS))
     args = ap.parse_args(argv)
     parts = set(args.parts.split(","))
@@ -492,6 +530,11 @@ def main(argv: list[str] | None = None) -> int:
         result["resnet50"] = r
         if rtl_s > TARGET_S:
             missed.append("resnet50 time")
+
+    if "link" in parts:
+        result["link"] = link_cost()
+        if result["link"]["ratio"] > LINK_TARGET:
+            missed.append("PCIe link co-simulation cost")
 
     if "demo" in parts:
         _say("demo: tb/demo.py's flow on " + ", ".join(args.demo_sims.split(",")))

@@ -105,9 +105,11 @@ async def e2e_demo(dut) -> None:
 
     env = dict(os.environ)
     start_clock(dut)
+    link = env.get("DEMO_LINK", "axi")
     card = RtlCard(dut, HostMemory(HOST_BYTES), HostMemoryConfig(read_latency=HOST_LATENCY),
-                   irq_timeout_ns=10**12)
+                   irq_timeout_ns=10**12, link=link)
     await reset(dut)
+    lspci = await card.pcie.up() if card.pcie is not None else None
     events = _ProgressEvents()
     progress = open(env["DEMO_PROGRESS"], "a", buffering=1)  # noqa: SIM115 (closed below)
     done = False
@@ -127,6 +129,8 @@ async def e2e_demo(dut) -> None:
     finally:
         done = True
         progress.close()
+    if lspci is not None:
+        r["lspci"] = lspci
     Path(env["DEMO_OUT"]).write_text(json.dumps(r))
 
 
@@ -138,6 +142,7 @@ class DemoOptions:
     sim: str = "verilator"
     card_mem: int = 80 << 10
     backend: str = "rtl"
+    link: str = "pcie"                # the RTL card's host link: "pcie" or "axi" (fast mode)
     images: int = 2
     max_layers: int | None = 2
     waves: bool = True
@@ -265,9 +270,17 @@ def run_demo(opts: DemoOptions) -> int:
     from tb.common import simulator, waves
 
     params = {"MEM_SIZE": f"64'd{opts.card_mem}"}
-    _say(opts, f"RTL card   card_top on {opts.sim}, {opts.card_mem >> 10} KiB card memory "
-         f"(building the model if needed)")
-    b = simulator.build(opts.sim, "card_top", simulator.card_sources(), params, waves=opts.waves)
+    if opts.link not in ("pcie", "axi"):
+        raise DemoError(f"LINK={opts.link!r}: expected pcie or axi")
+    top = "card_top_pcie" if opts.link == "pcie" else "card_top"
+    _say(opts, f"RTL card   {top} on {opts.sim}, {opts.card_mem >> 10} KiB card memory, "
+         f"{opts.link.upper()} host link (building the model if needed)")
+    if opts.link == "pcie":
+        from tb.common.pcie_card import card_sources
+        sources = card_sources()
+    else:
+        sources = simulator.card_sources()
+    b = simulator.build(opts.sim, top, sources, params, waves=opts.waves)
     files = {k: out / f"rtl_{k}" for k in ("out.json", "outputs.npz", "trace.json",
                                             "progress.txt")}
     for f in files.values():
@@ -277,6 +290,7 @@ def run_demo(opts: DemoOptions) -> int:
            "DEMO_IMAGES": str(opts.images), "DEMO_OUT": str(files["out.json"]),
            "DEMO_OUT_NPZ": str(files["outputs.npz"]), "DEMO_TRACE": str(files["trace.json"]),
            "DEMO_PROGRESS": str(files["progress.txt"]), "COCOTB_LOG_LEVEL": "WARNING",
+           "DEMO_LINK": opts.link,
            **{k: str(v) for k, v in opts.extra.items()}}
     res, rtl_s = run_with_progress(b, "tb.demo", "e2e_demo", env, files["progress.txt"],
                                    lambda ln: _say(opts, ln))
@@ -284,6 +298,9 @@ def run_demo(opts: DemoOptions) -> int:
         print(f"error: the RTL run failed; see {res.run_dir / 'sim.log'}", file=sys.stderr)
         return 1
     r = json.loads(files["out.json"].read_text())
+    if r.get("lspci"):
+        from tb.common.pcie_card import format_lspci
+        _say(opts, "\nPCIe enumeration (what lspci would show)\n" + format_lspci(r["lspci"]))
     npz = np.load(files["outputs.npz"])
     rtl_out = [{n: npz[f"{n}/{i}"] for n in out_names} for i in range(opts.images)]
     _summary(opts, r["runs"][-1], r, model_out, rtl_out, ort_out, out_names, rtl_s=rtl_s)

@@ -7,7 +7,8 @@ the memory manager must evict; the summary compares it with onnxruntime and with
 card, and the run leaves an FST with its GTKWave save file and a Perfetto timeline.
 
 Options (environment or flags): MODEL=demo|<light model>|<file.onnx>, SIM=verilator|icarus,
-CARD_MEM=<bytes, K/M/G suffix>, BACKEND=rtl|model, IMAGES=<n>.
+CARD_MEM=<bytes, K/M/G suffix>, BACKEND=rtl|model, IMAGES=<n>, LINK=pcie|axi (the RTL card's
+host link: the PCIe endpoint behind the hard IP model and a root complex, or the AXI fast mode).
 
 ``DEMO=card`` runs the earlier hardware demos instead:
 1. Builds dram_ctrl (product size under Verilator; a smaller card under Icarus, whose 4-state
@@ -150,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--card-mem", default=os.environ.get("CARD_MEM") or "")
     ap.add_argument("--backend", default=os.environ.get("BACKEND") or "rtl",
                     choices=["rtl", "model"])
+    ap.add_argument("--link", default=os.environ.get("LINK") or "pcie", choices=["pcie", "axi"])
     ap.add_argument("--images", type=int, default=int(os.environ.get("IMAGES") or 2))
     ap.add_argument("--cycles", type=int, default=int(os.environ.get("CYCLES") or 40000))
     args = ap.parse_args(argv)
@@ -162,7 +164,7 @@ def e2e(args: argparse.Namespace) -> int:
     from tb.demo import DemoError, DemoOptions, run_demo
 
     opts = DemoOptions(model=args.model, sim=args.sim, backend=args.backend,
-                       images=args.images)
+                       images=args.images, link=args.link)
     if args.card_mem:
         opts.card_mem = parse_size(args.card_mem)
     elif args.model != "demo":

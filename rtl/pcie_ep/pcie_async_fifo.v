@@ -51,7 +51,8 @@ endfunction
 // write domain
 reg [A:0] wp_bin, wp_gray, rp_gray_w1, rp_gray_w2;
 wire [A:0] rp_bin_w = gray2bin(rp_gray_w2);
-wire full = (wp_bin - rp_bin_w) == (1 << A);
+wire [A:0] used_w = wp_bin - rp_bin_w;           // A+1 bits: wraps like the pointers
+wire full = used_w == {1'b1, {A{1'b0}}};
 assign s_ready = !full && !wr_rst;
 wire [A:0] wp_next = wp_bin + {{A{1'b0}}, 1'b1};
 

@@ -103,3 +103,27 @@ class PcieHost:
 
     def clear_errors(self) -> None:
         self.link.rc.clear_errors()
+
+
+def card_sources():
+    """Every Verilog file of the PCIe card (card_top_pcie, the endpoint and the card)."""
+    from tb.common import simulator
+
+    return simulator.card_sources() + simulator.rtl_sources("pcie_ep", "card_top_pcie")
+
+
+def format_lspci(info: dict) -> str:
+    """What enumeration found, as ``lspci -vv`` would summarise it."""
+    lines = [f"{info['address']} Processing accelerators [{info['class_code'] >> 8:04x}]: "
+             f"device {info['vendor_id']:04x}:{info['device_id']:04x} (rev "
+             f"{info['revision']:02x})",
+             f"        Subsystem: {info['subsystem'][0]:04x}:{info['subsystem'][1]:04x}"]
+    for bar, addr, size in info["bars"]:
+        lines.append(f"        Region {bar}: Memory at {addr:08x} (32-bit, non-prefetchable) "
+                     f"[size={size >> 10}K]")
+    lines += [f"        LnkSta: Speed {info['link_speed_gts']:g}GT/s, Width x{info['link_width']}",
+              f"        DevCtl: MaxPayload {info['mps']} bytes, MaxReadReq {info['mrrs']} bytes"
+              f" (root RCB {info['rcb']} bytes)",
+              f"        MSI-X: Enable+ Count={info['msix_vectors']} (vector i = IRQ_STATUS bit i:"
+              f" {', '.join(pcie.MSIX_VECTOR_NAMES)})"]
+    return "\n".join(lines)

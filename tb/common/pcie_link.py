@@ -60,6 +60,10 @@ class CardPcieDevice(UltraScalePlusPcieDevice):
         self.cpl_timeout_ns = cpl_timeout_ns or pcie.CPL_TIMEOUT_US * 1000
         self.timeouts = 0
         super().__init__(*args, **kwargs)
+        # hold the user reset from the start (the model raises it two clocks later), so the
+        # streams' models never sample what a previous test left in the card's FIFOs
+        if self.user_reset is not None:
+            self.user_reset.setimmediatevalue(1)
 
     # -- replaced per-clock loops ---------------------------------------------------------------
     async def _run_cq_logic(self) -> None:
@@ -303,6 +307,7 @@ class PcieLink:
             pcie_generation=gen, pcie_link_width=width,
             user_clk_frequency=pcie.USER_CLK_MHZ * 1e6, alignment="dword",
             max_payload_size=pcie.MAX_PAYLOAD_SUPPORTED, enable_client_tag=True,
+            enable_extended_tag=True,          # the engine's descriptor tag is 32
             pf0_msi_enable=False, pf0_msix_enable=True,
             pf0_msix_table_size=pcie.MSIX_VECTORS - 1,
             pf0_msix_table_bir=pcie.BAR_MSIX.index,

@@ -21,7 +21,9 @@ CARD_MEM = 16 << 20
 
 
 def pcie_sources():
-    return simulator.card_sources() + simulator.rtl_sources("pcie_ep", "card_top_pcie")
+    from tb.common.pcie_card import card_sources
+
+    return card_sources()
 
 
 def run_pcie(sim: str, host: str, tests: list[str] | None = None,
