@@ -245,6 +245,11 @@ class CardBackend(abc.ABC):
     #: Host memory the card's DMA engine reads and writes (descriptors, data, write-back).
     host: HostMemory
 
+    #: Whether a DMA write to host memory that fails is reported to the card (an AXI host port
+    #: answers it with SLVERR / DECERR). False on a PCIe link: memory writes are posted, so a
+    #: write to a bad host address is dropped and reported at the root, never to the card.
+    host_write_errors: bool = True
+
     @abc.abstractmethod
     def mmio_read(self, offset: int) -> int:
         """Read the 32-bit BAR0 register at byte `offset`."""

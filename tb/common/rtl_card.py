@@ -70,6 +70,7 @@ class RtlCard(CardBackend):
         self.mmio_writes = 0
         if self.pcie is not None:
             self.memory = self.axiram = None
+            self.host_write_errors = False     # PCIe memory writes are posted
             return
         self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
         logging.getLogger(f"cocotb.{dut._name}.s_axil").setLevel(logging.WARNING)
