@@ -301,8 +301,9 @@ class PcieLink:
         self.gen, self.width = gen, width
         self.mps, self.mrrs = mps, mrrs
         self.rc = HostRootComplex(host, config)
-        self.rc.max_payload_size = pcie.payload_code(pcie.MAX_PAYLOAD_SUPPORTED)
+        # the root's max payload is the link's: its completions are at most MPS
         self.rc.max_payload_size_supported = pcie.payload_code(pcie.MAX_PAYLOAD_SUPPORTED)
+        self.rc.max_payload_size = pcie.payload_code(mps)
         self.dev = CardPcieDevice(
             pcie_generation=gen, pcie_link_width=width,
             user_clk_frequency=pcie.USER_CLK_MHZ * 1e6, alignment="dword",
