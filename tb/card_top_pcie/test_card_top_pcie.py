@@ -46,8 +46,9 @@ class RequestMonitor:
     """Fails on any request TLP the card sends that is longer than the link's limits or crosses
     a 4 KiB boundary (every TLP of the RQ stream reaches the root complex)."""
 
-    def __init__(self, rc) -> None:
+    def __init__(self, rc, dut=None) -> None:
         self.rc = rc
+        self.dut = dut
         self.mps = self.mrrs = 4096
         self.errors: list[str] = []
         self.count = {"read": 0, "write": 0}
@@ -63,9 +64,18 @@ class RequestMonitor:
         self.count[kind] += 1
         self.largest[kind] = max(self.largest[kind], n)
         if tlp.length * 4 > limit:
-            self.errors.append(f"{kind} TLP at {addr:#x}: {tlp.length * 4} bytes > {limit}")
+            self.errors.append(f"{kind} TLP at {addr:#x}: {tlp.length * 4} bytes > {limit} "
+                               f"({tlp.fmt_type!r}, BE {tlp.first_be:x}/{tlp.last_be:x}, "
+                               f"engine MPS {self.engine_limits()})")
         if tlp.address // PAGE != (tlp.address + tlp.length * 4 - 1) // PAGE:
             self.errors.append(f"{kind} TLP at {addr:#x} of {n} bytes crosses 4 KiB")
+
+    def engine_limits(self) -> str:
+        try:
+            e = self.dut.core.dma.engine
+            return f"{int(e.mps.value)}/{int(e.mrrs.value)}"
+        except (AttributeError, ValueError):
+            return "?"
 
     def check(self) -> None:
         assert not self.errors, "request TLP rule violations: " + "; ".join(self.errors[:5])
@@ -82,7 +92,7 @@ class TB:
         self.card = RtlCard(dut, HostMemory(32 << 20), link="pcie", pcie=opts,
                             irq_timeout_ns=2_000_000)
         self.link = self.card.pcie.link
-        self.monitor = RequestMonitor(self.link.rc)
+        self.monitor = RequestMonitor(self.link.rc, dut)
         self.monitor.mps, self.monitor.mrrs = mps, mrrs
 
     async def reset(self) -> None:
@@ -213,7 +223,12 @@ async def test_driver_program(dut, check: str) -> None:
     tb = TB(dut)
     await tb.reset()
     fn = next(c.fn for c in driver_program.ALL_CHECKS if c.name == check)
-    await tb.host(fn, reduced=True)
+
+    def run(drv) -> None:
+        limits = drv.request_limits()[:2]
+        assert limits == (256, 512), f"the driver set {limits}, the link negotiated 256/512"
+        fn(drv, reduced=True)
+    await tb.host(run)
     tb.monitor.check()
     rc = tb.link.rc
     if os.environ.get("CARD_TB_HOST", "ooo") == "ooo" and rc.reads > 16:

@@ -258,29 +258,48 @@ class HostRootComplex(RootComplex):
                 self.reordered += 1
             await self._complete(r)
 
+    def _first_bad(self, addr: int, n: int) -> tuple[int, str] | None:
+        """The first byte of [addr, addr + n) in an error range (or outside host memory)."""
+        hits = [(max(addr, s), k) for k, s, e in self.cfg.errors if addr < e and addr + n > s]
+        if not self.host.contains(addr, n):
+            lo, hi = self.host.base, self.host.end
+            hits.append((addr if addr < lo or addr >= hi else hi, "ca"))
+        return min(hits) if hits else None
+
     async def _complete(self, r: _Read) -> None:
+        """Send r's next completion. The bytes before an error range complete normally (up to
+        the RCB boundary before it); the completion that reaches it is UR / CA (ending the
+        request), poisoned, or never sent (drop: the requester's completion timeout)."""
         tlp = r.tlp
-        kind = self._error(r.addr, r.end - r.addr) if r.first else None
-        r.first = False
-        if kind in ("ur", "ca") or (kind is None and not self.host.contains(r.addr,
-                                                                           r.end - r.addr)):
+        n = self._piece(r)
+        bad = self._first_bad(r.addr, n)
+        if bad is not None and bad[0] > r.addr:
+            clean = (bad[0] // self.cfg.rcb) * self.cfg.rcb - r.addr
+            if clean > 0:
+                n, bad = clean, None
+        kind = bad[1] if bad is not None else None
+        if kind in ("ur", "ca"):
             self._reads.remove(r)
             cpl = (Tlp.create_ur_completion_for_tlp if kind == "ur"
                    else Tlp.create_ca_completion_for_tlp)(tlp, PcieId(0, 0, 0))
+            cpl.byte_count = r.end - r.addr
+            cpl.lower_address = r.addr & 0x7F
             await self.send(cpl)
             return
         if kind == "drop":
             self._reads.remove(r)
             return
-        n = self._piece(r)
+        r.first = False
         cpl = Tlp.create_completion_data_for_tlp(tlp, PcieId(0, 0, 0))
         cpl.byte_count = r.end - r.addr
         cpl.lower_address = r.addr & 0x7F
         a0 = r.addr & ~3
         a1 = (r.addr + n + 3) & ~3
-        cpl.set_data(bytes(self.host.view(a0, a1 - a0)) if self.host.contains(a0, a1 - a0)
-                     else bytes(a0 - r.addr) + self.host.read(r.addr, n) + bytes(a1 - r.addr - n))
-        if kind == "poison" or (self._error(r.addr, n) == "poison"):
+        if self.host.contains(a0, a1 - a0):
+            cpl.set_data(bytes(self.host.view(a0, a1 - a0)))
+        else:
+            cpl.set_data(bytes(r.addr - a0) + self.host.read(r.addr, n) + bytes(a1 - r.addr - n))
+        if kind == "poison":
             cpl.ep = True
         r.addr += n
         if r.addr >= r.end:
