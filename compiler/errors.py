@@ -62,3 +62,7 @@ class XmodelError(CompilerError):
 
 class RunnerError(CompilerError):
     """A compiled model cannot be executed (missing runner, bad inputs, failing subgraph)."""
+
+
+class UntrustedRunnerError(RunnerError):
+    """A model names a runner that is neither built in nor installed, and was not trusted."""
