@@ -60,3 +60,8 @@ class DmaProtocolError(DriverError):
 
 class RequestLimitError(DriverError, ValueError):
     """A max payload / read request size or tag count outside what the engine accepts."""
+
+
+class RegisterValueError(DriverError, ValueError):
+    """A value for a 32-bit register that is not an integer in 0..2**32-1 (the driver never
+    truncates: a truncated address would make the card use another one)."""

@@ -51,6 +51,7 @@ from pyhost.accel.abi import (
     align_up,
     card_align,
 )
+from pyhost.accel.control import instruction_text
 from pyhost.driver import AccelProgram, AccelRunError, PcieDriver
 from pyhost.memory import MemoryManager, TensorHandle
 from pyhost.spec import isa
@@ -324,9 +325,9 @@ class AccelStep:
                 res = drv.accel_wait(s.timeout_s)
             except AccelRunError as e:
                 at = ""
-                if 0 <= e.pc < img.insns:
+                if e.names_instruction and 0 <= e.pc < img.insns:
                     raw = img.program[e.pc * isa.INSN_BYTES:(e.pc + 1) * isa.INSN_BYTES]
-                    at = f"; instruction {e.pc}: {isa.decode(raw)}"
+                    at = f"; instruction {e.pc}: {instruction_text(raw)}"
                 raise AccelStepError(f"accelerator step {img.name!r} failed: {e}{at}") from e
             args.update(res.counters)
         for t in outputs:
@@ -580,9 +581,16 @@ class CardExecutor:
                 for n in live.read(self._input_names(st)):
                     self._drop(env.pop(n, None))
             result = {n: self._on_host(env, n) for n in self.output_names}
-        finally:
+        except BaseException:
+            # free what this run holds without letting a failure there replace the error
             for v in env.values():
-                self._drop(v)
+                try:
+                    self._drop(v)
+                except Exception:  # noqa: BLE001, S110 - the original error is reported
+                    pass
+            raise
+        for v in env.values():
+            self._drop(v)
         stats.wall_s = time.perf_counter() - t_run
         after = _memory_counters(s)
         stats.memory = {k: after[k] - before[k] for k in after}

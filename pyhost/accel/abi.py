@@ -197,6 +197,13 @@ class IoSpec:
         x = np.asarray(x)
         if x.shape != self.shape:
             raise AbiError(f"tensor {self.name!r} is {x.shape}, expected {self.shape}")
+        if x.dtype.kind == "f" and not np.isfinite(x).all():
+            bad = int(np.count_nonzero(~np.isfinite(x)))
+            raise AbiError(f"tensor {self.name!r} holds {bad} NaN or Inf value(s); the "
+                           "accelerator computes in int8, which has no encoding for them "
+                           "(the CPU path would give NaN outputs): check the input")
+        if x.dtype.kind not in "biuf":
+            raise AbiError(f"tensor {self.name!r} is {x.dtype}, not a number")
         q = np.clip(np.rint(x.astype(np.float64) / self.scale) + self.zero_point, -128, 127)
         raw = layout.pack_act(q.astype(np.int8).reshape(self.nchw), self.n, self.zero_point)
         return np.frombuffer(raw, np.uint8)
