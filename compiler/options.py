@@ -143,9 +143,11 @@ def _load_json(text: str) -> Any:
     if text.startswith("@"):
         path = Path(text[1:])
         try:
-            text = path.read_text()
+            text = path.read_text(encoding="utf-8")
         except OSError as e:
             raise OptionsError(f"cannot read options file {str(path)!r}: {e}") from None
+        except UnicodeDecodeError as e:
+            raise OptionsError(f"options file {str(path)!r} is not UTF-8 text ({e})") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:

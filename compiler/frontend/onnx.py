@@ -26,7 +26,7 @@ import onnx
 from onnx import AttributeProto, helper, numpy_helper, version_converter
 from onnx.defs import OpSchema
 
-from compiler.errors import FrontendError, ShapeInferenceError, UnsupportedOpError
+from compiler.errors import FrontendError, InputShapesError, ShapeInferenceError, UnsupportedOpError
 from compiler.ops.infer import cpu_can_run, infer_op
 from compiler.ops.onnx_bridge import CANONICAL_OPSET
 from compiler.xir import Graph, Op, Tensor
@@ -208,8 +208,8 @@ class _Importer:
         inits = {i.name: i for i in g.initializer}
         unknown = set(self.input_shapes) - {i.name for i in g.input}
         if unknown:
-            raise FrontendError(f"input_shapes names {sorted(unknown)}, which are not model "
-                                f"inputs; the inputs are {[i.name for i in g.input]}")
+            raise InputShapesError(f"input_shapes names {sorted(unknown)}, which are not model "
+                                   f"inputs; the inputs are {[i.name for i in g.input]}")
         for vi in g.input:
             if vi.name in inits:
                 continue

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from compiler.errors import QuantizationError
+from compiler.errors import CalibrationFileError, QuantizationError
 from compiler.options import QuantizeOptions
 from compiler.runtime.cpu import CpuRunner
 from compiler.xir import Graph, Tensor
@@ -32,38 +32,38 @@ def calibration_samples(graph: Graph, opts: QuantizeOptions) -> list[dict[str, n
         return samples
     path = Path(opts.calibration)
     if not path.is_file():
-        raise QuantizationError(f"calibration file {str(path)!r} does not exist; give an .npz "
+        raise CalibrationFileError(f"calibration file {str(path)!r} does not exist; give an .npz "
                                 'with one array per input, or "random"')
     try:
         data = np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
-        raise QuantizationError(f"calibration file {str(path)!r} is not a readable .npz ({e}); "
+        raise CalibrationFileError(f"calibration file {str(path)!r} is not a readable .npz ({e}); "
                                 "save one with numpy.savez, one array per input") from None
     if not isinstance(data, np.lib.npyio.NpzFile):
-        raise QuantizationError(f"calibration file {str(path)!r} is a single .npy array; save "
+        raise CalibrationFileError(f"calibration file {str(path)!r} is a single .npy array; save "
                                 "an .npz with numpy.savez, one array per input")
     with data:
         arrays = {}
         for op in inputs:
             if op.name not in data.files:
-                raise QuantizationError(f"calibration file {str(path)!r} has no array for "
+                raise CalibrationFileError(f"calibration file {str(path)!r} has no array for "
                                         f"input {op.name!r} (it has {sorted(data.files)})")
             try:
                 a = data[op.name]
             except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
-                raise QuantizationError(f"calibration file {str(path)!r}: array {op.name!r} "
+                raise CalibrationFileError(f"calibration file {str(path)!r}: array {op.name!r} "
                                         f"cannot be read ({e})") from None
             shape = op.output.shape
             if a.shape == shape:
                 a = a[None]
             if a.shape[1:] != shape or a.shape[0] == 0:
-                raise QuantizationError(f"calibration array {op.name!r} is {a.shape}; expected "
+                raise CalibrationFileError(f"calibration array {op.name!r} is {a.shape}; expected "
                                         f"(samples, *{shape}) with at least one sample")
             if a.dtype.kind not in "biuf":
-                raise QuantizationError(f"calibration array {op.name!r} is {a.dtype}; expected "
+                raise CalibrationFileError(f"calibration array {op.name!r} is {a.dtype}; expected "
                                         f"numbers ({op.output.dtype})")
             if a.dtype.kind == "f" and not np.isfinite(a).all():
-                raise QuantizationError(f"calibration array {op.name!r} holds NaN or Inf; "
+                raise CalibrationFileError(f"calibration array {op.name!r} holds NaN or Inf; "
                                         "calibrate with finite samples")
             arrays[op.name] = a.astype(op.output.dtype)
     count = min(min(a.shape[0] for a in arrays.values()), opts.samples)
