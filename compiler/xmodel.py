@@ -151,7 +151,14 @@ def _save_stream(graph: Graph, target: IO[bytes]) -> None:
             "subgraph": _subgraph_doc(w, graph.root_subgraph),
         }
         text = json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False)
-        zf.writestr(w._entry(JSON_ENTRY), text.encode("utf-8"))
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            bad = text[max(e.start - 20, 0):e.end + 20]
+            raise XmodelError(f"graph {graph.name!r}: a name or attribute holds a lone "
+                              f"surrogate ({bad!r}), which is not valid Unicode; rename it") \
+                from None
+        zf.writestr(w._entry(JSON_ENTRY), data)
 
 
 def dumps(graph: Graph) -> bytes:
@@ -387,6 +394,13 @@ def load(path: str | Path | IO[bytes]) -> Graph:
             raise XmodelError(f"{where}: {JSON_ENTRY} is not valid JSON: {e}") from None
         except RecursionError:
             raise XmodelError(f"{where}: {JSON_ENTRY} nests too deeply") from None
+        try:
+            json.dumps(doc, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise XmodelError(f"{where}: {JSON_ENTRY} holds a lone surrogate escape (\\udXXX), "
+                              "which is not valid Unicode; the file is corrupt") from None
+        except (RecursionError, ValueError):
+            pass  # reported below with the document's structure
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             raise XmodelError(f"{where}: not a {FORMAT} document")
         if doc.get("version") != VERSION:
