@@ -233,7 +233,9 @@ def check_size(size: int, i: int) -> int:
 
 def check_card_range(addr: int, size: int, mem_size: int, i: int, what: str) -> int:
     """A card address as an int; CardRangeError unless [addr, addr + size) is card memory."""
-    if not isinstance(addr, Integral) or addr < 0 or addr + size > mem_size:
+    if not isinstance(addr, Integral) or isinstance(addr, bool):
+        raise CardRangeError(f"transfer {i}: card {what} {addr!r} is not an integer address")
+    if addr < 0 or addr + size > mem_size:
         raise CardRangeError(
             f"transfer {i}: card {what} [{addr:#x}, +{size:#x}) is outside card memory "
             f"[0, {mem_size:#x}) (the capacity the card reports in MEM_SIZE)")
