@@ -396,12 +396,12 @@ class AccelControl:
                     where = f"after {pc} dispatched instructions (ERR_PC counts them; it names " \
                         "no instruction)"
                 elif code in _PROGRAM_ERRORS:
-                    where = f"ERR_PC {pc}"
+                    where = f"(ERR_PC {pc})"
                 else:
-                    where = f"instruction {pc}" + (f" ({insn})" if insn else "")
+                    where = f"at instruction {pc}" + (f" ({insn})" if insn else "")
                 name = code.name if isinstance(code, AccelError) else f"code {code}"
                 raise AccelRunError(
-                    f"accelerator stopped with {name} at {where}: "
+                    f"accelerator stopped with {name} {where}: "
                     f"{_ACCEL_HINTS.get(code, 'unknown error code')}", code, pc, insn, counters)
             if (status & (_ACC_STATUS["BUSY"].mask | _ACC_STATUS["DONE"].mask)) \
                     != _ACC_STATUS["DONE"].mask or bits != _IRQ_ACCEL_DONE:
