@@ -30,7 +30,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from compiler import xmodel
-from compiler.errors import CompilerError, OptionsError, PluginLoadError
+from compiler.errors import CompilerError, OptionsError, PluginLoadError, RunnerError
 from compiler.options import CompileOptions
 from compiler.passes import PASSES, PIPELINE
 from compiler.pipeline import compile_file
@@ -353,6 +353,10 @@ def _run(args: argparse.Namespace) -> int:
 def _feeds(graph: Graph, args: argparse.Namespace) -> dict[str, np.ndarray]:
     """The model inputs: from --inputs, checked against the model, or seeded random."""
     want = {op.name: op.output for op in graph.inputs}
+    unshaped = [n for n, t in want.items() if t.shape is None]
+    if unshaped:
+        raise RunnerError(f"model inputs {unshaped} have no static shape: the .xmodel was saved "
+                          "before shape inference and cannot run; recompile it")
     if not args.inputs:
         rng = np.random.default_rng(args.seed)
         return {n: rng.standard_normal(t.shape).astype(t.dtype) for n, t in want.items()}
