@@ -12,17 +12,25 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 from compiler import cli, xmodel
-from compiler.errors import PartitionError, PassError, ShapeInferenceError, XmodelError
+from compiler.errors import (
+    CompilerError,
+    PartitionError,
+    PassError,
+    ShapeInferenceError,
+    XmodelError,
+)
 from compiler.passes import fold_constants
 from compiler.pipeline import compile_model
 from compiler.plugin_api import Plugin, partition_graph
 from compiler.plugin_api.helpers import filter_by_type
 from compiler.summary import format_summary, printable, summarize, to_dot
 from compiler.xir import Graph, Subgraph
-from tests.compiler.helpers import make_model, tensor_info
+from tests.compiler.helpers import conv_net, make_model, tensor_info
 
 
 def const_of_shape(shape: list[int], dtype: int = TensorProto.FLOAT) -> onnx.ModelProto:
@@ -219,3 +227,27 @@ def test_plugins_returning_non_strings_are_refused_at_compile_time(kw: dict[str,
     with pytest.raises(PartitionError) as e:
         partition_graph(g, [BadPlugin(**kw)])  # type: ignore[arg-type]
     assert words in str(e.value), str(e.value)
+
+
+# --- random ONNX bytes ----------------------------------------------------------------------------
+
+_ONNX = conv_net().SerializeToString()
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.integers(0, 255)),
+                min_size=1, max_size=5))
+def test_random_onnx_byte_mutations_raise_only_compiler_errors(
+        edits: list[tuple[float, int]]) -> None:
+    """Whatever the bytes, the compiler says what is wrong with them in its own error."""
+    b = bytearray(_ONNX)
+    for where, value in edits:
+        b[int(where * len(b))] = value
+    try:
+        model = onnx.load_from_string(bytes(b))
+    except Exception:  # noqa: BLE001 - not even protobuf: load_model reports that (tested)
+        return
+    try:
+        compile_model(model, {"plugin": "softmax_ip"})
+    except CompilerError:
+        pass
