@@ -48,6 +48,7 @@ from pyhost.errors import (
     RegisterValueError,
     RequestLimitError,
     TransferSizeError,
+    cleanup_note,
 )
 from pyhost.spec import regs
 from pyhost.spec.accel import AccelConfig
@@ -197,16 +198,6 @@ _HINTS = {
 def _reg_name(offset: int) -> str:
     names = [r.name for r in regs.REGISTERS if r.offset == offset]
     return f"{names[0]} ({offset:#x})" if names else f"{offset:#x}"
-
-
-def _cleanup_note(what: str, fn: Callable[[], object]) -> str:
-    """Run ``fn`` on an error path; if it fails too, say so in a note instead of letting its
-    error replace the one being reported."""
-    try:
-        fn()
-    except Exception as e:  # noqa: BLE001 - reported inside the original error
-        return f" ({what} failed as well: {type(e).__name__}: {e})"
-    return ""
 
 
 def describe_status(status: int) -> str:
@@ -610,7 +601,7 @@ class PcieDriver(AccelControl):
         if not self.backend.wait_irq(self.timeout_s):
             status = self._rd(regs.channel_reg(ch, "STATUS"))
             completed = self._rd(regs.channel_reg(ch, "COMPLETED"))
-            note = _cleanup_note("resetting the channel", lambda: self.reset_channel(ch))
+            note = cleanup_note("resetting the channel", lambda: self.reset_channel(ch))
             self.stats.timeouts += 1
             progress = (f"{completed} of {n} descriptors ({nbytes} bytes) had completed"
                         if completed <= n else
@@ -637,7 +628,7 @@ class PcieDriver(AccelControl):
 
         if status & _STATUS["ERROR"].mask:
             self.stats.errors += 1
-            reset_note = _cleanup_note("resetting the channel", lambda: self.reset_channel(ch))
+            reset_note = cleanup_note("resetting the channel", lambda: self.reset_channel(ch))
             code_value = _STATUS["ERR_CODE"].get(status)
             code = DmaError(code_value) if code_value in DmaError._value2member_map_ \
                 else DmaError.NONE
@@ -658,7 +649,7 @@ class PcieDriver(AccelControl):
                 transfer)
         if (status & (_STATUS["BUSY"].mask | _STATUS["DONE"].mask)) != _STATUS["DONE"].mask \
                 or not irq & done_bit or irq & err_bit or completed != n:
-            reset_note = _cleanup_note("resetting the channel", lambda: self.reset_channel(ch))
+            reset_note = cleanup_note("resetting the channel", lambda: self.reset_channel(ch))
             raise DmaProtocolError(
                 f"{ch.name} DMA: after the interrupt STATUS is {describe_status(status)}, "
                 f"COMPLETED {completed} for {n} descriptors, IRQ_STATUS {irq:#x}; expected "

@@ -3,7 +3,19 @@ accelerator's own are in pyhost.accel.control). `pyhost.driver` re-exports them 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pyhost.spec.regs import Channel, DmaError
+
+
+def cleanup_note(what: str, fn: Callable[[], object]) -> str:
+    """Run ``fn`` (a reset, an abort, a read) on an error path. If it fails too, its error
+    becomes a note to put in the error being reported, instead of replacing that error."""
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - reported inside the original error
+        return f" ({what} failed as well: {type(e).__name__}: {e})"
+    return ""
 
 
 class DriverError(Exception):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from numbers import Integral
 from typing import TYPE_CHECKING
 
-from pyhost.errors import CardRangeError, DriverError
+from pyhost.errors import CardRangeError, DriverError, cleanup_note
 from pyhost.spec import isa, regs
 from pyhost.spec.accel import AccelConfig
 from pyhost.spec.isa import AccelError, Insn, Opcode
@@ -162,16 +162,6 @@ def instruction_text(raw: bytes) -> str:
         return str(isa.decode(bytes(raw)))
     except (isa.IsaError, ValueError) as e:
         return f"<{bytes(raw).hex()}: {e}>"
-
-
-def _cleanup_note(what: str, fn: object) -> str:
-    """Run ``fn`` on an error path; a failure becomes a note in the error being reported
-    instead of replacing it."""
-    try:
-        fn()  # type: ignore[operator]
-    except Exception as e:  # noqa: BLE001 - reported inside the original error
-        return f" ({what} failed as well: {type(e).__name__}: {e})"
-    return ""
 
 
 def describe_accel_status(status: int) -> str:
@@ -352,12 +342,12 @@ class AccelControl:
             if not self.backend.wait_irq(timeout):
                 status = self._rd(regs.offset("ACC_STATUS"))
                 aborted: list[bool] = []
-                note = _cleanup_note("aborting the program",
+                note = cleanup_note("aborting the program",
                                      lambda: aborted.append(self.accel_abort()))
                 self.stats.timeouts += 1
                 self.stats.accel_timeouts += 1
                 counters: dict[str, int] = {}
-                note += _cleanup_note("reading the counters",
+                note += cleanup_note("reading the counters",
                                       lambda: counters.update(self.accel_counters()))
                 what = ("the program has been aborted" if aborted and aborted[0] else
                         "the accelerator was not running (nothing to abort): the program ended "
