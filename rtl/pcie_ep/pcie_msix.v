@@ -108,17 +108,19 @@ assign msg_valid = m_valid;
 assign msg_addr = m_addr;
 assign msg_data = m_data;
 
+wire [VECTORS-1:0] rise = source & ~source_d;
+
 integer k;
 always @(posedge clk) begin
     source_d <= source;
-    pending <= pending | (source & ~source_d);
+    pending <= pending | rise;
     if (msg_valid && msg_ready) m_valid <= 1'b0;
     if (!m_valid && sel_valid && msix_enable && !function_mask) begin
         m_valid <= 1'b1;
         m_vec <= sel;
         m_addr <= {addr_hi[sel], addr_lo[sel][31:2], 2'b00};
         m_data <= data[sel];
-        pending[sel] <= 1'b0;
+        pending[sel] <= rise[sel];   // a new rise in the cycle its message goes stays pending
     end
     if (reg_wr && w_table) begin
         case (w_off[3:2])

@@ -365,8 +365,16 @@ class PcieLink:
     async def enumerate(self) -> dict:
         """Enumerate, find the card by its IDs, assign BARs, set MPS/MRRS, enable bus mastering
         and MSI-X; returns what lspci would show."""
-        # the hard IP's user reset ends 100 ns after start; the card's own reset follows
-        await self.rc.enumerate()
+        # the hard IP's user reset ends 100 ns after start; the card's own reset follows.
+        # The scan probes every device number and the bridges warn of each empty one: quiet
+        # them for the scan only (the loggers below "cocotb.pcie" inherit its level)
+        scan_log = logging.getLogger("cocotb.pcie")
+        level = scan_log.level
+        scan_log.setLevel(logging.ERROR)
+        try:
+            await self.rc.enumerate()
+        finally:
+            scan_log.setLevel(level)
         fn = None
         for d in _walk(self.rc.host_bridge.bus):
             if (d.vendor_id, d.device_id) == (pcie.VENDOR_ID, pcie.DEVICE_ID):
