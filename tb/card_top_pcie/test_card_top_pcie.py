@@ -1,10 +1,11 @@
 """System bench for card_top_pcie: the card as a PCIe endpoint behind cocotbext-pcie's
 UltraScale+ hard IP model, a link and a root complex; the real driver on top, unchanged.
 
-Enumeration (IDs, class, BAR sizes, MSI-X, link), MMIO of every register against ModelCard,
-unmapped BAR offsets, MSI-X on every interrupt source, the shared driver program, the request
-limits crossed with offsets and lengths under a monitor of every request TLP, completions out of
-order, split and delayed, and the link's error completions. CARD_TB_HOST picks the host
+Enumeration (IDs, class, BAR sizes, MSI-X, link; Gen3 x16 and Gen4 x8), MMIO of every register
+against ModelCard, unmapped BAR offsets, MSI-X on every interrupt source, the shared driver
+program and accelerator programs, the demo CNN bit for bit against ModelCard, the request limits
+crossed with offsets and lengths under a monitor of every request TLP, completions out of order,
+split and delayed, and the link's error completions. CARD_TB_HOST picks the host
 behaviour: "ooo" (500 ns, jittered, out of order, split at MPS), "split64" / "split128"
 (completions of 64 / 128 bytes at that RCB), "inorder" (in order, no jitter).
 """
@@ -23,7 +24,7 @@ from pyhost.driver import DmaTransferError, PcieDriver
 from pyhost.model_card import ModelCard
 from pyhost.spec import pcie, regs
 from pyhost.spec.regs import Channel, DmaError
-from tb.card_top import driver_program
+from tb.card_top import accel_program, driver_program
 from tb.common.clocking import reset, start_clock
 from tb.common.pcie_card import MmioUnsupportedRequest, PcieOptions
 from tb.common.pcie_link import HostLinkConfig
@@ -87,11 +88,11 @@ class RequestMonitor:
 
 class TB:
     def __init__(self, dut, host: str | None = None, mps: int = 256, mrrs: int = 512,
-                 cpl_timeout_ns: int | None = None) -> None:
+                 cpl_timeout_ns: int | None = None, link: str = pcie.DEFAULT_LINK) -> None:
         self.dut = dut
         start_clock(dut)
         cfg = HOSTS[host or os.environ.get("CARD_TB_HOST", "ooo")]
-        opts = PcieOptions(mps=mps, mrrs=mrrs, host=HostLinkConfig(**vars(cfg)),
+        opts = PcieOptions(link=link, mps=mps, mrrs=mrrs, host=HostLinkConfig(**vars(cfg)),
                            cpl_timeout_ns=cpl_timeout_ns)
         self.card = RtlCard(dut, HostMemory(32 << 20), link="pcie", pcie=opts,
                             irq_timeout_ns=2_000_000)
@@ -113,9 +114,12 @@ class TB:
 
 
 @cocotb.test(timeout_time=50, timeout_unit="ms")
-async def test_enumeration(dut) -> None:
-    """The root complex finds the card by its IDs, sizes its BARs, enables MSI-X."""
-    tb = TB(dut)
+@cocotb.parametrize(link=list(pcie.LINK_CONFIGS))
+async def test_enumeration(dut, link: str) -> None:
+    """The root complex finds the card by its IDs, sizes its BARs, enables MSI-X; the link
+    trains to the configured generation and width (Gen3 x16, Gen4 x8); a DMA round trip
+    works on it."""
+    tb = TB(dut, link=link)
     await tb.reset()
     info = await tb.card.pcie.up()
     assert (info["vendor_id"], info["device_id"]) == (pcie.VENDOR_ID, pcie.DEVICE_ID), info
@@ -123,9 +127,19 @@ async def test_enumeration(dut) -> None:
     sizes = {b: s for b, _, s in info["bars"]}
     assert sizes == {b.index: b.size for b in pcie.BARS}, f"BAR sizes {sizes}"
     assert info["msix_vectors"] == pcie.MSIX_VECTORS, info
-    assert (info["link_speed_gts"], info["link_width"]) == (8.0, 16), info
+    gen, width = pcie.LINK_CONFIGS[link]
+    speed = {3: 8.0, 4: 16.0}[gen]
+    assert (info["link_speed_gts"], info["link_width"]) == (speed, width), info
     assert (info["mps"], info["mrrs"]) == (256, 512), info
     assert await tb.card.pcie.mmio_read(regs.offset("CARD_ID")) == regs.CARD_ID
+
+    def round_trip(drv) -> None:
+        src, dst = drv.host.alloc(3 * PAGE), drv.host.alloc(3 * PAGE)
+        src.write(bytes((i * 7 + 3) & 0xFF for i in range(3 * PAGE)))
+        drv.write_data(src.address + 5, 2 * PAGE + 100, 0x40)
+        drv.read_data(0x40, 2 * PAGE + 100, dst.address + 5)
+        assert dst.read(5, 2 * PAGE + 100) == src.read(5, 2 * PAGE + 100), "round trip differs"
+    await tb.host(round_trip)
 
 
 @cocotb.test(timeout_time=100, timeout_unit="ms")
@@ -208,7 +222,6 @@ def _msix_sources(drv) -> None:
 async def test_msix_every_source(dut) -> None:
     """Each DMA channel's done and error, and the accelerator's done and error, arrive as
     their own MSI-X vector (vector i = IRQ_STATUS bit i)."""
-    from tb.card_top import accel_program
     tb = TB(dut)
     await tb.reset()
     await tb.host(_msix_sources)
@@ -237,6 +250,32 @@ async def test_driver_program(dut, check: str) -> None:
     rc = tb.link.rc
     if os.environ.get("CARD_TB_HOST", "ooo") == "ooo" and rc.reads > 16:
         assert rc.reordered > 0, "the host never completed reads out of order"
+
+
+@cocotb.test(timeout_time=300, timeout_unit="ms")
+@cocotb.parametrize(check=[c.name for c in accel_program.ALL_CHECKS])
+async def test_accel_program(dut, check: str) -> None:
+    """One accelerator check program on the PCIe card (the programs card_top and ModelCard run:
+    random programs against the functional model, GEMM and convolution against numpy, the
+    accelerator's errors), every request TLP monitored."""
+    tb = TB(dut)
+    await tb.reset()
+    fn = next(c.fn for c in accel_program.ALL_CHECKS if c.name == check)
+    await tb.host(fn, reduced=True)
+    tb.monitor.check()
+
+
+@cocotb.test(timeout_time=2, timeout_unit="sec")
+async def test_demo_model(dut) -> None:
+    """The demo CNN end to end through the runtime on the PCIe card: bit-identical to the
+    functional card of the same size, top-1 as onnxruntime (tb/card_top/test_card_models)."""
+    from tb.card_top.test_card_models import _demo
+
+    tb = TB(dut)
+    await tb.reset()
+    r = await tb.host(_demo)
+    assert r["accel_steps"] == 4, r
+    tb.monitor.check()
 
 
 @cocotb.test(timeout_time=400, timeout_unit="ms")
