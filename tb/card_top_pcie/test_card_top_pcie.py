@@ -22,7 +22,7 @@ from cocotbext.pcie.core.tlp import TlpType
 from pyhost.backend import HostMemory
 from pyhost.driver import DmaTransferError, PcieDriver
 from pyhost.model_card import ModelCard
-from pyhost.spec import pcie, regs
+from pyhost.spec import isa, pcie, regs
 from pyhost.spec.regs import Channel, DmaError
 from tb.card_top import accel_program, driver_program
 from tb.common.clocking import reset, start_clock
@@ -263,6 +263,58 @@ async def test_accel_program(dut, check: str) -> None:
     fn = next(c.fn for c in accel_program.ALL_CHECKS if c.name == check)
     await tb.host(fn, reduced=True)
     tb.monitor.check()
+
+
+class _WakeupCounter:
+    """Counts the simulator's entries into Python (every GPI trigger that fires: clock edges a
+    coroutine waits on, timers, value changes), for the idle-link check."""
+
+    def __init__(self) -> None:
+        from cocotb._gpi_triggers import GPITrigger
+
+        self.count = 0
+        self._cls = GPITrigger
+        self._react = GPITrigger._react
+        counter = self
+
+        def react(trigger) -> None:
+            counter.count += 1
+            counter._react(trigger)
+        GPITrigger._react = react
+
+    def close(self) -> None:
+        self._cls._react = self._react
+
+
+@cocotb.test(timeout_time=100, timeout_unit="ms")
+async def test_idle_link_runs_no_python(dut) -> None:
+    """While the accelerator computes and the link carries nothing, no Python runs per clock:
+    a program 40,000 cycles longer than another costs a few more entries into Python (the
+    link's 10 us flow-control timers, the host's wait), not one per card or user clock."""
+    tb = TB(dut)
+    await tb.reset()
+    counter = _WakeupCounter()
+
+    def prog(drv) -> list[tuple[int, int]]:
+        out = []
+        for outer in (4, 404, 4, 404):
+            p = drv.accel_load_program([isa.gemm(outer=outer, inner=100), isa.end()], 0x8000)
+            w0 = counter.count
+            r = drv.accel_run(p, None, accel_program.TIMEOUT_S)
+            out.append((r.cycles, counter.count - w0))
+        return out
+    try:
+        runs = await tb.host(prog)
+    finally:
+        counter.close()
+    (c_short, w_short), (c_long, w_long) = runs[2], runs[3]      # the first two warm up
+    extra_cycles, extra_wakeups = c_long - c_short, w_long - w_short
+    dut._log.info("idle link: %d more accelerator cycles, %d more entries into Python",
+                  extra_cycles, extra_wakeups)
+    assert extra_cycles >= 39_000, runs
+    assert extra_wakeups < extra_cycles // 200, (
+        f"{extra_wakeups} entries into Python for {extra_cycles} cycles of compute with the "
+        f"link idle: something runs per clock ({runs})")
 
 
 @cocotb.test(timeout_time=2, timeout_unit="sec")

@@ -73,7 +73,7 @@ def _selection(sim: str, host: str) -> list[str]:
         if host == "ooo":
             return (BASIC + _driver_tests(tuple(c.name for c in _driver_checks()
                                                 if c.name not in SPLIT_CHECKS))
-                    + ["test_demo_model"])
+                    + ["test_idle_link_runs_no_python", "test_demo_model"])
         if host == "split64":
             return (_driver_tests(SPLIT_CHECKS[:1]) + _accel_tests(None)
                     + ["test_request_limits/limits=1"])
