@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -46,6 +47,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
@@ -71,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
     bar = None if args.quiet else ProgressBar()
     t0 = time.perf_counter()
+    # SIGTERM (and SIGINT, even where a shell started us with it ignored) stops the sweep like
+    # Ctrl-C: pending points cancelled, the cluster closed, what finished stays cached
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _interrupt)
     try:
         with connect(args.scheduler, args.workers, pip_install=args.pip_install) as client:
             res = run_sweep(spec, client, Cache(args.cache), rerun=args.rerun, on_progress=bar,

@@ -40,7 +40,7 @@ _HOST_STACK_GLOBS = ("pyhost/driver.py", "pyhost/errors.py", "pyhost/backend.py"
                      "pyhost/accel/layout.py", "pyhost/spec/*.py", "compiler/runtime/*.py",
                      "compiler/plugins/accel/runner.py", "tb/common/rtl_card.py",
                      "tb/common/host_memory_axi.py", "tb/common/clocking.py",
-                     "tb/sweep/host.py", "tb/sweep/rtl_point.py", "tb/sweep/worker.py")
+                     "tb/sweep/host.py", "tb/sweep/rtl_point.py")
 _CARD_MODEL_GLOBS = ("pyhost/**/*.py", "compiler/runtime/*.py",
                      "compiler/plugins/accel/runner.py", "tb/sweep/host.py",
                      "tb/sweep/worker.py")

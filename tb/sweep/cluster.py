@@ -1,7 +1,8 @@
 """Where a sweep runs: the one place that knows a local cluster from an existing one.
 
 `connect(scheduler=None)` starts a Dask ``LocalCluster`` on this machine (one single-threaded
-worker process per core, every socket bound to 127.0.0.1, no dashboard) and returns a client
+worker process per core, every socket bound to 127.0.0.1: scheduler, workers, nannies and
+the scheduler's HTTP endpoint on a free port) and returns a client
 of it; `connect("tcp://HOST:PORT")` returns a client of an existing scheduler. Either way it
 registers `ProjectCode` (tb/sweep/codeship.py), so the workers run this tree's code without
 a manual install, and with ``pip_install`` Dask's ``PipInstall`` plugin with the pinned
@@ -37,7 +38,7 @@ def pinned_requirements(root: Path = ROOT) -> list[str]:
 
 
 def ship_code(client: object, root: Path = ROOT, force: bool = False,
-              pip_install: bool = False) -> None:
+              pip_install: bool = False, base: str | None = None) -> None:
     """Register the plugins that put this project (and, optionally, its pinned dependencies)
     on every worker of ``client``'s cluster."""
     import cloudpickle
@@ -49,7 +50,7 @@ def ship_code(client: object, root: Path = ROOT, force: bool = False,
                                           restart_workers=True))
     cloudpickle.register_pickle_by_value(codeship)
     try:
-        client.register_plugin(codeship.ProjectCode(root, force=force),  # type: ignore
+        client.register_plugin(codeship.ProjectCode(root, force=force, base=base),  # type: ignore
                                name=codeship.ProjectCode.name)
     finally:
         cloudpickle.unregister_pickle_by_value(codeship)
@@ -66,7 +67,7 @@ def connect(scheduler: str | None = None, workers: int | None = None, *,
     if scheduler is None:
         n = workers or default_workers()
         cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                               host="127.0.0.1", dashboard_address=None,
+                               host="127.0.0.1", dashboard_address="127.0.0.1:0",
                                silence_logs=logging.ERROR if quiet else logging.WARNING,
                                memory_limit=0)
         client = Client(cluster)

@@ -63,10 +63,13 @@ class ProjectCode(WorkerPlugin):
 
     name = "dnncard-project-code"
 
-    def __init__(self, root: str | Path, force: bool = False) -> None:
+    def __init__(self, root: str | Path, force: bool = False, base: str | None = None) -> None:
+        """``force``: unpack even where the worker has the same tree (tests); ``base``: where
+        to unpack (default $DNNCARD_CODE_DIR on the worker, else ~/.cache/dnncard/code)."""
         root = Path(root)
         self.digest = tree_digest(root)
         self.force = force
+        self.base = base
         buf = io.BytesIO()
         with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
             for rel in shipped_files(root):
@@ -85,8 +88,9 @@ class ProjectCode(WorkerPlugin):
         cur = self._current_root()
         if not self.force and cur is not None and tree_digest(cur) == self.digest:
             return str(cur)
-        base = Path(os.environ.get("DNNCARD_CODE_DIR",
-                                   Path.home() / ".cache" / "dnncard" / "code"))
+        base = Path(self.base or os.environ.get("DNNCARD_CODE_DIR",
+                                                Path.home() / ".cache" / "dnncard" / "code"))
+        base.mkdir(parents=True, exist_ok=True)
         dest = base / f"dnncard-{self.digest[:16]}"
         if not (dest / ".complete").exists():
             tmp = base / f".tmp-{self.digest[:16]}-{os.getpid()}"

@@ -23,6 +23,16 @@ from tb.sweep import tasks
 from tb.sweep.cache import Cache, compile_key, run_key
 from tb.sweep.spec import Point, SweepSpec
 
+#: Dask priorities (higher first): compiles unblock points, then RTL points (the slow ones
+#: that other points wait for least), each kind the cheapest first (the compiler's cycle
+#: estimate), so results arrive early and an interrupted sweep has done the most points.
+PRIORITY = {"compile": 3 * 10**12, "rtl": 2 * 10**12, "model": 10**12}
+
+
+def _priority(backend: str, meta: dict[str, Any]) -> int:
+    est = sum(int(v) for v in (meta.get("estimate") or {}).values())
+    return PRIORITY[backend] - min(est, 10**12 - 1)
+
 
 @dataclass
 class Progress:
@@ -97,7 +107,8 @@ class _Sweep:
             else:
                 p = self.spec.points[idx[0]]
                 fut = self.client.submit(tasks.compile_task, p.to_dict(), _model_bytes(p),
-                                         pure=False, key=f"compile-{ckey[:16]}")
+                                         pure=False, key=f"compile-{ckey[:16]}",
+                                         priority=PRIORITY["compile"])
                 self.futures[fut] = ("compile", ckey, idx)
                 self.ac.add(fut)
                 self.prog.compiling += 1
@@ -126,7 +137,8 @@ class _Sweep:
         for i, rkey in todo:
             p = self.spec.points[i]
             fut = self.client.submit(tasks.run_task, p.to_dict(), ref, pure=False,
-                                     key=f"point-{rkey[:16]}-{i}")
+                                     key=f"point-{rkey[:16]}-{i}",
+                                     priority=_priority(p.backend, meta))
             self.futures[fut] = ("run", rkey, i, meta)
             self.ac.add(fut)
 
@@ -170,6 +182,7 @@ class _Sweep:
         if res["status"] == "ok":
             rec = _record(p, rkey, "ok", wall_s=res["wall_s"], compile=meta,
                           result=res["result"], host=res.get("host"),
+                          code_root=res.get("code_root"),
                           waves=bool(res.get("fst")))
             self.cache.put_run(rkey, rec, res.get("fst"))
             self.records[i] = dict(rec, cached=False)

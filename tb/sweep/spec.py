@@ -16,7 +16,17 @@ A spec is a YAML or JSON mapping (docs/sweep.md)::
       images: 1
       max_layers: 2
 
-A scalar in ``grid`` is a one-value axis. Every axis has a default (``AXES``), so a point is a
+A scalar in ``grid`` is a one-value axis. A grid value that is a mapping sets several axes
+together, so a grouped axis (any name) varies them in step::
+
+      scratchpad:
+        - {inp_depth: 8192, wgt_depth: 1024, acc_depth: 4096}
+        - {inp_depth: 4096, wgt_depth: 512, acc_depth: 2048}
+      model:
+        - {model: demo, max_layers: 2}
+        - {model: resnet50, max_layers: 8, samples: 1}
+
+Every axis has a default (``AXES``), so a point is a
 complete, validated `Point`; points equal after normalization (the simulator and the link of a
 functional-card point mean nothing) are run once. Errors are `SpecError` with the key that was
 wrong and what it may be.
@@ -41,6 +51,7 @@ from pyhost.spec.accel import (
 
 BACKENDS = ("model", "rtl")
 SIMULATORS = ("verilator", "icarus")
+BUILDS = ("lean", "full")
 #: Array sizes the RTL (and the compiler) support.
 ARRAY_SIZES = (4, 8, 16)
 #: The host link of the default RTL card build (RtlCard's fast AXI mode); other link modes are
@@ -97,6 +108,10 @@ class Point:
     timeout_s: float = 3600.0
     #: Return the run's FST to the client (RTL points).
     waves: bool = False
+    #: The Verilator build: "lean" (only the top level visible to VPI, C++ at -O3: about 5.7x
+    #: faster, docs/accel.md) or "full" (cocotb's --public-flat-rw build the RTL tests use).
+    #: The cycles are the same; it is not part of the point's identity.
+    build: str = "lean"
 
     # --- derived ------------------------------------------------------------------------------
 
@@ -120,10 +135,19 @@ class Point:
                 "plugin_options": {"accel": accel}}
 
     def rtl_parameters(self) -> dict[str, str | int]:
-        """card_top's parameters for this point's build (the spec's defaults stay untouched)."""
-        return {"MEM_SIZE": f"64'd{self.card_mem}", "ACC_N": self.n,
-                "ACC_INP_DEPTH": self.inp_depth, "ACC_WGT_DEPTH": self.wgt_depth,
-                "ACC_ACC_DEPTH": self.acc_depth, "ACC_QUEUE_DEPTH": self.queue_depth}
+        """card_top's parameters for this point's build: the card memory, and each accelerator
+        parameter that differs from the RTL's default (rtl/include/accel_cfg.vh, generated from
+        pyhost/spec/accel.py, which a sweep never edits), so a default build is the same build
+        (same key) as every other bench's."""
+        from pyhost.spec.accel import RTL_DEFAULTS
+
+        out: dict[str, str | int] = {"MEM_SIZE": f"64'd{self.card_mem}"}
+        for name, value in (("N", self.n), ("INP_DEPTH", self.inp_depth),
+                            ("WGT_DEPTH", self.wgt_depth), ("ACC_DEPTH", self.acc_depth),
+                            ("QUEUE_DEPTH", self.queue_depth)):
+            if value != RTL_DEFAULTS[name]:
+                out[f"ACC_{name}"] = value
+        return out
 
     def label(self) -> str:
         """A short human name: model, backend, the axes that usually vary."""
@@ -138,7 +162,7 @@ class Point:
     def identity(self) -> dict[str, Any]:
         """What decides the point's result (not its timeout or whether it returns waves)."""
         d = asdict(self)
-        for k in ("timeout_s", "waves"):
+        for k in ("timeout_s", "waves", "build"):
             d.pop(k)
         return d
 
@@ -186,6 +210,8 @@ def make_point(values: Mapping[str, Any], policies: Sequence[str] | None = None,
         if isinstance(t, bool) or not isinstance(t, int | float) or t <= 0:
             raise SpecError(f"{where}: timeout_s must be a positive number, got {t!r}")
         v["timeout_s"] = float(t)
+    if "build" in v and v["build"] not in BUILDS:
+        raise SpecError(f"{where}: build {v['build']!r}: expected one of {list(BUILDS)}")
     if "waves" in v and not isinstance(v["waves"], bool):
         raise SpecError(f"{where}: waves must be true or false, got {v['waves']!r}")
     p = Point(**v)
@@ -250,12 +276,19 @@ def from_mapping(data: Any, default_name: str = "sweep",
     for k, vals in axes.items():
         if not vals:
             raise SpecError(f"grid.{k}: an empty list gives no points")
+        if k not in AXES and not all(isinstance(v, Mapping) for v in vals):
+            raise SpecError(f"grid.{k}: not an axis ({list(AXES)}); a grouped axis (any name) "
+                            "lists mappings that set several axes together")
     points: list[Point] = []
     if grid or not extra:
         for combo in itertools.product(*axes.values()):
-            values = {**fixed, **dict(zip(axes, combo, strict=True))}
+            values = dict(fixed)
+            for k, v in zip(axes, combo, strict=True):
+                # a mapping sets several axes at once (a grouped axis: e.g. one scratchpad size
+                # is three depths, one model comes with its own layers per subgraph)
+                values.update(v if isinstance(v, Mapping) else {k: v})
             points.append(make_point(values, policies, "grid point " + json.dumps(
-                dict(zip(axes, combo, strict=True)))))
+                dict(zip(axes, combo, strict=True)), default=str)))
     for i, item in enumerate(extra):
         if not isinstance(item, Mapping):
             raise SpecError(f"points[{i}]: expected a mapping, got {type(item).__name__}")

@@ -23,7 +23,7 @@ from typing import Any
 ARTEFACTS = ("model.xmodel", "inputs.npz", "reference.npz", "meta.json")
 #: The tail of a child's log that a result keeps.
 LOG_TAIL = 20_000
-#: Wall seconds a compile may take (the point's timeout also bounds it when smaller).
+#: Wall seconds a compile may take.
 COMPILE_TIMEOUT_S = 1800.0
 
 
@@ -34,9 +34,42 @@ def code_root() -> Path:
     return Path(tb.__file__).resolve().parents[1]
 
 
+#: Seconds between two checks of a running child (finished? the task cancelled?).
+POLL_S = 0.5
+
+
+def _cancelled_check() -> Any:
+    """A function that says whether the Dask task this thread runs was cancelled (its key no
+    longer wanted: the client cancelled it or went away); always False outside a worker."""
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+        key = worker.get_current_task()
+    except Exception:                            # not in a Dask task: nothing cancels us
+        return lambda: False
+
+    def cancelled() -> bool:
+        ts = worker.state.tasks.get(key)
+        return ts is None or ts.state in ("cancelled", "released", "forgotten")
+    return cancelled
+
+
+def _die_with_parent() -> None:
+    """In the child (preexec): SIGTERM when the worker that started it dies (Linux); the
+    child then kills its process group (tb/sweep/worker.py)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
 def _child(mode: str, payload: dict[str, Any], work: Path, timeout_s: float
            ) -> tuple[str, str, float]:
-    """Run the worker child; (status, log, wall seconds)."""
+    """Run the worker child; (status, log, wall seconds). The child is stopped (with the
+    simulator under it) on timeout, when the task is cancelled, and when the worker dies."""
     inp = work / "in.json"
     out = work / "out"
     out.mkdir(parents=True, exist_ok=True)
@@ -49,23 +82,37 @@ def _child(mode: str, payload: dict[str, Any], work: Path, timeout_s: float
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "tb.sweep.worker", mode, str(inp),
                                  str(out)], cwd=root, env=env, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=_die_with_parent)
+        cancelled = _cancelled_check()
+        rc: int | None = None
+        status = "ok"
         try:
-            rc = proc.wait(timeout=timeout_s)
-            status = "ok" if rc == 0 else "failed"
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            status = "timeout"
-            rc = None
+            while True:
+                try:
+                    rc = proc.wait(timeout=POLL_S)
+                    status = "ok" if rc == 0 else "failed"
+                    break
+                except subprocess.TimeoutExpired:
+                    if time.perf_counter() - t0 > timeout_s:
+                        status = "timeout"
+                    elif cancelled():
+                        status = "cancelled"
+                    else:
+                        continue
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    break
         except BaseException:
-            os.killpg(proc.pid, signal.SIGKILL)      # the task was cancelled: leave no child
+            os.killpg(proc.pid, signal.SIGKILL)      # leave no child behind
             proc.wait()
             raise
     wall = time.perf_counter() - t0
     text = log_path.read_text(errors="replace")
     if status == "timeout":
         text += f"\n[sweep] stopped after {timeout_s:g} s (the point's timeout_s)\n"
+    elif status == "cancelled":
+        text += "\n[sweep] stopped: the sweep was cancelled\n"
     elif status == "failed":
         text += f"\n[sweep] the point's process exited with {rc}\n"
     return status, text[-LOG_TAIL:], wall
@@ -89,8 +136,8 @@ def compile_task(point: dict[str, Any], model_bytes: bytes | None = None) -> dic
         if model_bytes is not None:
             (work / "model.onnx").write_bytes(model_bytes)
             point = dict(point, model=str(work / "model.onnx"))
-        timeout = min(COMPILE_TIMEOUT_S, float(point.get("timeout_s", COMPILE_TIMEOUT_S)))
-        status, log, wall = _child("compile", point, work, timeout)
+        # one compile serves every point of its group: a point's own timeout does not bound it
+        status, log, wall = _child("compile", point, work, COMPILE_TIMEOUT_S)
         out = work / "out"
         if status == "ok" and not all((out / a).exists() for a in ARTEFACTS):
             status = "failed"
@@ -124,6 +171,6 @@ def run_task(point: dict[str, Any], files: dict[str, bytes]) -> dict[str, Any]:
         return {"status": "ok", "result": json.loads((out / "result.json").read_text()),
                 "log": log, "wall_s": wall,
                 "fst": fst.read_bytes() if fst.exists() else None,
-                "host": os.uname().nodename}
+                "host": os.uname().nodename, "code_root": str(code_root())}
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -120,7 +120,8 @@ def _rtl_run(point: Point, art: Path, out: Path
                              f"{DEFAULT_LINK!r} host link (no `link` option)")
     t0 = time.perf_counter()
     b = simulator.build(point.simulator, "card_top", simulator.card_sources(),
-                        point.rtl_parameters(), waves=point.waves, public=[], cxx_opt="-O3")
+                        point.rtl_parameters(), waves=point.waves,
+                        **({"public": [], "cxx_opt": "-O3"} if point.build == "lean" else {}))
     build_s = time.perf_counter() - t0
     files = {k: out / f"rtl_{k}" for k in ("out.json", "outputs.npz")}
     env = {"SWEEP_XMODEL": str(art / "model.xmodel"), "SWEEP_INPUTS": str(art / "inputs.npz"),
@@ -169,7 +170,18 @@ def do_run(point: Point, art: Path, out: Path) -> dict[str, Any]:
     return result
 
 
+def _kill_group(signum: int, frame: Any) -> None:
+    """SIGTERM (the worker that started us died, or someone stops us): take the simulator and
+    everything else of this point's process group down too."""
+    import signal
+
+    os.killpg(0, signal.SIGKILL)
+
+
 def main(argv: list[str]) -> int:
+    import signal
+
+    signal.signal(signal.SIGTERM, _kill_group)
     if len(argv) != 3 or argv[0] not in ("compile", "run"):
         print("usage: python -m tb.sweep.worker compile|run IN.json OUTDIR", file=sys.stderr)
         return 2
