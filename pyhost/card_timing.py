@@ -24,10 +24,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pyhost.spec.accel import BEAT_BYTES
 from pyhost.spec.regs import Channel
 
-#: Beat of the card's data bus and of the host port (bytes per cycle).
-BEAT = 64
+#: Beat of the card's data bus and of the host port (bytes per cycle): the card's AXI data bus
+#: (pyhost.spec.accel.DATA_WIDTH), which the DMA engine's ports share.
+BEAT = BEAT_BYTES
 
 
 @dataclass(frozen=True)

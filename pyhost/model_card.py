@@ -26,13 +26,13 @@ from pyhost.backend import (
 )
 from pyhost.card_timing import CardTiming, TimingEvent, dma_cycles
 from pyhost.spec import isa, regs
-from pyhost.spec.accel import AccelConfig
+from pyhost.spec.accel import DATA_WIDTH, AccelConfig
 from pyhost.spec.dram import DramGeometry
 from pyhost.spec.isa import AccelError
 from pyhost.spec.regs import Access, Channel, DmaError
 
 DEFAULT_MEM_SIZE = 1 << 30
-DEFAULT_BUS_WIDTH = 512
+DEFAULT_BUS_WIDTH = DATA_WIDTH
 
 _U32 = (1 << 32) - 1
 _U64 = (1 << 64) - 1

@@ -9,9 +9,12 @@ are the RTL's defaults from pyhost.spec.accel.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -19,6 +22,7 @@ from pyhost.spec import isa
 from pyhost.spec.accel import (
     BEAT_BYTES,
     DEFAULT_CONFIG,
+    FETCH_BUFFER_BEATS,
     FETCH_MAX_BURST,
     MEM_MAX_BURST,
     MEM_MAX_OUTSTANDING,
@@ -27,8 +31,9 @@ from pyhost.spec.accel import (
 from pyhost.spec.isa import Buffer, Insn, Opcode, Unit
 
 __all__ = ["BEAT_BYTES", "MAX_BURST_BEATS", "MAX_OUTSTANDING", "PERF_PARAMS", "RTL_MEM_LATENCY",
-           "Estimate", "PerfEstimate", "PerfParams", "StreamOrderError", "estimate",
-           "field_cycles", "insn_cycles", "mem_cycles", "perf_estimate", "perf_estimate_raw"]
+           "Estimate", "PerfEstimate", "PerfParams", "PerfParamsError", "StreamOrderError",
+           "estimate", "field_cycles", "insn_cycles", "load_perf_params", "mem_cycles",
+           "perf_estimate", "perf_estimate_raw", "perf_params_for"]
 
 
 class StreamOrderError(ValueError):
@@ -164,37 +169,98 @@ class PerfParams:
     own counters and the compiler's tiling search use them. These model what they leave out:
     the fetch latency, each unit's hand-over and start cycles, the memory latency of every
     LOAD and STORE, the write responses, the token hand-over and the end of a run.
+
+    Only fitted numbers: what the hardware's build defines (burst lengths, outstanding bursts,
+    queue depth, bus width, the fetch buffer) comes from pyhost.spec.accel and the run's
+    AccelConfig. The values live in one place, perf_params.json (`load_perf_params`).
     """
 
     #: An instruction burst's request to its first beat (the fetch unit's read latency).
-    fetch_latency: int = 46
+    fetch_latency: int
     #: Dispatch to the unit holding the instruction (the queue's registers).
-    dispatch: int = 0
+    dispatch: int
     #: Cycles a compute instruction occupies the unit beyond its iterations.
-    compute_extra: int = 0
+    compute_extra: int
     #: Last iteration issued to its result written (the push of a compute instruction).
-    compute_push: int = 4
+    compute_push: int
     #: A LOAD starting to its first burst's address, and its first data beat's latency.
-    load_start: int = 0
-    read_latency: int = 17
+    load_start: int
+    read_latency: int
     #: The last element written to the LOAD's push.
-    load_end: int = 1
+    load_end: int
     #: A STORE starting to its first write beat; the last beat to its B response.
-    store_start: int = 0
-    write_latency: int = 7
+    store_start: int
+    write_latency: int
     #: Cycles between a unit finishing one instruction and starting the next it holds
     #: (load, compute, store: taking the next instruction from the queue and decoding it).
-    load_gap: int = 2
-    compute_gap: int = 0
-    store_gap: int = 5
+    load_gap: int
+    compute_gap: int
+    store_gap: int
     #: A token pushed to the unit that pops it seeing it (the token counters' registers).
-    token_latency: int = 1
+    token_latency: int
     #: The last unit finishing to the end of the run (the counter stops).
-    end: int = 6
+    end: int
+    #: Extra cycles per memory row of a LOAD's tile (moving to the next row's first beat).
+    load_row: float = 0.0
 
 
-#: The calibrated constants (docs/perf-model.md has how they were fitted and the errors).
-PERF_PARAMS = PerfParams()
+#: Where the calibrated constants live: data written by the calibration
+#: (bench/perf_model_bench.py --fit), so that refitting them changes no code.
+PERF_PARAMS_FILE = Path(__file__).with_name("perf_params.json")
+
+
+class PerfParamsError(ValueError):
+    """A performance-model calibration file that is missing, malformed or incomplete."""
+
+
+def load_perf_params(path: Path = PERF_PARAMS_FILE) -> dict[int | None, PerfParams]:
+    """The calibration file's PerfParams: ``params`` (key None: any array size) and, optional,
+    ``by_n`` (per array size N, values over ``params``). Every field without a default must be
+    in ``params``; an unknown name, a missing one or a value that is not a number is an error
+    naming it."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise PerfParamsError(f"{path}: cannot read the performance-model calibration: {e}"
+                              ) from e
+    if not isinstance(data, dict) or not isinstance(data.get("params"), dict):
+        raise PerfParamsError(f"{path}: expected an object with a 'params' object")
+    fields = {f.name: f for f in dataclasses.fields(PerfParams)}
+    required = {n for n, f in fields.items() if f.default is dataclasses.MISSING}
+    base = data["params"]
+    by_n = data.get("by_n", {})
+    if not isinstance(by_n, dict):
+        raise PerfParamsError(f"{path}: 'by_n' must be an object of N -> params")
+    out: dict[int | None, PerfParams] = {}
+    for n, over in [(None, {}), *by_n.items()]:
+        if not isinstance(over, dict):
+            raise PerfParamsError(f"{path}: by_n[{n}] must be an object")
+        vals = {**base, **over}
+        bad = sorted(set(vals) - set(fields))
+        if bad:
+            raise PerfParamsError(f"{path}: unknown performance-model parameter(s) {bad}")
+        missing = sorted(required - set(vals))
+        if missing:
+            raise PerfParamsError(f"{path}: missing performance-model parameter(s) {missing}")
+        for k, v in vals.items():
+            if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+                raise PerfParamsError(f"{path}: {k} must be a non-negative number, got {v!r}")
+        try:
+            key = None if n is None else int(n)
+        except ValueError:
+            raise PerfParamsError(f"{path}: by_n key {n!r} is not an array size") from None
+        out[key] = PerfParams(**vals)
+    return out
+
+
+_PERF_BY_N = load_perf_params()
+#: The calibrated constants of any N without its own fit (docs/perf-model.md).
+PERF_PARAMS = _PERF_BY_N[None]
+
+
+def perf_params_for(n: int) -> PerfParams:
+    """The calibrated constants for an array of size ``n``."""
+    return _PERF_BY_N.get(n, PERF_PARAMS)
 
 
 @dataclass(frozen=True)
@@ -286,7 +352,8 @@ def _unit_cycles(raw: np.ndarray, n: int, p: PerfParams
         data = np.where(bursts > 0, np.floor(p.read_latency + m + (bursts - 1) * period + 0.5),
                         0).astype(np.int64)
         is_load = op[mem] == Opcode.LOAD
-        l_occ = p.load_start + np.maximum(sp, data) + p.load_end
+        l_occ = p.load_start + np.maximum(sp + np.floor(rows * p.load_row).astype(np.int64),
+                                          data) + p.load_end
         s_occ = p.store_start + np.maximum(sp, beats) + np.where(bursts > 0, p.write_latency, 0)
         m_occ = np.where(sp > 0, np.where(is_load, l_occ, s_occ), 1)
         occ[mem] = m_occ
@@ -294,9 +361,8 @@ def _unit_cycles(raw: np.ndarray, n: int, p: PerfParams
     return op, flags, occ, push, comp
 
 
-#: The fetch unit's prefetch buffer (beats; 2 * FETCH_MAX_BURST, at least 16) and the
-#: instructions per beat.
-_FETCH_BUF = max(2 * FETCH_MAX_BURST, 16)
+#: The fetch unit's prefetch buffer (beats) and the instructions per beat.
+_FETCH_BUF = FETCH_BUFFER_BEATS
 _IPB = BEAT_BYTES // isa.INSN_BYTES
 
 
@@ -329,7 +395,7 @@ class _Fetcher:
 
 
 def perf_estimate(insns: Sequence[Insn], cfg: AccelConfig = DEFAULT_CONFIG,
-                  p: PerfParams = PERF_PARAMS, insn_base: int = 0) -> PerfEstimate:
+                  p: PerfParams | None = None, insn_base: int = 0) -> PerfEstimate:
     """`perf_estimate_raw` of a program given as instructions."""
     return perf_estimate_raw(b"".join(isa.encode(i) for i in insns), cfg, p, insn_base)
 
@@ -345,14 +411,17 @@ _FLAG_COUNTERS = {u: [isa.POPS[Unit(u)].get("pop_prev"), isa.POPS[Unit(u)].get("
 
 
 def perf_estimate_raw(raw: bytes | np.ndarray, cfg: AccelConfig = DEFAULT_CONFIG,
-                      p: PerfParams = PERF_PARAMS, insn_base: int = 0) -> PerfEstimate:
+                      p: PerfParams | None = None, insn_base: int = 0) -> PerfEstimate:
     """The calibrated cycle estimate of one run of the program image ``raw`` (up to its END;
     the RTL's ACC_CYCLES and the units' busy and stall counters): the fetch unit's bursts
     (`_Fetcher`), one dispatch per cycle in order, blocked while the unit's queue is full,
     `estimate`'s token chains, and `_unit_cycles` for the units; `PerfParams` for the
-    constants. ``insn_base``: the program's card address (where it sits in its first beat).
-    The units' cycles are computed with numpy for the whole program; the loop that follows
-    the queues and tokens runs on plain ints (ResNet-50's 508k instructions in about 2 s)."""
+    constants (None: `perf_params_for` the array size). ``insn_base``: the program's card
+    address (where it sits in its first beat). The units' cycles are computed with numpy for
+    the whole program; the loop that follows the queues and tokens runs on plain ints
+    (ResNet-50's 508k instructions in about 2 s)."""
+    if p is None:
+        p = perf_params_for(cfg.n)
     arr = np.frombuffer(raw, np.uint8) if isinstance(raw, bytes | bytearray | memoryview) \
         else np.asarray(raw, np.uint8)
     arr = arr[:arr.size - arr.size % isa.INSN_BYTES]

@@ -4,8 +4,8 @@ Two kinds of entries, each named by a SHA-256 over JSON of what decides it:
 
 - a **compile** (model.xmodel, the inputs, onnxruntime's outputs, meta.json): the model (its
   name, or an .onnx file's bytes), the compile options (accelerator build, layers per subgraph,
-  calibration), the sources of compiler/ and pyhost/ and the versions of onnx, onnxruntime and
-  numpy;
+  calibration), the sources of compiler/ and of what it imports of pyhost/ (pyhost/spec,
+  pyhost/accel, fixed-point arithmetic) and the versions of onnx, onnxruntime and numpy;
 - a **run**: the point's parameters, the compiled program (SHA-256 of the .xmodel), the
   backend, and for an RTL point the simulator (name and version) and the RTL sources
   (rtl/**/*.v, the generated includes, the lint waivers) with the host software that drives
@@ -44,7 +44,11 @@ _HOST_STACK_GLOBS = ("pyhost/driver.py", "pyhost/errors.py", "pyhost/backend.py"
 _CARD_MODEL_GLOBS = ("pyhost/**/*.py", "compiler/runtime/*.py",
                      "compiler/plugins/accel/runner.py", "tb/sweep/host.py",
                      "tb/sweep/worker.py")
-_COMPILER_GLOBS = ("compiler/**/*.py", "pyhost/**/*.py", "tb/demo.py", "tb/sweep/worker.py")
+#: What compile_model uses: the compiler and the parts of pyhost it imports (the contract, the
+#: accelerator's ABI, layouts and timing rules, fixed-point arithmetic), the model loader.
+_COMPILER_GLOBS = ("compiler/**/*.py", "pyhost/spec/*.py", "pyhost/accel/*.py",
+                   "pyhost/fixedpoint.py", "pyhost/__init__.py", "tb/demo.py",
+                   "tb/sweep/worker.py")
 
 
 def digest(obj: Any) -> str:
