@@ -260,7 +260,7 @@ PERF_PARAMS = _PERF_BY_N[None]
 
 def perf_params_for(n: int) -> PerfParams:
     """The calibrated constants for an array of size ``n``."""
-    return _PERF_BY_N.get(n, PERF_PARAMS)
+    return _PERF_BY_N.get(n, _PERF_BY_N[None])
 
 
 @dataclass(frozen=True)

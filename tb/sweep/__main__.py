@@ -21,7 +21,7 @@ from typing import Any
 
 from tb.sweep import report
 from tb.sweep.cache import ROOT, Cache
-from tb.sweep.spec import SpecError, load
+from tb.sweep.spec import SpecError, load, select
 
 DEFAULT_OUT = ROOT / "build" / "sweep"
 DEFAULT_CACHE = ROOT / "build" / "sweep-cache"
@@ -43,6 +43,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--no-plots", action="store_true", help="write no PNGs")
     ap.add_argument("--pip-install", action="store_true",
                     help="have the workers pip-install requirements.lock (Dask PipInstall)")
+    ap.add_argument("--only", action="append", default=[], metavar="AXIS=V[,V...]",
+                    help="run only the points with these values (repeatable: all must match)")
     ap.add_argument("--quiet", action="store_true", help="no progress bar, no table")
     return ap.parse_args(argv)
 
@@ -55,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         spec = load(args.spec)
+        if args.only:
+            spec = select(spec, args.only)
     except SpecError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

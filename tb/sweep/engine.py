@@ -56,6 +56,7 @@ class SweepResult:
     executed: int = 0          # tasks run (compiles + points)
     compiles_run: int = 0
     points_run: int = 0
+    compile_cpu_s: float = 0.0   # CPU seconds of the compiles run
     cached: int = 0
     failed: int = 0
     wall_s: float = 0.0
@@ -162,6 +163,7 @@ class _Sweep:
         self.prog.compiling -= 1
         self.result.executed += 1
         self.result.compiles_run += 1
+        self.result.compile_cpu_s += res.get("cpu_s") or 0.0
         if res["status"] == "ok":
             self.cache.put_compile(ckey, res["files"])
             self._schedule_runs(idx, res["files"])
@@ -180,7 +182,8 @@ class _Sweep:
         self.result.executed += 1
         self.result.points_run += 1
         if res["status"] == "ok":
-            rec = _record(p, rkey, "ok", wall_s=res["wall_s"], compile=meta,
+            rec = _record(p, rkey, "ok", wall_s=res["wall_s"], cpu_s=res.get("cpu_s"),
+                          compile=meta,
                           result=res["result"], host=res.get("host"),
                           code_root=res.get("code_root"),
                           waves=bool(res.get("fst")))

@@ -299,6 +299,40 @@ def from_mapping(data: Any, default_name: str = "sweep",
     return SweepSpec(name, tuple(seen))
 
 
+def select(spec: SweepSpec, only: Sequence[str]) -> SweepSpec:
+    """The points of ``spec`` whose axes match every ``AXIS=VALUE[,VALUE...]`` of ``only``
+    (``--only model=demo --only n=4,8``): run part of a study, the rest later from the same
+    spec (the cache keys do not depend on the selection). Values are compared as the spec
+    normalizes them (``card_mem=64M`` is 64 MiB)."""
+    keep = list(spec.points)
+    for item in only:
+        axis, sep, text = item.partition("=")
+        axis = axis.strip()
+        if not sep or axis not in AXES or not text:
+            raise SpecError(f"--only {item!r}: expected AXIS=VALUE[,VALUE...] with an axis of "
+                            f"{list(AXES)}")
+        wanted = set()
+        for raw in text.split(","):
+            raw = raw.strip()
+            if axis == "card_mem":
+                wanted.add(parse_size(raw, "--only card_mem"))
+            elif axis in _INT_AXES or axis == "max_layers":
+                try:
+                    wanted.add(int(raw))
+                except ValueError:
+                    raise SpecError(f"--only {axis}={raw!r}: expected an integer") from None
+            elif axis in ("timeout_s",):
+                wanted.add(float(raw))
+            elif axis == "waves":
+                wanted.add(raw.lower() in ("1", "true", "yes"))
+            else:
+                wanted.add(raw)
+        keep = [p for p in keep if getattr(p, axis) in wanted]
+    if not keep:
+        raise SpecError(f"--only {' '.join(only)}: no point of {spec.name!r} matches")
+    return SweepSpec(spec.name, tuple(keep))
+
+
 def load(path: str | Path, policies: Sequence[str] | None = None) -> SweepSpec:
     """Parse a spec file: ``.json``, else YAML (a JSON document is YAML too)."""
     p = Path(path)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -66,10 +67,17 @@ def _die_with_parent() -> None:
         pass
 
 
+def _children_cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def _child(mode: str, payload: dict[str, Any], work: Path, timeout_s: float
-           ) -> tuple[str, str, float]:
-    """Run the worker child; (status, log, wall seconds). The child is stopped (with the
-    simulator under it) on timeout, when the task is cancelled, and when the worker dies."""
+           ) -> tuple[str, str, float, float]:
+    """Run the worker child; (status, log, wall seconds, CPU seconds). The child is stopped
+    (with the simulator under it) on timeout, when the task is cancelled, and when the worker
+    dies. The CPU seconds are the child's and its descendants' (RUSAGE_CHILDREN around it: a
+    worker runs one task at a time, one thread per worker)."""
     inp = work / "in.json"
     out = work / "out"
     out.mkdir(parents=True, exist_ok=True)
@@ -79,6 +87,7 @@ def _child(mode: str, payload: dict[str, Any], work: Path, timeout_s: float
     env["PYTHONPATH"] = os.pathsep.join([str(root), *filter(None, [env.get("PYTHONPATH")])])
     log_path = work / "log.txt"
     t0 = time.perf_counter()
+    cpu0 = _children_cpu_s()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "tb.sweep.worker", mode, str(inp),
                                  str(out)], cwd=root, env=env, stdout=log,
@@ -108,6 +117,7 @@ def _child(mode: str, payload: dict[str, Any], work: Path, timeout_s: float
             proc.wait()
             raise
     wall = time.perf_counter() - t0
+    cpu = max(0.0, _children_cpu_s() - cpu0)
     text = log_path.read_text(errors="replace")
     if status == "timeout":
         text += f"\n[sweep] stopped after {timeout_s:g} s (the point's timeout_s)\n"
@@ -115,7 +125,7 @@ def _child(mode: str, payload: dict[str, Any], work: Path, timeout_s: float
         text += "\n[sweep] stopped: the sweep was cancelled\n"
     elif status == "failed":
         text += f"\n[sweep] the point's process exited with {rc}\n"
-    return status, text[-LOG_TAIL:], wall
+    return status, text[-LOG_TAIL:], wall, round(cpu, 3)
 
 
 def _error(status: str, log: str, out: Path) -> str:
@@ -137,16 +147,16 @@ def compile_task(point: dict[str, Any], model_bytes: bytes | None = None) -> dic
             (work / "model.onnx").write_bytes(model_bytes)
             point = dict(point, model=str(work / "model.onnx"))
         # one compile serves every point of its group: a point's own timeout does not bound it
-        status, log, wall = _child("compile", point, work, COMPILE_TIMEOUT_S)
+        status, log, wall, cpu = _child("compile", point, work, COMPILE_TIMEOUT_S)
         out = work / "out"
         if status == "ok" and not all((out / a).exists() for a in ARTEFACTS):
             status = "failed"
         if status != "ok":
             return {"status": status, "error": _error(status, log, out), "log": log,
-                    "wall_s": wall}
+                    "wall_s": wall, "cpu_s": cpu}
         files = {a: (out / a).read_bytes() for a in ARTEFACTS}
         return {"status": "ok", "meta": json.loads(files["meta.json"]), "files": files,
-                "log": log, "wall_s": wall}
+                "log": log, "wall_s": wall, "cpu_s": cpu}
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -159,17 +169,17 @@ def run_task(point: dict[str, Any], files: dict[str, bytes]) -> dict[str, Any]:
         art.mkdir()
         for name, data in files.items():
             (art / name).write_bytes(data)
-        status, log, wall = _child("run", {"point": point, "artefacts": str(art)}, work,
-                                   float(point.get("timeout_s", 3600.0)))
+        status, log, wall, cpu = _child("run", {"point": point, "artefacts": str(art)}, work,
+                                        float(point.get("timeout_s", 3600.0)))
         out = work / "out"
         if status == "ok" and not (out / "result.json").exists():
             status = "failed"
         if status != "ok":
             return {"status": status, "error": _error(status, log, out), "log": log,
-                    "wall_s": wall}
+                    "wall_s": wall, "cpu_s": cpu}
         fst = out / "dump.fst"
         return {"status": "ok", "result": json.loads((out / "result.json").read_text()),
-                "log": log, "wall_s": wall,
+                "log": log, "wall_s": wall, "cpu_s": cpu,
                 "fst": fst.read_bytes() if fst.exists() else None,
                 "host": os.uname().nodename, "code_root": str(code_root())}
     finally:
