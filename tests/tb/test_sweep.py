@@ -109,6 +109,21 @@ def test_rtl_parameters_keep_default_builds_shared() -> None:
         "MEM_SIZE": f"64'd{64 << 20}", "ACC_N": 16, "ACC_ACC_DEPTH": 2048}
 
 
+def test_only_selects_part_of_a_spec() -> None:
+    from tb.sweep.spec import select
+
+    s = from_mapping({"grid": {"model": ["demo", "resnet50"], "n": [4, 8, 16],
+                               "card_mem": ["80K", "1M"]}})
+    assert len(select(s, ["model=demo"])) == 6
+    part = select(s, ["model=demo", "n=4,16", "card_mem=1M"])
+    assert [(p.model, p.n, p.card_mem) for p in part.points] == [("demo", 4, 1 << 20),
+                                                                  ("demo", 16, 1 << 20)]
+    for bad, words in (["nn=4"], "AXIS=VALUE"), (["n"], "AXIS=VALUE"), (["n=x"], "integer"), \
+            (["n=5"], "no point"):
+        with pytest.raises(SpecError, match=words):
+            select(s, bad)
+
+
 def test_pareto_front() -> None:
     assert report.pareto([(16, 400.0), (64, 150.0), (64, 120.0), (256, 130.0), (256, 50.0)]) \
         == [(16, 400.0), (64, 120.0), (256, 50.0)]
