@@ -226,8 +226,9 @@ class _Sweep:
             return 0.0
         work = 0.0
         for backend, count in remaining.items():
-            d = self.durations[backend] or self.durations["rtl" if backend == "model"
-                                                           else "model"]
+            # an RTL point is 10-1000x a functional-card one (and may build a model first):
+            # no estimate for a backend before one of its own points has finished
+            d = self.durations[backend]
             if count and not d:
                 return None
             if count:
