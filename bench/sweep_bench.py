@@ -3,15 +3,18 @@
 ``python -m bench sweep`` (``make bench BENCH=sweep``): 24 points (the demo CNN, N = 4, 8, 16,
 card memory 80 KiB and 1 MiB, four memory-manager policies) on the functional card. The
 compiles (3, one per N) are made first into a shared compile cache, so each measured run
-executes exactly the 24 points (a fresh run cache each time). Wall time per worker count and
-the efficiency T(1) / (k * T(k)). On a bigger machine, the same command with more workers:
+executes exactly the 24 points (a fresh run cache each time). Wall time per worker count, the
+efficiency T(1) / (k * T(k)), and the occupancy: the CPU seconds the points got per
+worker-second (1.0: every worker had a core all the time). On a bigger machine, the same command
+with more workers:
 
     python -m bench.sweep_bench --workers 1 2 4 8 16
 
-or, on an existing Dask cluster, ``python -m tb.sweep bench/sweep_scaling.yaml --scheduler
-tcp://HOST:PORT --rerun``. Results: bench/results/sweep.json. The load average of the machine
-is recorded with each run: on a shared machine the figure says as much about the neighbours as
-about the engine.
+or on an existing Dask cluster (one run with the workers it has; the efficiency against its
+first worker count is then not measured): ``python -m bench.sweep_bench --scheduler
+tcp://HOST:PORT``. Results: bench/results/sweep.json. The load average of the machine is
+recorded with each run: on a shared machine the figure says as much about the neighbours as
+about the engine (docs/sweep.md, "Scaling").
 """
 
 from __future__ import annotations
@@ -43,7 +46,10 @@ def _load() -> float:
     return os.getloadavg()[0]
 
 
-def run(workers: list[int], keep: Path | None = None) -> dict[str, Any]:
+def run(workers: list[int], keep: Path | None = None, scheduler: str | None = None
+        ) -> dict[str, Any]:
+    """``workers``: local cluster sizes to measure; with ``scheduler`` one run on that cluster
+    (``workers`` is then ignored)."""
     spec = from_mapping(SPEC)
     assert len(spec) >= 24, len(spec)
     work = Path(tempfile.mkdtemp(prefix="sweep-bench-"))
@@ -54,14 +60,16 @@ def run(workers: list[int], keep: Path | None = None) -> dict[str, Any]:
         # the compiles once (and one point per build, to warm nothing but the compile cache)
         warm = from_mapping({**SPEC, "grid": {**SPEC["grid"], "card_mem": ["1M"],
                                                "policy": ["belady"]}})
-        with connect(workers=max(workers)) as client:
+        with connect(scheduler, None if scheduler else max(workers)) as client:
             run_sweep(warm, client, compiles)
+            if scheduler:
+                workers = [len(client.nthreads())]
         shutil.rmtree(work / "compiles" / "run", ignore_errors=True)
         runs = []
         for k in workers:
             cache_dir = work / f"run-{k}"
             shutil.copytree(work / "compiles", cache_dir)
-            with connect(workers=k) as client:
+            with connect(scheduler, None if scheduler else k) as client:
                 load0 = _load()
                 t0 = time.perf_counter()
                 res = run_sweep(spec, client, Cache(cache_dir))
@@ -87,11 +95,14 @@ def run(workers: list[int], keep: Path | None = None) -> dict[str, Any]:
                 from tb.sweep import report
 
                 report.write_all(res.records, keep, {"bench": "sweep scaling", "workers": k})
+        # against the first run as if it had run on one worker (exact when it did)
         t1 = runs[0]["wall_s"] * runs[0]["workers"]
         for r in runs:
-            r["speedup"] = round(t1 / r["wall_s"], 3)
-            r["efficiency"] = round(t1 / (r["workers"] * r["wall_s"]), 3)
-        return {"spec": SPEC, "cores": os.cpu_count(), "runs": runs}
+            known = not scheduler and runs[0]["workers"] == 1
+            r["speedup"] = round(t1 / r["wall_s"], 3) if known else None
+            r["efficiency"] = round(t1 / (r["workers"] * r["wall_s"]), 3) if known else None
+        return {"spec": SPEC, "cores": os.cpu_count(), "scheduler": scheduler or "local",
+                "runs": runs}
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -99,9 +110,14 @@ def run(workers: list[int], keep: Path | None = None) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.sweep_bench")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--scheduler", metavar="tcp://HOST:PORT",
+                    help="one run on this existing Dask cluster instead of local clusters")
     ap.add_argument("--keep", type=Path, help="write the last run's table and plots here")
     args = ap.parse_args(argv)
-    res = run(sorted(set(args.workers)), args.keep)
+    if min(args.workers) < 1:
+        print("error: --workers must be at least 1", file=sys.stderr)
+        return 2
+    res = run(sorted(set(args.workers)), args.keep, args.scheduler)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "sweep.json").write_text(json.dumps(res, indent=1))
     print(f"\nsweep scaling ({res['runs'][0]['points']} functional-card points, "
@@ -109,8 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  {'workers':>7} {'wall s':>8} {'points/min':>10} {'speedup':>8} {'efficiency':>10} "
           f"{'CPU s':>7} {'occupancy':>9} {'load':>10}")
     for r in res["runs"]:
+        sp = f"{r['speedup']:8.2f}" if r["speedup"] is not None else f"{'-':>8}"
+        ef = f"{100 * r['efficiency']:9.1f}%" if r["efficiency"] is not None else f"{'-':>10}"
         print(f"  {r['workers']:>7} {r['wall_s']:>8.1f} {60 * r['points'] / r['wall_s']:>10.1f} "
-              f"{r['speedup']:>8.2f} {100 * r['efficiency']:>9.1f}% {r['points_cpu_s']:>7.1f} "
+              f"{sp} {ef} {r['points_cpu_s']:>7.1f} "
               f"{r['occupancy']:>9.2f} {r['load_before']:>4.1f}-{r['load_after']:<4.1f}")
     print(f"  results: {RESULTS / 'sweep.json'}")
     return 1 if any(r["failed"] for r in res["runs"]) else 0
