@@ -164,6 +164,19 @@ def plots(records: Sequence[dict[str, Any]], out: Path) -> list[Path]:
         fig.suptitle(title)
         return fig, list(axes[0])
 
+    def label(ax: Any, model: str, xlabel: str, ylabel: str) -> None:
+        ax.set_title(Path(model).stem)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+
+    def save(fig: Any, fname: str) -> None:
+        fig.tight_layout()
+        fig.savefig(out / fname, dpi=110)
+        plt.close(fig)
+        written.append(out / fname)
+
     for metric, fname, ylabel, log in (
             ("cycles", "cycles_vs_n.png", "accelerator cycles (last image)", True),
             ("mac_utilization", "mac_util_vs_n.png", "MAC utilization", False)):
@@ -176,8 +189,6 @@ def plots(records: Sequence[dict[str, Any]], out: Path) -> list[Path]:
             for name, pts in sorted(series.items()):
                 pts.sort()
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
-            ax.set_title(Path(model).stem)
-            ax.set_xlabel("N (array N x N)")
             ax.set_xscale("log", base=2)
             ax.set_xticks(sorted({f["N"] for f in ok}), [str(n) for n in sorted({f["N"]
                                                                                   for f in ok})])
@@ -185,13 +196,8 @@ def plots(records: Sequence[dict[str, Any]], out: Path) -> list[Path]:
                 ax.set_yscale("log")
             else:
                 ax.set_ylim(0, 1)
-            ax.set_ylabel(ylabel)
-            ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(out / fname, dpi=110)
-        plt.close(fig)
-        written.append(out / fname)
+            label(ax, model, "N (array N x N)", ylabel)
+        save(fig, fname)
 
     fig, axes = fig_per_model("bytes moved against card memory, per policy")
     for ax, model in zip(axes, models, strict=True):
@@ -204,16 +210,9 @@ def plots(records: Sequence[dict[str, Any]], out: Path) -> list[Path]:
         for name, pts in sorted(series.items()):
             pts = sorted(set(pts))
             ax.plot([p[0] / 1024 for p in pts], [p[1] for p in pts], marker="o", label=name)
-        ax.set_title(Path(model).stem)
-        ax.set_xlabel("card memory (KiB)")
         ax.set_xscale("log", base=2)
-        ax.set_ylabel("bytes moved (H2C + C2H + C2C)")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "bytes_vs_card_mem.png", dpi=110)
-    plt.close(fig)
-    written.append(out / "bytes_vs_card_mem.png")
+        label(ax, model, "card memory (KiB)", "bytes moved (H2C + C2H + C2C)")
+    save(fig, "bytes_vs_card_mem.png")
 
     fig, axes = fig_per_model("Pareto front: cycles against the array's MACs")
     for ax, model in zip(axes, models, strict=True):
@@ -221,17 +220,10 @@ def plots(records: Sequence[dict[str, Any]], out: Path) -> list[Path]:
         ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=18, alpha=0.6, label="points")
         front = pareto(pts)
         ax.plot([p[0] for p in front], [p[1] for p in front], "r-o", label="Pareto front")
-        ax.set_title(Path(model).stem)
-        ax.set_xlabel("array MACs per cycle (N x N)")
-        ax.set_ylabel("accelerator cycles (last image)")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "pareto.png", dpi=110)
-    plt.close(fig)
-    written.append(out / "pareto.png")
+        label(ax, model, "array MACs per cycle (N x N)", "accelerator cycles (last image)")
+    save(fig, "pareto.png")
     return written
 
 
