@@ -5,6 +5,7 @@
 #   make waves   open the latest FST in GTKWave with its bench's save file
 #   make bench   benchmarks (printed summary + JSON in bench/results/)
 #   make gen     regenerate rtl/include/ from the Python spec
+#   make sweep   a design-space sweep: SPEC=file (default the shipped example), SCHEDULER=tcp://..
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -16,7 +17,7 @@ JOBS ?= 2
 RTL_SRCS := $(wildcard rtl/*/*.v)
 RTL_TOPS := $(foreach d,$(wildcard rtl/*/),$(if $(wildcard $(d)$(notdir $(d:/=)).v),$(notdir $(d:/=))))
 
-.PHONY: all sim test lint waves bench gen venv clean distclean
+.PHONY: all sim test lint waves bench gen sweep venv clean distclean
 
 all: test
 
@@ -56,6 +57,11 @@ bench: $(STAMP)
 
 gen: $(STAMP)
 	@$(RUN) python -m pyhost.spec.gen
+
+SPEC ?= tb/sweep/examples/example.yaml
+sweep: $(STAMP)
+	@$(RUN) python -m tb.sweep $(SPEC) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) \
+	  $(if $(WORKERS),--workers $(WORKERS)) $(SWEEP_ARGS)
 
 clean:
 	rm -rf sim_build bench/results .pytest_cache .ruff_cache
