@@ -132,10 +132,11 @@ def _ctrl_bit(name: str) -> int:
     return next(f.mask for f in regs.BY_NAME["ACC_CTRL"].fields if f.name == name)
 
 
-def make_job(layer: Layer, seed: int = SEED) -> dict[str, Any]:
+def make_job(layer: Layer, seed: int = SEED, work: Path = WORK) -> dict[str, Any]:
     """Generate the layer, lay it out in card memory, run the functional model and write the job
-    directory: job.json, image.bin (card memory [0, span) before the run), expected.bin (after,
-    from AccelModel) and reference.bin (the numpy reference of the output region)."""
+    directory ``work/<layer>``: job.json, image.bin (card memory [0, span) before the run),
+    expected.bin (after, from AccelModel) and reference.bin (the numpy reference of the output
+    region)."""
     rng = np.random.default_rng([seed, LAYERS.index(layer)])
     kern, x, ref, layer_macs = _layer_kernel(layer.name, rng)
     program = b"".join(isa.encode(i) for i in K.join([kern]))
@@ -176,7 +177,7 @@ def make_job(layer: Layer, seed: int = SEED) -> dict[str, Any]:
         "estimate_cycles": timing.estimate(K.join([kern]), CFG).cycles,
         "max_cycles": MAX_CYCLES, "n2": n2,
     }
-    d = WORK / layer.name
+    d = work / layer.name
     d.mkdir(parents=True, exist_ok=True)
     (d / "image.bin").write_bytes(image.tobytes())
     (d / "expected.bin").write_bytes(expected.tobytes())
