@@ -267,16 +267,30 @@ class Harness:
 HARNESS_VARIANTS = BUILDS
 
 
-def build_harness(variant: str = "full") -> Harness:
+#: Verilator options measured one at a time on top of the lean build (``--options``): each gets a
+#: harness of its own, whose speed is reported against the lean harness and whose counters and
+#: card memory must equal it (an option may change speed, never behaviour).
+OPTION_SETS: dict[str, list[str]] = {
+    "x-fast": ["--x-assign", "fast", "--x-initial", "fast"],
+    "threads2": ["--threads", "2"],
+    "output-split": ["--output-split", "5000", "--output-split-cfuncs", "500"],
+    "O2": ["-MAKEFLAGS", "OPT_FAST=-O2 OPT_GLOBAL=-O2"],
+    "march-native": ["-CFLAGS", "-march=native"],
+}
+
+
+def build_harness(variant: str = "full", option: str | None = None) -> Harness:
     """Build (or reuse) the C++ harness with `verilator --cc --exe --build` into
-    sim_build/verilator/accel_harness[-lean]; a stamp of the sources, flags and Verilator
-    version decides, like tb/common/simulator.py."""
+    sim_build/verilator/accel_harness[-lean][-<option>]; a stamp of the sources, flags and
+    Verilator version decides, like tb/common/simulator.py. ``option`` (one of OPTION_SETS) adds
+    its flags to the lean build's (the last -MAKEFLAGS wins)."""
     if variant not in HARNESS_VARIANTS:
         raise ValueError(f"harness variant {variant!r}: expected one of {HARNESS_VARIANTS}")
     sources = simulator.card_sources()
-    name = "accel_harness" + ("" if variant == "full" else f"-{variant}")
+    name = "accel_harness" + ("" if variant == "full" else f"-{variant}") \
+        + (f"-{option}" if option else "")
     bdir = simulator.BUILD_ROOT / "verilator" / name
-    flags = cocotb_verilator_flags(variant)
+    flags = cocotb_verilator_flags(variant) + (OPTION_SETS[option] if option else [])
     extra: dict[str, str] = {}
     if variant == "lean":
         module, var = "dram_ctrl", DRAM_ARRAY.rsplit(".", 1)[1]
@@ -314,7 +328,7 @@ def build_harness(variant: str = "full") -> Harness:
             print(f"built the C++ harness ({variant}) in {time.monotonic() - t0:.0f} s",
                   flush=True)
             stamp_file.write_text(stamp)
-    return Harness(variant, exe, tuple(flags))
+    return Harness(variant + (f"+{option}" if option else ""), exe, tuple(flags))
 
 
 def compile_command(build_dir: Path) -> str:
@@ -384,6 +398,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(RESULTS / "accel.json"))
+    ap.add_argument("--options", default="",
+                    help="Verilator option sets to measure on the lean harness, comma-separated: "
+                    + ", ".join(OPTION_SETS))
     ap.add_argument("--layers", default=",".join(la.name for la in LAYERS),
                     help="comma-separated subset of: " + ", ".join(la.name for la in LAYERS))
     args = ap.parse_args(argv)
@@ -400,6 +417,10 @@ def main(argv: list[str] | None = None) -> int:
 
     builds = {v: cocotb_build(v) for v in BUILDS}
     harnesses = {v: build_harness(v) for v in HARNESS_VARIANTS}
+    for o in filter(None, args.options.split(",")):
+        if o not in OPTION_SETS:
+            raise SystemExit(f"--options: unknown {o!r}; expected some of {list(OPTION_SETS)}")
+        harnesses[f"lean+{o}"] = build_harness("lean", o)
     for la in layers:     # one simulator process per layer: each starts with zeroed memory
         for v, b in builds.items():
             (WORK / la.name / f"cosim-{v}.json").unlink(missing_ok=True)
@@ -420,7 +441,8 @@ def main(argv: list[str] | None = None) -> int:
             errors += check(job, cos[v]["counters"], comems[v],
                             f"{la.name}, co-simulation ({v} build)")
         comem = comems["lean"]
-        hres = {}
+        hres: dict[str, Any] = {}
+        hmems: dict[str, bytes] = {}
         for v, harness in harnesses.items():
             h, hmem = run_harness(harness, job)
             h["counters"] = _harness_counters(h.pop("reads"))
@@ -428,7 +450,12 @@ def main(argv: list[str] | None = None) -> int:
             if hmem[oa:oa + on] != comem[oa:oa + on]:
                 errors.append(f"{la.name}: the C++ harness's ({v}) output differs from the "
                               "co-simulation's")
+            if "+" in v and (h["counters"] != hres["lean"]["counters"]
+                             or hmem != hmems["lean"]):
+                errors.append(f"{la.name}: the C++ harness with {v.split('+', 1)[1]} behaves "
+                              "differently from the lean one (counters or card memory)")
             hres[v] = h
+            hmems[v] = hmem
         co, full = cos["lean"], cos["full"]
         c = co["counters"]
         util = c["macs"] / (job["n2"] * c["cycles"])
@@ -509,6 +536,14 @@ def _summary(rows: list[dict[str, Any]], result: dict[str, Any]) -> list[str]:
               f"{co['cycles_per_s']:>8.0f} {h['cycles_per_s']:>8.0f} {r['speed_ratio']:>5.2f} "
               f"{r['speed_ratio_cpu']:>5.2f} | {fco['cycles_per_s']:>7.0f} "
               f"{fh['cycles_per_s']:>7.0f} {r['speed_ratio_full']:>5.2f}  {', '.join(verdict)}")
+    for r in rows:
+        base = r["harness"]["lean"]["cycles_per_s"]
+        for v, h in r["harness"].items():
+            if "+" in v:
+                cpu = h["cycles_per_cpu_s"] / r["harness"]["lean"]["cycles_per_cpu_s"]
+                print(f"  {r['layer']}: harness with {v.split('+', 1)[1]}: "
+                      f"{h['cycles_per_s']:.0f} cycles/s = {h['cycles_per_s'] / base:.2f}x the "
+                      f"lean harness (by CPU time {cpu:.2f}x), same behaviour")
     print()
     for r in rows:
         c, co = r["counters"], r["cosim"]
