@@ -7,14 +7,10 @@ the memory manager must evict; the summary compares it with onnxruntime and with
 card, and the run leaves an FST with its GTKWave save file and a Perfetto timeline.
 
 Options (environment or flags): MODEL=demo|<light model>|<file.onnx>, SIM=verilator|icarus,
-<<<<<<< Updated upstream
-CARD_MEM=<bytes, K/M/G suffix>, BACKEND=rtl|model, IMAGES=<n>. Every value, whether a flag or
-a variable (``make sim SIM=...`` or the environment), is checked before anything is built
-(`check_options`): an unknown or out-of-range value is a one-line error and exit status 2,
-never run as something else.
-=======
-CARD_MEM=<bytes, K/M/G suffix>, BACKEND=rtl|model, IMAGES=<n>, WAVES=1|0.
->>>>>>> Stashed changes
+CARD_MEM=<bytes, K/M/G suffix>, BACKEND=rtl|model, IMAGES=<n>, WAVES=1|0 (0: no FST, the
+fastest run). Every value, whether a flag or a variable (``make sim SIM=...`` or the
+environment), is checked before anything is built (`check_options`): an unknown or out-of-range
+value is a one-line error and exit status 2, never run as something else.
 
 ``DEMO=card`` runs the earlier hardware demos instead:
 1. Builds dram_ctrl (product size under Verilator; a smaller card under Icarus, whose 4-state
