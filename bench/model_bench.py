@@ -3,7 +3,8 @@
 ``python -m bench model`` compiles each model once (not timed), then times the run on the
 functional card (``ModelCard`` through the real driver, memory manager and runtime:
 ``CardExecutor`` + ``CardSession``), median of ``--repeat`` runs of a fresh executor, against
-onnxruntime's single-thread fp32 time on the same input:
+onnxruntime's single-thread fp32 time on the same input (and the run's CPU seconds, the figure
+to compare on a busy machine):
 
 - ResNet-50 (``compiler.zoo.light_model``, random weights, int8, the e2e benchmark's compile
   options and seeded input), 64 MiB card memory, one image. Target: at most TARGET_S seconds
@@ -73,7 +74,7 @@ MODELS = {"resnet50": _resnet, "demo": _demo}
 
 
 def _card_run(graph: Any, feeds: list[dict[str, np.ndarray]], card_mem: int
-              ) -> tuple[float, dict[str, int], str]:
+              ) -> tuple[float, float, dict[str, int], str]:
     from compiler.runtime.card import CardExecutor, CardSession
     from pyhost.driver import PcieDriver
     from pyhost.model_card import ModelCard
@@ -82,9 +83,9 @@ def _card_run(graph: Any, feeds: list[dict[str, np.ndarray]], card_mem: int
     h = hashlib.sha256()
     with PcieDriver(ModelCard(card_mem, host_size=192 << 20)) as drv:
         ex = CardExecutor(graph, CardSession(drv))
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         outs = [ex.run(f) for f in feeds]
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         for s in ex.stats.to_dict()["steps"]:
             for c in COUNTERS:
                 totals[c] += s.get("counters", {}).get(c, 0)
@@ -93,7 +94,7 @@ def _card_run(graph: Any, feeds: list[dict[str, np.ndarray]], card_mem: int
         for k in sorted(out):
             h.update(k.encode())
             h.update(np.ascontiguousarray(out[k]).tobytes())
-    return wall, totals, h.hexdigest()[:20]
+    return wall, cpu, totals, h.hexdigest()[:20]
 
 
 def _ort_s(model: Any, feeds: list[dict[str, np.ndarray]], repeat: int) -> float:
@@ -128,13 +129,15 @@ def main(argv: list[str] | None = None) -> int:
           f"{'cycles':>11}  target")
     for name in args.models.split(","):
         model, graph, feeds, mem = MODELS[name]()
-        walls = []
+        walls, cpus = [], []
         for _ in range(args.repeat):
-            wall, totals, digest = _card_run(graph, feeds, mem)
+            wall, cpu, totals, digest = _card_run(graph, feeds, mem)
             walls.append(wall)
-        wall = statistics.median(walls)
+            cpus.append(cpu)
+        wall, cpu = statistics.median(walls), statistics.median(cpus)
         ort_s = _ort_s(model, feeds, max(3, args.repeat))
         row = {"model": name, "wall_s": round(wall, 3), "walls_s": [round(w, 3) for w in walls],
+               "cpu_s": round(cpu, 3),
                "images": len(feeds), "card_mem": mem, "onnxruntime_1thread_s": round(ort_s, 4),
                "x_onnxruntime": round(wall / ort_s, 1), "counters": totals,
                "outputs_sha1": digest}
