@@ -91,12 +91,13 @@ def _choice(text: str, what: str, choices: tuple[str, ...]) -> str:
 
 def check_options(args: argparse.Namespace) -> argparse.Namespace:
     """Every make sim value checked and converted in one place (flags and variables alike):
-    DEMO, SIM, BACKEND, WAVES from their lists, IMAGES and CYCLES whole numbers in range, CARD_MEM a
-    size (`parse_size`), MODEL a non-empty name. UsageError names the first bad one."""
+    DEMO, SIM, BACKEND, WAVES (1 or 0, default 1) from their lists, IMAGES and CYCLES whole
+    numbers in range, CARD_MEM a size (`parse_size`), MODEL a non-empty name. UsageError names
+    the first bad one."""
     args.demo = _choice(args.demo, "DEMO", ("e2e", "card"))
     args.sim = _choice(args.sim, "SIM", tuple(simulator.SIMULATORS))
     args.backend = _choice(args.backend, "BACKEND", ("rtl", "model"))
-    args.waves = _choice(str(args.waves), "WAVES", ("1", "0")) == "1"
+    args.waves = _choice(str(getattr(args, "waves", "1")), "WAVES", ("1", "0")) == "1"
     args.images = _count(str(args.images), "IMAGES", MAX_IMAGES)
     args.cycles = _count(str(args.cycles), "CYCLES", MAX_CYCLES)
     args.card_mem = parse_size(args.card_mem) if args.card_mem else None
