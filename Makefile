@@ -4,6 +4,7 @@
 #   make lint    verilator --lint-only -Wall on every RTL top, ruff, generated-file check
 #   make waves   open the latest FST in GTKWave with its bench's save file
 #   make bench   benchmarks (printed summary + JSON in bench/results/)
+#   make compare a benchmark at BASE=<commit> beside this tree, in one run (BENCH=e2e)
 #   make gen     regenerate rtl/include/ from the Python spec
 #   make sweep   a design-space sweep: SPEC=file (default the shipped example), SCHEDULER=tcp://..
 
@@ -17,7 +18,7 @@ JOBS ?= 2
 RTL_SRCS := $(wildcard rtl/*/*.v)
 RTL_TOPS := $(foreach d,$(wildcard rtl/*/),$(if $(wildcard $(d)$(notdir $(d:/=)).v),$(notdir $(d:/=))))
 
-.PHONY: all sim test lint waves bench gen sweep venv clean distclean
+.PHONY: all sim test lint waves bench compare gen sweep venv clean distclean
 
 all: test
 
@@ -54,6 +55,10 @@ waves: $(STAMP)
 
 bench: $(STAMP)
 	@$(RUN) python -m bench $(BENCH)
+
+# The same benchmark at an older commit beside this tree in one run: BENCH=e2e BASE=main REPEAT=1
+compare: $(STAMP)
+	@$(RUN) python -m bench.compare --base $(or $(BASE),main) --repeat $(or $(REPEAT),1) $(BENCH)
 
 gen: $(STAMP)
 	@$(RUN) python -m pyhost.spec.gen
