@@ -393,3 +393,7 @@ def compare(before_path: str, after_path: str) -> None:
                           for k, v in res["ratio_worst_late"].items()))
         for t in res["targets"]:
             print(f"  {name} [{'met' if t['met'] else 'MISSED'}] {t['target']}: {t['value']}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
