@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import bisect
 import collections
+import functools
 import json
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -36,6 +38,7 @@ from pyhost.memory.allocator import CardAllocator
 from pyhost.memory.codec import Codec, PrecisionReport
 from pyhost.memory.errors import (
     CardCapacityError,
+    ConcurrentUseError,
     DoubleFreeError,
     FreedTensorError,
     MemoryManagerError,
@@ -70,6 +73,36 @@ WINDOW_MAX_COST = 2
 DEFAULT_POLICY = "gds"
 
 HostData = HostBuffer | np.ndarray | bytes | bytearray | memoryview
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _exclusive(fn: _F) -> _F:
+    """One thread at a time: a call that starts while another thread is inside a call of the
+    same manager raises ConcurrentUseError before touching anything. The same thread may nest
+    calls (the seed's aliases call the API)."""
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    def call(self: MemoryManager, *args: Any, **kwargs: Any) -> Any:
+        busy = self._busy
+        if not busy.acquire(blocking=False):
+            holder = self._busy_in
+            raise ConcurrentUseError(
+                f"MemoryManager.{name} was called from thread "
+                f"{threading.current_thread().name!r} while thread {holder[0]!r} is inside "
+                f"{holder[1]}: the memory manager is not thread-safe (the addresses "
+                "need_in_device returns hold only until the next call); serialize the calls "
+                "and the use of those addresses with one lock, or give each thread its own "
+                "manager")
+        try:
+            if self._busy_depth == 0:
+                self._busy_in = (threading.current_thread().name, name)
+            self._busy_depth += 1
+            return fn(self, *args, **kwargs)
+        finally:
+            self._busy_depth -= 1
+            busy.release()
+    return call  # type: ignore[return-value]
 
 
 @dataclass
@@ -101,6 +134,9 @@ class MemoryManager:
                  batching: bool = True, prefetch_calls: int = 32,
                  prefetch_max_tensor: int = 256 << 10,
                  record: IO[str] | None = None) -> None:
+        self._busy = threading.RLock()     # held by the thread inside a call (_exclusive)
+        self._busy_in = ("", "")
+        self._busy_depth = 0
         self.driver = driver
         self.capacity = int(driver.mem_size)
         if host is None:
@@ -141,6 +177,7 @@ class MemoryManager:
 
     # --- the API ----------------------------------------------------------------------------
 
+    @_exclusive
     def allocate_tensor(self, host_buffer_or_size: HostBuffer | int, size: int | None = None,
                         *, precision: Codec | None = None, name: str | None = None) -> TensorHandle:
         """A new tensor of `size` bytes (or the size of the given host buffer).
@@ -192,6 +229,7 @@ class MemoryManager:
         self._account("alloc", t0, self.transport.stats.driver_time_s)
         return handle
 
+    @_exclusive
     def write_tensor(self, tensor: TensorHandle, size: int, host_src: HostData | None) -> None:
         """Write the first `size` bytes of the tensor from `host_src` (lazily: host copy only).
 
@@ -220,6 +258,7 @@ class MemoryManager:
             self._rec({"op": "write", "t": e.id, "size": size})
         self._account("write", t0, d0)
 
+    @_exclusive
     def read_tensor(self, tensor: TensorHandle, size: int, host_dst: HostData | None) -> None:
         """Copy the first `size` bytes of the tensor to `host_dst` (a transfer only if dirty)."""
         t0, d0 = time.perf_counter(), self.transport.stats.driver_time_s
@@ -247,6 +286,7 @@ class MemoryManager:
             self._rec({"op": "read", "t": e.id, "size": size})
         self._account("read", t0, d0)
 
+    @_exclusive
     def need_in_device(self, t1: TensorHandle, t2: TensorHandle | None = None,
                        t3: TensorHandle | None = None, *more: TensorHandle | None
                        ) -> tuple[int, ...]:
@@ -306,6 +346,7 @@ class MemoryManager:
         self._account("need", t0, d0, need=True)
         return out  # type: ignore[return-value]
 
+    @_exclusive
     def tensor_updated(self, tensor: TensorHandle) -> None:
         """The card changed the tensor: its card copy is now the only current one."""
         t0, d0 = time.perf_counter(), self.transport.stats.driver_time_s
@@ -325,6 +366,7 @@ class MemoryManager:
             self._rec({"op": "updated", "t": e.id})
         self._account("updated", t0, d0)
 
+    @_exclusive
     def free_tensor(self, tensor: TensorHandle) -> None:
         """Forget the tensor: its card space and host copy are released, nothing is written."""
         t0, d0 = time.perf_counter(), self.transport.stats.driver_time_s
@@ -373,6 +415,7 @@ class MemoryManager:
 
     # --- schedule hint ------------------------------------------------------------------------
 
+    @_exclusive
     def set_schedule(self, needs: Iterable[Sequence[TensorHandle | str]] | None,
                      reads: Iterable[TensorHandle | str] = ()) -> None:
         """The upcoming need_in_device calls, in order (handles, or names given at allocation).
@@ -412,6 +455,7 @@ class MemoryManager:
         self.policy.rekey([e for e in self._entries.values() if e.addr is not None
                            and e.card_size], self._now)
 
+    @_exclusive
     def set_schedule_trace(self, trace: Trace, key_of: Callable[[int], str] = "t{}".format
                            ) -> None:
         """The upcoming calls as a whole trace (sizes, writes, reads): the need sequence and
@@ -783,26 +827,32 @@ class MemoryManager:
 
     # --- inspection ---------------------------------------------------------------------------
 
+    @_exclusive
     def address(self, tensor: TensorHandle) -> int | None:
         """The tensor's card address now (None when not on the card). For tests and tools."""
         return self._entry(tensor).addr
 
+    @_exclusive
     def is_dirty(self, tensor: TensorHandle) -> bool:
         return self._entry(tensor).dirty
 
+    @_exclusive
     def precision_report(self, tensor: TensorHandle) -> PrecisionReport | None:
         """Error of the tensor's last reduced-precision upload (None: exact, or not yet sent)."""
         return self._entry(tensor).report
 
     @property
+    @_exclusive
     def resident_bytes(self) -> int:
         return self.alloc.used
 
+    @_exclusive
     def resident(self) -> list[tuple[TensorHandle, int, int]]:
         """(handle, card address, card bytes) of every tensor holding card space."""
         return [(e.handle, e.addr, e.card_size) for e in self._entries.values()
                 if e.addr is not None and e.card_size]
 
+    @_exclusive
     def check(self) -> None:
         """Raise AssertionError if the manager's state breaks an invariant (for tests)."""
         self.alloc.check()
@@ -818,6 +868,7 @@ class MemoryManager:
                 f"{e.handle!r} lost its bytes"
         assert self.alloc.used <= self.capacity
 
+    @_exclusive
     def close(self) -> None:
         """Release every host copy the manager allocated."""
         self.arena.close()
