@@ -87,6 +87,9 @@ GATHER_MAX_BYTES = 1 << 20
 #: A plan learned from a repetition is used only if its replay moves this much less than
 #: next-use order alone, and dropped when a repetition moves this much more than its replay.
 PLAN_MARGIN = 0.05
+#: Copies of the recorded repetition replayed to estimate plan and next-use order (the first
+#: and the last are not measured: an empty card, no future).
+SIM_COPIES = 6
 
 HostData = HostBuffer | np.ndarray | bytes | bytearray | memoryview
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -180,6 +183,7 @@ class MemoryManager:
         self._plan_lock: object = None   # the detector lock the current plan was made for
         self._arms: dict[str, int] = {}  # plan / order -> bytes per repetition (estimated)
         self._arm = "order"
+        self._arm_warm = True
         self._learned_drops: set[tuple[Any, int]] = set()
         self._period_mark = (0, 0)       # (epoch, bytes moved) at the last repetition start
         self._pending: collections.OrderedDict[int, _Entry] = collections.OrderedDict()
@@ -650,18 +654,22 @@ class MemoryManager:
         self._arms = {}
         if tr is not None:
             phases, mid, off = tr.meta["step_phase"], tr.meta["middle"], tr.meta["offset"]
+            all_phases = tr.meta["phases"]
             try:
-                got = plan_drops(tr, self.capacity, time_limit=planner.plan_seconds)
+                got = plan_drops(tr, self.capacity, time_limit=planner.plan_seconds,
+                                 tie=lambda t, k: (t % off, all_phases[k]), hold_dead=True)
             except BoundError:
                 got = set()
-            try:
-                self._arms["order"] = self._simulate(tr, "belady", None)
-                if got:
-                    self._arms["plan"] = self._simulate(tr, "planned", got)
-            except MemoryManagerError:      # a recording the replay cannot follow
-                self._arms = {}
             # the middle copy's intervals, named by the recorded tensor and the phase
             drops = {(t % off, phases[k - mid]) for t, k in got if 0 <= k - mid < len(phases)}
+            long = det.plan_trace(copies=SIM_COPIES)
+            try:
+                assert long is not None
+                self._arms["order"] = self._simulate(long, "belady", None)
+                if drops:
+                    self._arms["plan"] = self._simulate(long, "planned", drops)
+            except MemoryManagerError:      # a recording the replay cannot follow
+                self._arms = {}
         self._learned_drops = drops
         planner.plan_key = lambda e, since: (det.role_of(e.id), det.phase(since))
         self._use_arm(min(self._arms, key=self._arms.__getitem__) if self._arms else "order")
@@ -671,6 +679,7 @@ class MemoryManager:
 
     def _use_arm(self, arm: str) -> None:
         self._arm = arm
+        self._arm_warm = True
         planner = self.policy.planner                       # type: ignore[attr-defined]
         planner.set_plan(self._learned_drops if arm == "plan" else set())
         self.policy.rekey([e for e in self._entries.values() if e.addr is not None
@@ -680,13 +689,21 @@ class MemoryManager:
         s = self.transport.stats
         return s.bytes_h2c + s.bytes_c2h
 
-    def _simulate(self, tr: Trace, policy: str, plan: set[tuple[int, int]] | None) -> int:
+    def _simulate(self, tr: Trace, policy: str, drops: set[tuple[int, int]] | None) -> int:
         """PCIe bytes of the middle copy of a plan trace, replayed in a dry run with the trace
-        as the (incomplete: dirty tensors are written back) schedule and the given plan."""
+        as the (incomplete: dirty tensors are written back) schedule and, for "planned", the
+        drops named by role and phase as the live manager applies them: in every copy."""
         sim = MemoryManager.dry_run(self.capacity, policy=policy, align=self.alloc.align,
                                     batching=self.transport.batching)
-        sim.set_schedule_trace(tr, plan=plan, complete=False)
-        mid = tr.meta["middle"]
+        sim.set_schedule_trace(tr, plan=set(), complete=False)
+        if drops:
+            off, phases = tr.meta["offset"], tr.meta["phases"]
+            sim.policy.plan_key = lambda e, since: (   # type: ignore[attr-defined]
+                int(e.key[1:]) % off, phases[since] if since < len(phases) else -1)
+            sim.policy.set_plan(drops)                  # type: ignore[attr-defined]
+        # measured over the copies between the first and the last, per copy
+        cs = tr.meta["copy_starts"]
+        first, last = cs[1], cs[-1]
         start = end = 0
         handles: dict[int, TensorHandle] = {}
         for op, t, size, _ in tr.records:
@@ -695,9 +712,9 @@ class MemoryManager:
             elif op == "write":
                 sim.write_tensor(handles[t], size, None)
             elif op == "need":
-                if sim._epoch == mid:
+                if sim._epoch == first:
                     start = sim._moved()
-                elif sim._epoch == mid + len(tr.meta["step_phase"]):
+                elif sim._epoch == last:
                     end = sim._moved()
                 sim.need_in_device(*(handles[x] for x in t))
             elif op == "updated":
@@ -706,12 +723,13 @@ class MemoryManager:
                 sim.read_tensor(handles[t], size, None)
             elif op == "free":
                 sim.free_tensor(handles.pop(t))
-        return (end or sim._moved()) - start
+        return ((end or sim._moved()) - start) // max(len(cs) - 2, 1)
 
     def _check_plan(self) -> None:
-        """After each repetition of a learned one: if the way of choosing victims in use (the
-        plan, or next-use order) moved clearly more than estimated, the estimate becomes what
-        it moved, and the cheaper one is used from now on."""
+        """After each repetition of a learned one: what the way of choosing victims in use
+        (the plan, or next-use order) moved becomes its estimate, and if the other's estimate
+        is lower by PLAN_MARGIN, that one is used from now on. The repetition after a lock or
+        a switch is not measured (the card's state is still the previous policy's)."""
         det = self.detector
         if not self._arms or det is None or det.lock is None:
             return
@@ -720,12 +738,13 @@ class MemoryManager:
             return
         now = self._moved()
         self._period_mark = (self._epoch, now)
-        got = now - moved
-        if got > (1 + PLAN_MARGIN) * self._arms[self._arm] + 1:
-            self._arms[self._arm] = got
-            best = min(self._arms, key=self._arms.__getitem__)
-            if best != self._arm:
-                self._use_arm(best)
+        if self._arm_warm:
+            self._arm_warm = False
+            return
+        self._arms[self._arm] = now - moved
+        best = min(self._arms, key=self._arms.__getitem__)
+        if self._arms[best] < (1 - PLAN_MARGIN) * self._arms[self._arm]:
+            self._use_arm(best)
 
     # --- deferred writes and gathered reads ---------------------------------------------------
 

@@ -18,7 +18,7 @@ import abc
 import heapq
 import itertools
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from typing import ClassVar, Protocol
 
 INF = float("inf")
@@ -145,6 +145,53 @@ class NaivePolicy(LruPolicy):
 
     name = "naive"
     keeps_resident = False
+
+
+def pick_in_order(cands: Iterable[Resident], nbytes: int, epoch: int, look: int = 8
+                  ) -> list[Resident]:
+    """Victims in the given order until `nbytes` are free, skipping pinned ones, with two
+    corrections within the next `look` candidates that keep the order's intent and save bytes:
+    a candidate much larger than what is still needed (over twice) gives way to the smallest
+    later one that covers it (evicting a 144 MB weight to free 10 MB costs a 144 MB reload),
+    and a dirty one to a clean one (its eviction would cost a write-back too)."""
+    out: list[Resident] = []
+    got = 0
+    taken: set[int] = set()
+    buf: list[Resident] = []
+    it = iter(cands)
+    while got < nbytes:
+        buf = [c for c in buf if c.id not in taken]
+        while len(buf) < look + 1:
+            x = next(it, None)
+            if x is None:
+                break
+            if x.pin != epoch and x.id not in taken:
+                buf.append(x)
+        if not buf:
+            break
+        e = buf[0]
+        rest = nbytes - got
+        choice = e
+        if e.card_size > 2 * rest:
+            fit = [c for c in buf[1:] if rest <= c.card_size < e.card_size]
+            if fit:
+                choice = min(fit, key=lambda c: c.card_size)
+        elif e.dirty:
+            choice = next((c for c in buf[1:] if not c.dirty), e)
+        out.append(choice)
+        taken.add(choice.id)
+        got += choice.card_size
+    return out
+
+
+class SizedLruPolicy(LruPolicy):
+    """LRU whose victims follow `pick_in_order` (size- and dirt-aware near the LRU end): the
+    recency expert of AutoPolicy."""
+
+    name = "lru-sized"
+
+    def pick(self, nbytes: int, epoch: int, now: int) -> list[Resident]:
+        return pick_in_order(self._order.values(), nbytes, epoch)
 
 
 class _LazyHeap:
@@ -420,8 +467,8 @@ class LirsPolicy(EvictionPolicy):
     over a working set larger than the card keeps most of it resident (LRU keeps nothing).
 
     Victims are the resident HIR tensors, oldest first; only when they do not free enough, the
-    LIR tensors from the bottom of S. Among the HIR tensors a dirty one (its eviction costs a
-    write-back as well as a reload) is passed over for a clean one among the next few.
+    LIR tensors from the bottom of S, with `pick_in_order`'s corrections (a clean or a smaller
+    sufficient tensor among the next few is taken first).
     Ghosts are bounded: at most the card's capacity in bytes and never a freed tensor
     (`forget`), so the policy holds O(live tensors) entries whatever the number of calls.
     """
@@ -430,8 +477,9 @@ class LirsPolicy(EvictionPolicy):
     #: Share of the card (bytes) for resident HIR tensors (the paper uses ~1 %; DNN tensors are
     #: a large part of a card, so more).
     hir_fraction = 0.1
-    #: How far past a dirty HIR victim the policy looks for a clean one.
-    clean_lookahead = 4
+    #: How far past a victim the policy looks for a clean one, or a smaller one that covers
+    #: what is still needed (pick_in_order).
+    lookahead = 8
     #: Ghost bytes kept, relative to the capacity.
     ghost_factor = 1.0
 
@@ -522,46 +570,9 @@ class LirsPolicy(EvictionPolicy):
             self._q.move_to_end(i)
 
     def pick(self, nbytes: int, epoch: int, now: int) -> list[Resident]:
-        out: list[Resident] = []
-        got = 0
-        taken: set[int] = set()
-        q: list[Resident] = []                               # the front of Q, read lazily
-        it = iter(self._q.values())
-        k = 0
-        while got < nbytes:
-            while len(q) < k + 1 + self.clean_lookahead:
-                x = next(it, None)
-                if x is None:
-                    break
-                q.append(x)
-            if k >= len(q):
-                break
-            e = q[k]
-            k += 1
-            if e.pin == epoch or e.id in taken:
-                continue
-            if e.dirty:                                      # a clean one close behind?
-                for c in q[k:k + self.clean_lookahead]:
-                    if not c.dirty and c.pin != epoch and c.id not in taken:
-                        out.append(c)
-                        taken.add(c.id)
-                        got += c.card_size
-                        break
-                if got >= nbytes:
-                    break
-            out.append(e)
-            taken.add(e.id)
-            got += e.card_size
-        if got < nbytes:
-            for i in self._s:
-                if got >= nbytes:
-                    break
-                if self._status[i] == _LIR:
-                    e = self._res[i]
-                    if e.pin != epoch:
-                        out.append(e)
-                        got += e.card_size
-        return out
+        lir = (self._res[i] for i in self._s if self._status[i] == _LIR)
+        return pick_in_order(itertools.chain(self._q.values(), lir), nbytes, epoch,
+                             self.lookahead)
 
     def evicted(self, e: Resident) -> None:
         i = e.id
@@ -713,7 +724,7 @@ class AutoPolicy(EvictionPolicy):
 
     def __init__(self) -> None:
         self.lirs = LirsPolicy()
-        self.lru = LruPolicy()
+        self.lru = SizedLruPolicy()
         self.online: EvictionPolicy = self.lru
         self.planner = PlannedPolicy()
         self.planning = False            # set by the manager (a hint, or a learned repetition)
@@ -730,7 +741,7 @@ class AutoPolicy(EvictionPolicy):
         self.lirs.capacity = self.lru.capacity = self.planner.capacity = n
         if n:
             self._shadows = {"lirs": ShadowCache(LirsPolicy(), n),
-                             "lru": ShadowCache(LruPolicy(), n)}
+                             "lru": ShadowCache(SizedLruPolicy(), n)}
 
     @property                            # type: ignore[override]
     def next_use(self) -> Callable[[Resident], float]:   # type: ignore[override]

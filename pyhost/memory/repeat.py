@@ -257,14 +257,16 @@ class RepeatDetector:
         if c is None:
             return INF
         lag = c.lag
-        best = INF
-        for r in (tid, c.fwd.get(tid)):
-            u = self._uses.get(r) if r is not None else None
-            if u:
-                k = bisect.bisect_right(u, now - lag)
-                if k < len(u):
-                    best = min(best, u[k] + lag)
-        return best
+        # a tensor renamed one lag ago is used as its counterpart was (and, past that, not at
+        # all: the next repetition has its own); a tensor that was not, like a weight, as
+        # it was itself one lag ago
+        r = c.fwd.get(tid, tid)
+        u = self._uses.get(r)
+        if u:
+            k = bisect.bisect_right(u, now - lag)
+            if k < len(u):
+                return u[k] + lag
+        return INF
 
     def role_of(self, tid: int) -> int:
         return self.role.get(tid, tid)
@@ -278,9 +280,12 @@ class RepeatDetector:
         """The recorded repetition (the calls after need `anchor - 1` up to the last need),
         `copies` times back to back; each copy renames the tensors the repetition allocates.
         Tensors it uses without allocating (weights) are allocated and written at the start.
-        `meta["step_phase"][k]` is the phase of step k of the middle copy, whose intervals
+        `meta["step_phase"][k]` is the phase of step k of the second copy, whose intervals
         (with a repetition before and after it, as in the steady state) the plan uses;
-        `meta["middle"]` its first step. None if the window no longer holds the repetition."""
+        `meta["middle"]` its first step, `meta["copy_starts"]` the first step of each copy;
+        `meta["phases"]` the phase of every step; a tensor
+        id modulo `meta["offset"]` is its role (the id in the first copy). None if the window
+        no longer holds the repetition."""
         if self.lock is None:
             return None
         start = self.anchor - 1          # ops after this need call (boundary ops included)
@@ -294,8 +299,9 @@ class RepeatDetector:
         ops = ops[:last + 1]
         allocated = {t for k, t, _ in ops if k == "alloc"}
         offset = 1 + max([*self._size, *allocated], default=0)
-        mid = copies // 2
-        tr = Trace(meta={"name": "repetition", "step_phase": [], "middle": 0})
+        mid = 1 if copies > 1 else 0
+        tr = Trace(meta={"name": "repetition", "step_phase": [], "middle": 0, "phases": [],
+                         "copies": copies, "copy_starts": []})
         live: set[int] = set()
         freed: set[int] = set()
         steps = 0
@@ -326,6 +332,7 @@ class RepeatDetector:
                 if x is not None and x in allocated:
                     return x + (copy - 1) * offset
                 return t
+            tr.meta["copy_starts"].append(steps)
             if copy == mid:
                 tr.meta["middle"] = steps
             phase = 0
@@ -336,6 +343,7 @@ class RepeatDetector:
                     if ids:
                         tr.need(*ids)
                         steps += 1
+                        tr.meta["phases"].append(phase)
                         if copy == mid:
                             tr.meta["step_phase"].append(phase)
                     phase += 1
