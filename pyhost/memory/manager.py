@@ -35,7 +35,7 @@ import numpy as np
 
 from pyhost.backend import HostBuffer, HostRangeError
 from pyhost.memory.allocator import CardAllocator
-from pyhost.memory.codec import Codec, PrecisionReport
+from pyhost.memory.codec import Codec, PrecisionReport, codec_from_json
 from pyhost.memory.errors import (
     CardCapacityError,
     ConcurrentUseError,
@@ -44,6 +44,7 @@ from pyhost.memory.errors import (
     MemoryManagerError,
     NeverWrittenError,
     NotOnCardError,
+    PrecisionError,
     ScheduleError,
     TensorSizeError,
     UnknownTensorError,
@@ -224,13 +225,16 @@ class MemoryManager:
 
     @_exclusive
     def allocate_tensor(self, host_buffer_or_size: HostBuffer | int, size: int | None = None,
-                        *, precision: Codec | None = None, name: str | None = None) -> TensorHandle:
+                        *, precision: Codec | str | None = None, name: str | None = None
+                        ) -> TensorHandle:
         """A new tensor of `size` bytes (or the size of the given host buffer).
 
         With a HostBuffer, that buffer is the tensor's host copy (the manager reads and writes it
         and never frees it); with a size, the manager allocates the host copy. Nothing is placed
         on the card until the tensor is needed there, so a tensor larger than the card may exist.
-        `precision` opts the tensor into reduced-precision transfer (fp32 data only).
+        `precision` opts the tensor into reduced-precision transfer (fp32 data only): a Codec, or
+        one of the names "fp16", "bf16", "int8" (per-tensor int8); anything else is a
+        PrecisionError.
         """
         t0 = time.perf_counter()
         buf = host_buffer_or_size if isinstance(host_buffer_or_size, HostBuffer) else None
@@ -251,6 +255,7 @@ class MemoryManager:
                     or nbytes < 0:
                 raise TensorSizeError(f"tensor size {nbytes!r} is not a non-negative integer")
             nbytes = int(nbytes)
+        precision = self._codec(precision)
         if precision is not None:
             precision.check(nbytes)
         card_size = precision.encoded_size(nbytes) if precision is not None else nbytes
@@ -361,9 +366,17 @@ class MemoryManager:
         A zero-size tensor gets address 0 (it has no bytes).
         """
         t0, d0 = time.perf_counter(), self.transport.stats.driver_time_s
-        args = [t for t in (t1, t2, t3, *more) if t is not None]
+        given = (t1, t2, t3, *more)
+        n = len(given)
+        while n and given[n - 1] is None:      # trailing Nones: the optional arguments unused
+            n -= 1
+        args = list(given[:n])
         if not args:
             raise TypeError("need_in_device needs at least one tensor")
+        if None in args:
+            raise TypeError(
+                f"need_in_device argument {args.index(None) + 1} is None but a tensor follows "
+                "it; the addresses answer the arguments in order, so pass tensors without gaps")
         distinct: dict[int, _Entry] = {}
         for t in args:
             e = self._entry(t)
@@ -1107,6 +1120,15 @@ class MemoryManager:
         if e is None:
             raise FreedTensorError(f"{t!r} was freed; allocate a new tensor")
         return e
+
+    @staticmethod
+    def _codec(precision: object) -> Codec | None:
+        if precision is None or isinstance(precision, Codec):
+            return precision
+        if isinstance(precision, str):
+            return codec_from_json({"codec": precision})
+        raise PrecisionError(f"precision {precision!r} is not a codec; pass Fp16(), Bf16(), "
+                             "Int8Affine(), one of 'fp16', 'bf16', 'int8', or None")
 
     @staticmethod
     def _check_size(e: _Entry, size: object, what: str) -> None:
