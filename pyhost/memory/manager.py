@@ -66,10 +66,9 @@ DEFAULT_ALIGN = 64
 #: compaction would copy more than this many times the bytes it places, evicting the policy's
 #: next victims where they sit together is considered instead.
 C2C_PER_PCIE = 4
-#: Compaction copying more than this many times the bytes it places is pathological (free
-#: space in many small holes); then evicting neighbours is considered, among the policy's next
-#: victims (EvictionPolicy.window_candidates times the bytes to place, window_cost).
-COMPACTION_LIMIT = 16
+#: When compaction would copy more than EvictionPolicy.window_gate times the bytes it places,
+#: evicting neighbours is considered, among the policy's next victims (window_candidates times
+#: the bytes to place, window_cost), if that evicts at most this many times those bytes.
 WINDOW_MAX_COST = 2
 #: The default policy: LIRS, plus the plan of the repetition when the repeat detector finds the
 #: need sequence repeating (and "planned" when given a schedule); see docs/memory-manager.md.
@@ -967,21 +966,22 @@ class MemoryManager:
         if not self.policy.window_candidates:
             return False
         comp = self.alloc.compaction_cost(size, loaded)
-        if comp <= COMPACTION_LIMIT * size:
+        if comp <= self.policy.window_gate * size:
             return False
         cands = self.policy.pick(min(self.capacity, self.policy.window_candidates * size), epoch,
                                  self._now)
         allowed = {}
+        near = []
         for e in cands:
             c = self.policy.window_cost(e)
             if c is not None and e.id not in placing:
                 allowed[e.id] = c
-        win = self.alloc.cheapest_window(size, allowed.get)
+                near.append(e.addr)
+        win = self.alloc.cheapest_window(size, allowed.get, near)
         # Worth it only if it copies far less, and never evicting much more than it places.
         if win is None or win[0] * C2C_PER_PCIE >= comp or win[0] > WINDOW_MAX_COST * size:
             return False
-        blocks = {s: k for s, _, k in self.alloc.blocks()}
-        self._evict([self._entries[blocks[s]] for s in win[1]],   # type: ignore[index]
+        self._evict([self._entries[self.alloc.key_at(s)] for s in win[1]],  # type: ignore[index]
                     in_order=False)
         self.stats.window_evictions += 1
         return True

@@ -44,9 +44,14 @@ class EvictionPolicy(abc.ABC):
     uses_schedule: ClassVar[bool] = False
     #: Instead of a pathological compaction the manager may evict, out of order, candidates
     #: among `pick`'s first (this many times the bytes to place) with a `window_cost`. Off for
-    #: recency policies: evicting out of their order was measured to cost more PCIe bytes than
-    #: the card copies it saves.
+    #: plain LRU and GDS (they stay the textbook baselines); on for the size- and dirt-aware
+    #: recency experts of the default (SizedLruPolicy, LirsPolicy), where it was measured to
+    #: save more card copies than the PCIe bytes it adds (counted 1 : C2C_PER_PCIE).
     window_candidates: ClassVar[int] = 0
+    #: ... considered when the compaction would copy more than this many times the bytes it
+    #: places (16 for the schedule-aware ones: only pathological compactions, free space in
+    #: many small holes; 1 for the recency ones, see SizedLruPolicy).
+    window_gate: ClassVar[float] = 16.0
 
     #: True: the manager runs its repeat detector and hands the policy its predictions
     #: (`learn`); see AutoPolicy.
@@ -189,6 +194,12 @@ class SizedLruPolicy(LruPolicy):
     recency expert of AutoPolicy."""
 
     name = "lru-sized"
+    #: Compaction against eviction: when compacting would copy more than the bytes it places,
+    #: the next victims anyway (up to 64x the bytes to place, in LRU order) that sit together
+    #: may be evicted instead, if that costs 4x fewer bytes (C2C_PER_PCIE: one PCIe byte ~ four
+    #: card-copy bytes). The card copies are bounded and their cost counted against transfers.
+    window_candidates = 64
+    window_gate = 1.0
 
     def pick(self, nbytes: int, epoch: int, now: int) -> list[Resident]:
         return pick_in_order(self._order.values(), nbytes, epoch)
@@ -474,6 +485,8 @@ class LirsPolicy(EvictionPolicy):
     """
 
     name = "lirs"
+    window_candidates = 64     # as SizedLruPolicy
+    window_gate = 1.0
     #: Share of the card (bytes) for resident HIR tensors (the paper uses ~1 %; DNN tensors are
     #: a large part of a card, so more).
     hir_fraction = 0.1
@@ -755,6 +768,10 @@ class AutoPolicy(EvictionPolicy):
     def window_candidates(self) -> int:  # type: ignore[override]
         return self.planner.window_candidates if self.planning else \
             self.online.window_candidates
+
+    @property                            # type: ignore[override]
+    def window_gate(self) -> float:      # type: ignore[override]
+        return self.planner.window_gate if self.planning else self.online.window_gate
 
     @property
     def plan_seconds(self) -> float:
