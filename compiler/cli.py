@@ -101,6 +101,11 @@ def _compile(args: argparse.Namespace) -> int:
         print(f"compiled {args.model} -> {out} in {rep['total_s']:.2f} s: "
               + ", ".join(f"{n} {d} subgraph{'s' if n != 1 else ''}"
                           for d, n in devices.items()))
+        q = rep.get("quantize") or {}
+        for name, why in q.get("adjusted", {}).items():
+            print(f"  quantization adjusted {name!r}: {why}")
+        for name, why in q.get("float_ops", {}).items():
+            print(f"  quantization left {name!r} in float (CPU): {why}")
     return 0
 
 
