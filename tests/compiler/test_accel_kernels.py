@@ -99,16 +99,16 @@ def _meaningful(y: np.ndarray) -> None:
 
 
 def _conv_case(shape, co, k, stride, pads, dil=(1, 1), act=None, cfg=CFG, seed=0,
-               seeds=(None, *SEEDS)) -> K.Kernel:
+               seeds=(None, *SEEDS), group=1) -> K.Kernel:
     rng = np.random.default_rng(seed)
-    q = conv_q(rng, co, shape[1], k[0], k[1])
+    q = conv_q(rng, co, shape[1] // group, k[0], k[1])
     x = rng.integers(-128, 128, shape).astype(np.int8)
     bounds = act(q["output_zero_point"]) if callable(act) else act
     kern = K.conv2d(shape, q, inp=K.Ref(IN), out=K.Ref(OUT), consts=K.Ref(CONST),
-                    strides=stride, pads=pads, dilations=dil, act=bounds, cfg=cfg)
+                    strides=stride, pads=pads, dilations=dil, group=group, act=bounds, cfg=cfg)
     got = run([kern], {K.Ref(IN): layout.pack_act(x, cfg.n, q["input_zero_point"])}, cfg,
               seeds)[K.Ref(OUT)]
-    ref = qconv(x, q, stride, pads, dil, 1)
+    ref = qconv(x, q, stride, pads, dil, group)
     if bounds is not None:
         ref = np.clip(ref, *bounds).astype(np.int8)
     o = kern.outputs[0]
@@ -214,6 +214,33 @@ def test_conv2d_tiles_do_not_divide_the_image() -> None:
     kern = _conv_case((1, 64, 61, 57), 8, (3, 3), (1, 1), (1, 1, 1, 1), seed=8)
     rows, oh = kern.tiling["rows"], kern.tiling["out_shape"][2]
     assert oh % rows != 0, kern.tiling
+
+
+@pytest.mark.parametrize("shape,co,k,s,p,group,cfg", [
+    ((1, 48, 10, 10), 64, (3, 3), (1, 1), (1, 1, 1, 1), 2, CFG),     # AlexNet-style: aligned
+    ((1, 24, 9, 9), 112, (1, 1), (1, 1), (0, 0, 0, 0), 4, CFG),      # ShuffleNet: 6 -> 28
+    ((1, 48, 10, 10), 64, (3, 3), (1, 1), (1, 1, 1, 1), 2, TINY),    # streamed, empty steps
+    ((2, 40, 7, 9), 40, (3, 3), (1, 2), (1, 0, 2, 1), 40, TINY),     # depthwise, batch 2
+    ((1, 32, 12, 12), 32, (3, 3), (2, 2), (1, 1, 1, 1), 32, CFG),    # depthwise, stride 2
+    ((1, 12, 8, 8), 36, (3, 3), (1, 1), (1, 1, 1, 1), 12, CFG),      # depth multiplier 3
+])
+def test_grouped_conv2d_matches_qconv(shape, co, k, s, p, group, cfg) -> None:
+    """Grouped and depthwise convolutions: the dense conv with the structurally zero weight
+    tiles left out (neither stored nor multiplied), bit-exact with qconv(group)."""
+    kern = _conv_case(shape, co, k, s, p, cfg=cfg, group=group, seed=group)
+    t = kern.tiling
+    assert t["group"] == group and t["live_tiles"] < t["tiles"], t
+    nb = -(-shape[1] // N)
+    if group == shape[1] and co == shape[1]:
+        assert t["live_tiles"] == nb          # depthwise: only the diagonal tiles
+
+
+def test_grouped_conv2d_errors() -> None:
+    q = conv_q(np.random.default_rng(0), 12, 5, 1, 1)
+    with pytest.raises(K.AccelKernelError, match="input channels per group"):
+        K.conv2d((1, 12, 4, 4), q, inp=K.Ref(IN), out=K.Ref(OUT), consts=K.Ref(CONST), group=2)
+    with pytest.raises(K.AccelKernelError, match="must divide"):
+        K.conv2d((1, 10, 4, 4), q, inp=K.Ref(IN), out=K.Ref(OUT), consts=K.Ref(CONST), group=4)
 
 
 # --- Gemm ---------------------------------------------------------------------------------------

@@ -66,9 +66,8 @@ PYTORCH = {
     "Conv2d": "ACCEL", "Conv2d_strided": "ACCEL", "Conv2d_padding": "ACCEL",
     "Conv2d_no_bias": "ACCEL", "Conv2d_dilated": "ACCEL", "Linear": "ACCEL",
     "Linear_no_bias": "ACCEL", "MaxPool2d": "ACCEL", "ReLU": "ACCEL",
-    # not accelerator layers: grouped and depthwise convolutions, a dilated max pool, an
-    # average pool over part of the image
-    "Conv2d_groups": "CPU", "Conv2d_depthwise": "CPU",
+    "Conv2d_groups": "ACCEL", "Conv2d_depthwise": "ACCEL",
+    # not accelerator layers: a dilated max pool, an average pool over part of the image
     "MaxPool2d_stride_padding_dilation": "CPU", "AvgPool2d": "CPU",
 }
 
@@ -106,7 +105,7 @@ def tolerance(g: Graph, x: np.ndarray) -> np.ndarray:
     ax = np.abs(np.asarray(x, np.float64))
     if head.type == "Conv":
         args = ([int(v) for v in head.attrs["strides"]], [int(v) for v in head.attrs["pads"]],
-                [int(v) for v in head.attrs["dilations"]], 1)
+                [int(v) for v in head.attrs["dilations"]], int(head.attrs.get("group", 1)))
         e_x = conv_nd(np.full_like(ax, s_in / 2), w, *args)
         e_w = conv_nd(ax, np.ones_like(w) * (s_w / 2)[:, None, None, None], *args)
         e_b = (s_in * s_w / 2)[None, :, None, None]
