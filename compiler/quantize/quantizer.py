@@ -29,7 +29,7 @@ from compiler.quantize.params import ActQuant, activation_params, weight_params
 from compiler.quantize.requant import quantize_multipliers
 from compiler.xir import CONST, Graph, Op, Tensor
 
-SCALE_PRESERVING = frozenset({"MaxPool", "Reshape", "Flatten", "Transpose", "Squeeze",
+SCALE_PRESERVING = frozenset({"MaxPool", "GlobalMaxPool", "Reshape", "Flatten", "Transpose", "Squeeze",
                               "Unsqueeze", "Identity", "Dropout"})
 SCHEME = {
     "activations": "int8 per tensor, real = scale * (q - zero_point)",

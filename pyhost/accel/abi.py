@@ -89,8 +89,7 @@ class IoSpec:
 
     @property
     def nchw(self) -> tuple[int, int, int, int]:
-        s = self.shape
-        return (s[0], s[1], s[2], s[3]) if len(s) == 4 else (s[0], s[1], 1, 1)
+        return layout.nchw_view(self.shape)
 
     def pack(self, x: np.ndarray) -> np.ndarray:
         """Float array -> quantized blocked bytes (uint8 array of `nbytes`)."""

@@ -324,6 +324,90 @@ def test_maxpool2d_matches_numpy(shape, k, s, p, cfg) -> None:
         assert kern.tiling["rows"] < ref.shape[2], kern.tiling
 
 
+def _pool_geometry(shape, k, s, p, d, ceil):
+    from compiler.plugins.accel.kernels.pool import pool_output_size
+    oh = pool_output_size(shape[2], k[0], s[0], d[0], p[0], p[2], ceil)
+    ow = pool_output_size(shape[3], k[1], s[1], d[1], p[1], p[3], ceil)
+    return oh, ow
+
+
+def _windows(x, k, s, p, d, out, fill):
+    from compiler.ops.geometry import windows
+    return windows(x, k, s, d, p, out, fill)
+
+
+POOL_CASES = [
+    # shape, kernel, strides, pads (t, l, b, r), dilations, ceil_mode, cfg
+    ((1, 24, 56, 56), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), False, CFG),   # ShuffleNet shortcut
+    ((1, 16, 14, 14), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), False, CFG),   # Inception branch
+    ((1, 32, 6, 6), (7, 7), (1, 1), (0, 0, 1, 1), (1, 1), False, CFG),     # Inception v1 head
+    ((1, 8, 16, 16), (2, 2), (2, 2), (0, 0, 0, 0), (1, 1), False, CFG),    # DenseNet transition
+    ((2, 13, 11, 9), (3, 2), (2, 3), (2, 1, 0, 1), (2, 1), True, CFG),     # everything at once
+    ((1, 5, 20, 17), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), True, TINY),
+    # padding beyond the LOAD fields (15): rows loaded one by one, padding filled between
+    ((1, 8, 12, 20), (6, 8), (2, 3), (17, 18, 16, 20), (4, 4), False, CFG),
+]
+
+
+@pytest.mark.parametrize("case", range(len(POOL_CASES)))
+def test_maxpool2d_general(case: int) -> None:
+    """Any kernel, stride, dilation and padding, ceil_mode: bit-exact with the windows of the
+    CPU's own pool op (compiler.ops.geometry.windows, padding -128)."""
+    shape, k, s, p, d, ceil, cfg = POOL_CASES[case]
+    rng = np.random.default_rng(case)
+    x = rng.integers(-128, 128, shape).astype(np.int8)
+    kern = K.maxpool2d(shape, k, strides=s, pads=p, dilations=d, ceil_mode=ceil, zero_point=3,
+                       inp=K.Ref(IN), out=K.Ref(OUT), cfg=cfg)
+    got = run([kern], {K.Ref(IN): layout.pack_act(x, cfg.n, 3)}, cfg)[K.Ref(OUT)]
+    out = _pool_geometry(shape, k, s, p, d, ceil)
+    ref = _windows(x, k, s, p, d, out, -128).max(axis=(-2, -1))
+    y = layout.unpack_act(got, kern.outputs[0].shape, cfg.n)
+    assert y.shape == ref.shape and np.array_equal(y, ref), f"{np.sum(y != ref)} differ"
+    assert got == layout.pack_act(ref, cfg.n, 3), "padding channels differ"
+
+
+@pytest.mark.parametrize("include_pad", [False, True])
+@pytest.mark.parametrize("case", range(len(POOL_CASES)))
+def test_avgpool2d_general(case: int, include_pad: bool) -> None:
+    """AveragePool with either count_include_pad: bit-exact with its integer formula (window
+    sums minus taps * zp_in, requantized by 1 / count with the count ONNX divides by, computed
+    here from windows of ones like compiler/ops/op_average_pool.py), and within 1 LSB of the
+    float average of the dequantized input."""
+    shape, k, s, p, d, ceil, cfg = POOL_CASES[case]
+    rng = np.random.default_rng(10 + case)
+    x = rng.integers(-128, 128, shape).astype(np.int8)
+    s_in, zin, s_out, zout = 0.02, -7, 0.015, 4
+    act = K.relu_bounds(zout) if case == 1 else None
+    kern = K.avgpool2d(shape, k, input_scale=s_in, input_zero_point=zin, output_scale=s_out,
+                       output_zero_point=zout, strides=s, pads=p, dilations=d,
+                       count_include_pad=include_pad, ceil_mode=ceil, act=act,
+                       inp=K.Ref(IN), out=K.Ref(OUT), consts=K.Ref(CONST), cfg=cfg)
+    got = run([kern], {K.Ref(IN): layout.pack_act(x, cfg.n, zin)}, cfg)[K.Ref(OUT)]
+    out = _pool_geometry(shape, k, s, p, d, ceil)
+    sums = _windows(x.astype(np.int64), k, s, p, d, out, zin).sum(axis=(-2, -1))
+    sp = shape[2:]
+    if include_pad:
+        ones = np.ones((1, 1, sp[0] + p[0] + p[2], sp[1] + p[1] + p[3]))
+        cnt = _windows(ones, k, s, (0, 0, 0, 0), d, out, 0).sum(axis=(-2, -1))
+    else:
+        cnt = _windows(np.ones((1, 1, *sp)), k, s, p, d, out, 0).sum(axis=(-2, -1))
+    cnt = cnt.astype(np.int64)
+    ref = np.empty(sums.shape, np.int64)
+    for c in np.unique(cnt):
+        m, sh = quantize_multiplier(s_in / (int(c) * s_out))
+        sel = np.broadcast_to(cnt == c, sums.shape)
+        ref[sel] = requantize(sums[sel] - k[0] * k[1] * zin, m, sh, zout)
+    lo, hi = act or (-128, 127)
+    ref = np.clip(ref, lo, hi).astype(np.int8)
+    y = layout.unpack_act(got, kern.outputs[0].shape, cfg.n)
+    assert y.shape == ref.shape and np.array_equal(y, ref), f"{np.sum(y != ref)} differ"
+    assert got == layout.pack_act(ref, cfg.n, kern.outputs[0].fill), "padding channels differ"
+    real = (sums - k[0] * k[1] * zin) * s_in / cnt
+    flt = np.clip(np.rint(real / s_out) + zout, lo, hi)
+    assert np.abs(y.astype(np.int64) - flt).max() <= 1
+    _meaningful(ref)
+
+
 # --- residual Add -------------------------------------------------------------------------------
 
 def _near_tie(xs: Sequence[np.ndarray], q: dict) -> np.ndarray:
@@ -686,7 +770,7 @@ def test_unmappable_layers_raise_kernel_errors() -> None:
     rng = np.random.default_rng(14)
     q = conv_q(rng, 8, 8, 3, 3)
     refs = {"inp": K.Ref(IN), "out": K.Ref(OUT), "consts": K.Ref(CONST)}
-    with pytest.raises(K.AccelKernelError, match="group=2"):
+    with pytest.raises(K.AccelKernelError, match="input channels per group"):
         K.conv2d((1, 8, 8, 8), q, group=2, **refs)
     with pytest.raises(K.AccelKernelError, match="padding top=3"):
         K.conv2d((1, 8, 8, 8), q, pads=(3, 1, 1, 1), **refs)

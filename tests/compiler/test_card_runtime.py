@@ -67,8 +67,11 @@ PYTORCH = {
     "Conv2d_no_bias": "ACCEL", "Conv2d_dilated": "ACCEL", "Linear": "ACCEL",
     "Linear_no_bias": "ACCEL", "MaxPool2d": "ACCEL", "ReLU": "ACCEL",
     "Conv2d_groups": "ACCEL", "Conv2d_depthwise": "ACCEL",
-    # not accelerator layers: a dilated max pool, an average pool over part of the image
-    "MaxPool2d_stride_padding_dilation": "CPU", "AvgPool2d": "CPU",
+    "AvgPool2d": "ACCEL",
+    # a 60 x 80 window dilated 10 on a 1000 x 1000 image: one output row needs 591 input rows
+    # of 1040 pixels, far more than the accumulator scratchpad holds (and a row stride beyond
+    # the ALU's stride field): the CPU's
+    "MaxPool2d_stride_padding_dilation": "CPU",
 }
 
 
@@ -89,11 +92,15 @@ def tolerance(g: Graph, x: np.ndarray) -> np.ndarray:
     bias (s_in*s_w/2). Max pool: half an input LSB. A standalone Relu (requantized from the
     input's scale to its own): 1.5 output LSB (as above) + half an input LSB (|dx| <= s_in/2,
     Relu is 1-Lipschitz)."""
-    (head,) = [op for op in g.ops if op.type in ("Conv", "Gemm", "MatMul", "MaxPool", "Relu")]
+    (head,) = [op for op in g.ops if op.type in ("Conv", "Gemm", "MatMul", "MaxPool", "Relu",
+                                                  "AveragePool")]
     out = g.outputs[0]
     s_out = out.attrs["quant"]["scale"]
     if head.type == "MaxPool":
         return np.full(out.shape, 0.5 * s_out + 1e-6)
+    if head.type == "AveragePool":   # the mean of inputs each within s_in/2, then rounded
+        s_in = head.input_tensors()[0].attrs["quant"]["scale"]
+        return np.full(out.shape, 1.5 * s_out + 0.5 * s_in + 1e-6)
     if head.type == "Relu":
         s_in = head.input_tensors()[0].attrs["quant"]["scale"]
         return np.full(out.shape, 1.5 * s_out + 0.5 * s_in + 1e-6)

@@ -16,7 +16,7 @@ HEADS: dict[str, frozenset[str]] = {
     "conv": frozenset({"Conv"}),
     "gemm": frozenset({"Gemm", "MatMul"}),
     "add": frozenset({"Add", "Sum"}),
-    "maxpool": frozenset({"MaxPool"}),
+    "maxpool": frozenset({"MaxPool", "GlobalMaxPool"}),
     "avgpool": frozenset({"GlobalAveragePool", "AveragePool"}),
     # a Relu that is not fused into the requantization of a conv, gemm or add before it
     "relu": frozenset({"Relu"}),
@@ -24,7 +24,7 @@ HEADS: dict[str, frozenset[str]] = {
 KIND_OF = {t: kind for kind, types in HEADS.items() for t in types}
 #: Activations fused into the requantization of a conv, gemm or add.
 ACTS = frozenset({"Relu", "Clip"})
-FUSES_ACT = frozenset({"conv", "gemm", "add"})
+FUSES_ACT = frozenset({"conv", "gemm", "add", "avgpool"})
 #: Ops that only collapse C, H, W before a Gemm/MatMul (absorbed into its weights).
 VIEWS = frozenset({"Flatten", "Reshape"})
 @dataclass(frozen=True, eq=False)

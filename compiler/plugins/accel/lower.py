@@ -33,11 +33,11 @@ class LoweringError(ValueError):
 
 
 def block_shape(shape: Sequence[int] | None) -> tuple[int, int, int, int]:
-    """The NCHW view of a tensor in the blocked layout: (B, C, H, W), or (M, K, 1, 1)."""
-    if shape is None or len(shape) not in (2, 4):
-        raise LoweringError(f"shape {shape} is neither NCHW nor (M, K)")
-    s = tuple(int(v) for v in shape)
-    return (s[0], s[1], s[2], s[3]) if len(s) == 4 else (s[0], s[1], 1, 1)
+    """The NCHW view of a tensor in the blocked layout (`layout.nchw_view`): (B, C, H, W),
+    (N, C, L) as (N, C, 1, L), (M, K) as (M, K, 1, 1), (K,) as (1, K, 1, 1)."""
+    if shape is None or not 1 <= len(shape) <= 4:
+        raise LoweringError(f"shape {shape} has no blocked layout (ranks 1 to 4 do)")
+    return layout.nchw_view(shape)
 
 
 def tensor_bytes(shape: Sequence[int] | None, n: int) -> int:
@@ -95,6 +95,31 @@ def _ints(op: Op, key: str, n: int) -> tuple[int, ...]:
     if not isinstance(v, list) or len(v) != n:
         raise LoweringError(f"{op.type} {op.name!r}: {key}={v!r} is not {n} values (2-D only)")
     return tuple(int(x) for x in v)
+
+
+def _window(head: Op, shape: Sequence[int] | None
+            ) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int, int, int],
+                       tuple[int, int], bool]:
+    """(kernel, strides, pads (top, left, bottom, right), dilations, ceil_mode) of a pool over
+    a 2-D (NCHW) or 1-D (N, C, L, pooled as (N, C, 1, L)) input; GlobalMaxPool: the whole
+    image."""
+    if shape is None or len(shape) not in (3, 4):
+        raise LoweringError(f"{head.type} {head.name!r}: only 1-D and 2-D pooling (input "
+                            f"{shape})")
+    if head.type == "GlobalMaxPool":
+        _, _, h, w = block_shape(shape)
+        return (h, w), (1, 1), (0, 0, 0, 0), (1, 1), False
+    if head.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", None):
+        raise LoweringError(f"{head.type} {head.name!r}: auto_pad was not resolved")
+    nd = len(shape) - 2
+    k = _ints(head, "kernel_shape", nd)
+    st = _ints(head, "strides", nd) if "strides" in head.attrs else (1,) * nd
+    pd = _ints(head, "pads", 2 * nd) if "pads" in head.attrs else (0,) * (2 * nd)
+    dl = _ints(head, "dilations", nd) if "dilations" in head.attrs else (1,) * nd
+    ceil = bool(head.attrs.get("ceil_mode", 0))
+    if nd == 1:
+        return (1, k[0]), (1, st[0]), (0, pd[0], 0, pd[1]), (1, dl[0]), ceil
+    return (k[0], k[1]), (st[0], st[1]), (pd[0], pd[1], pd[2], pd[3]), (dl[0], dl[1]), ceil
 
 
 def blocked_fc_weight(w_kn: np.ndarray, x_shape: tuple[int, int, int, int], n: int
@@ -169,15 +194,14 @@ def build_kernel(layer: Layer, cfg: AccelConfig, ins: Sequence[K.Ref], out: K.Re
     elif kind == "maxpool":
         x = layer.inputs[0]
         iq = act_quant(x)
-        if x.shape is None or len(x.shape) != 4:
-            raise LoweringError(f"MaxPool {head.name!r}: only 2-D pooling (NCHW input)")
-        if any(d != 1 for d in _ints(head, "dilations", 2)):
-            raise LoweringError(f"MaxPool {head.name!r}: dilation is not supported")
         if iq != oq:
-            raise LoweringError(f"MaxPool {head.name!r}: input and output quantization differ")
-        kern = K.maxpool2d(x.shape, _ints(head, "kernel_shape", 2), inp=ins[0], out=out,
-                           strides=_ints(head, "strides", 2), pads=_ints(head, "pads", 4),
-                           zero_point=iq.zero_point, cfg=cfg, name=head.name)
+            raise LoweringError(f"{head.type} {head.name!r}: input and output quantization "
+                                "differ")
+        xs = block_shape(x.shape)
+        kshape, strides, pads, dils, ceil = _window(head, x.shape)
+        kern = K.maxpool2d(xs, kshape, inp=ins[0], out=out, strides=strides, pads=pads,
+                           dilations=dils, ceil_mode=ceil, zero_point=iq.zero_point, cfg=cfg,
+                           name=head.name)
     elif kind == "relu":
         x = layer.inputs[0]
         if x.producer.type == CONST:
@@ -191,17 +215,26 @@ def build_kernel(layer: Layer, cfg: AccelConfig, ins: Sequence[K.Ref], out: K.Re
     elif kind == "avgpool":
         x = layer.inputs[0]
         iq = act_quant(x)
-        if x.shape is None or len(x.shape) != 4:
-            raise LoweringError(f"{head.type} {head.name!r}: only NCHW input")
-        b, c, h, w = (int(v) for v in x.shape)
-        if head.type == "AveragePool" and (
-                _ints(head, "kernel_shape", 2) != (h, w) or any(_ints(head, "pads", 4))):
-            raise LoweringError(f"AveragePool {head.name!r}: only a window over the whole "
-                                "image without padding (a global average pool)")
-        mult, shift = quantize_multiplier(iq.scale / (h * w * oq.scale))
-        kern = K.global_avgpool(x.shape, multiplier=mult, shift=shift,
-                                input_zero_point=iq.zero_point, output_zero_point=oq.zero_point,
-                                inp=ins[0], out=out, consts=consts, cfg=cfg, name=head.name)
+        xs = block_shape(x.shape)
+        b, c, h, w = xs
+        window = None if head.type == "GlobalAveragePool" else _window(head, x.shape)
+        if window is None or (window[0] == (h, w) and not any(window[2])
+                              and window[3] == (1, 1) and not window[4]):
+            # the whole image: a reduction tree (GlobalAveragePool, or a window that covers
+            # exactly the image without padding)
+            mult, shift = quantize_multiplier(iq.scale / (h * w * oq.scale))
+            kern = K.global_avgpool(xs, multiplier=mult, shift=shift,
+                                    input_zero_point=iq.zero_point,
+                                    output_zero_point=oq.zero_point, inp=ins[0], out=out,
+                                    consts=consts, act=bounds, cfg=cfg, name=head.name)
+        else:
+            kshape, strides, pads, dils, ceil = window
+            kern = K.avgpool2d(xs, kshape, input_scale=iq.scale,
+                               input_zero_point=iq.zero_point, output_scale=oq.scale,
+                               output_zero_point=oq.zero_point, inp=ins[0], out=out,
+                               consts=consts, strides=strides, pads=pads, dilations=dils,
+                               count_include_pad=bool(head.attrs.get("count_include_pad", 0)),
+                               ceil_mode=ceil, act=bounds, cfg=cfg, name=head.name)
     else:  # pragma: no cover - KIND_OF covers every head type
         raise LoweringError(f"unknown layer kind {kind!r}")
     got = tuple(kern.outputs[0].shape)

@@ -56,7 +56,7 @@ def _templates() -> list[tuple[str, GraphTemplate]]:
     v = t.add_op("view", VIEWS)
     t.add_op("head", gemm, {v: "A"})
     out.append(("gemm", t))
-    for kind in ("conv", "gemm", "add"):
+    for kind in ("conv", "gemm", "add", "avgpool"):
         t = GraphTemplate(f"accel_{kind}_act")
         h = t.add_op("head", HEADS[kind])
         t.add_op("act", ACTS, {h: None})
