@@ -62,12 +62,15 @@ def quantize_graph(graph: Graph, opts: QuantizeOptions) -> dict[str, Any]:
     samples = calibration_samples(graph, opts)
     ranges = collect_ranges(graph, samples, opts.method, opts.percentile)
     params: dict[Tensor, ActQuant] = {}
+    shared = _shared_params(graph, ranges, opts.symmetric_activations)
     for op in graph.topological_sort():
         t = op.output
         if op.type == CONST or t not in ranges:
             continue
         src = op.input_tensors()[0] if op.type in SCALE_PRESERVING and op.input_tensors() else None
-        if src is not None and src in params:
+        if t in shared:
+            params[t] = shared[t]
+        elif src is not None and src in params:
             params[t] = params[src]
         else:
             try:
@@ -103,6 +106,57 @@ def quantize_graph(graph: Graph, opts: QuantizeOptions) -> dict[str, Any]:
     if skipped:
         report["float_ops"] = skipped
     return report
+
+
+def _shared_params(graph: Graph, ranges: dict[Tensor, tuple[float, float]], symmetric: bool
+                   ) -> dict[Tensor, ActQuant]:
+    """One set of parameters for every tensor a Concat joins (its inputs and output, and
+    through scale-preserving ops the tensors those pass on), from the union of their ranges:
+    a concatenation is then a copy of int8 bytes, or no copy at all when the producers write
+    straight into the output (the accelerator's channel-offset writes). DenseNet's chains of
+    concatenations become one group per dense block. Tensors in no Concat's group are left to
+    the usual per-tensor rule (empty result)."""
+    parent: dict[Tensor, Tensor] = {}
+
+    def find(t: Tensor) -> Tensor:
+        while parent.get(t, t) is not t:
+            parent[t] = parent.get(parent[t], parent[t])
+            t = parent[t]
+        return t
+
+    def union(a: Tensor, b: Tensor) -> None:
+        ra, rb = find(a), find(b)
+        if ra is not rb:
+            parent[rb] = ra
+
+    joined: set[Tensor] = set()
+    for op in graph.topological_sort():
+        ins = [t for t in op.input_tensors() if t in ranges]
+        if op.type == "Concat" and op.output in ranges:
+            for t in ins:
+                union(op.output, t)
+            joined.add(op.output)
+        elif op.type in SCALE_PRESERVING and ins and op.output in ranges:
+            union(ins[0], op.output)
+    roots = {find(t) for t in joined}
+    if not roots:
+        return {}
+    members: dict[Tensor, list[Tensor]] = {}
+    for t in ranges:
+        r = find(t)
+        if r in roots:
+            members.setdefault(r, []).append(t)
+    out: dict[Tensor, ActQuant] = {}
+    for r, ts in members.items():
+        lo = min(ranges[t][0] for t in ts)
+        hi = max(ranges[t][1] for t in ts)
+        try:
+            q = activation_params(lo, hi, symmetric)
+        except QuantizationError as e:
+            raise QuantizationError(f"tensors {sorted(t.name for t in ts)[:4]} (joined by a "
+                                    f"Concat): {e}") from None
+        out.update(dict.fromkeys(ts, q))
+    return out
 
 
 def _const(t: Tensor | None) -> np.ndarray | None:

@@ -408,6 +408,54 @@ def test_avgpool2d_general(case: int, include_pad: bool) -> None:
     _meaningful(ref)
 
 
+# --- layout changes: Concat copies, channel permutations -------------------------------------
+
+@pytest.mark.parametrize("axis,shapes,cfg", [
+    (1, [(1, 16, 5, 7), (1, 8, 5, 7), (1, 13, 5, 7)], CFG),
+    (1, [(2, 24, 3, 3), (2, 5, 3, 3)], TINY),
+    (0, [(1, 11, 4, 6), (2, 11, 4, 6)], CFG),
+])
+def test_concat_copies(axis, shapes, cfg) -> None:
+    """Every input copied to its place in the output (channel offsets multiples of N, or
+    images), padding lanes included; bit-exact."""
+    rng = np.random.default_rng(len(shapes))
+    xs = [rng.integers(-128, 128, s).astype(np.int8) for s in shapes]
+    offs = K.concat_offsets(shapes, axis, cfg.n)
+    refs = [K.Ref(IN + 10 + i) for i in range(len(xs))]
+    parts = [K.ConcatPart(r, s, o) for r, s, o in zip(refs, shapes, offs, strict=True)]
+    ref = np.concatenate(xs, axis=axis)
+    kern = K.concat(ref.shape, parts, axis, out=K.Ref(OUT), zero_point=5, cfg=cfg)
+    got = run([kern], {r: layout.pack_act(x, cfg.n, 5) for r, x in zip(refs, xs, strict=True)},
+              cfg)[K.Ref(OUT)]
+    assert got == layout.pack_act(ref, cfg.n, 5)
+    with pytest.raises(K.AccelKernelError, match="not a multiple of N"):
+        K.concat_offsets([(1, 3, 2, 2), (1, 8, 2, 2)], 1, 8)
+
+
+def test_empty_concat_joins_to_nothing() -> None:
+    """A Concat whose inputs were all written in place is a kernel without instructions, and
+    join leaves no hand-off for it."""
+    k = K.concat((1, 16, 2, 2), [], 1, out=K.Ref(OUT), zero_point=0)
+    a = K.maxpool2d((1, 16, 4, 4), (2, 2), inp=K.Ref(IN), out=K.Ref(OUT))
+    assert k.insns == () and K.join([a, k]) == K.join([a])
+
+
+@pytest.mark.parametrize("shape,groups,cfg", [((1, 112, 7, 9), 4, CFG), ((2, 136, 5, 5), 4, CFG),
+                                              ((1, 30, 6, 6), 3, TINY)])
+def test_channel_shuffle(shape, groups, cfg) -> None:
+    """ShuffleNet's Reshape-Transpose-Reshape as a channel permutation on the array (0/1 weight
+    tiles, no requantization): bit-exact, padding lanes the zero point."""
+    b, c, h, w = shape
+    perm = np.arange(c).reshape(groups, c // groups).T.reshape(-1)
+    rng = np.random.default_rng(c)
+    x = rng.integers(-128, 128, shape).astype(np.int8)
+    kern = K.permute_channels(shape, perm, inp=K.Ref(IN), out=K.Ref(OUT), consts=K.Ref(CONST),
+                              zero_point=-3, cfg=cfg)
+    got = run([kern], {K.Ref(IN): layout.pack_act(x, cfg.n, -3)}, cfg)[K.Ref(OUT)]
+    assert got == layout.pack_act(x[:, perm], cfg.n, -3)
+    assert kern.tiling["tiles"] < layout.blocks(c, cfg.n) ** 2
+
+
 # --- residual Add -------------------------------------------------------------------------------
 
 def _near_tie(xs: Sequence[np.ndarray], q: dict) -> np.ndarray:

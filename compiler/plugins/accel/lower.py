@@ -13,7 +13,7 @@ import numpy as np
 
 from compiler.errors import QuantizationError
 from compiler.plugins.accel import kernels as K
-from compiler.plugins.accel.layers import Layer
+from compiler.plugins.accel.layers import Layer, is_byte_view, shuffle_views
 from compiler.quantize.params import ActQuant
 from compiler.quantize.quantizer import requant_params
 from compiler.quantize.requant import quantize_multiplier, quantize_multipliers
@@ -136,10 +136,45 @@ def blocked_fc_weight(w_kn: np.ndarray, x_shape: tuple[int, int, int, int], n: i
                                 .reshape(cb * h * w * n, nout))
 
 
+def concat_axis(layer: Layer) -> int:
+    """The axis of a Concat layer in the blocked view (0: images, 1: channels); a view layer
+    is a concat of one input along channels."""
+    if layer.kind == "view":
+        return 1
+    rank = len(layer.output.shape or ())
+    axis = int(layer.head.attrs.get("axis", 1))
+    axis = axis + rank if axis < 0 else axis
+    if rank not in (2, 3, 4) or axis not in (0, 1):
+        raise LoweringError(f"Concat {layer.name!r}: only along images or channels (axis "
+                            f"{layer.head.attrs.get('axis')} of a rank-{rank} tensor)")
+    return axis
+
+
+def in_place_offsets(layer: Layer, n: int) -> list[int | None]:
+    """Per input of a Concat / view layer: the byte offset in the output at which its producer
+    could write it directly (its bytes are a contiguous piece of the output's), or None where
+    only a copy can put it there (a channel offset in a batch of images)."""
+    shapes = [block_shape(t.shape) for t in layer.inputs]
+    out = block_shape(layer.output.shape)
+    axis = concat_axis(layer)
+    try:
+        offs = K.concat_offsets(shapes, axis, n)
+    except K.AccelKernelError:
+        return [None] * len(shapes)
+    b, c, h, w = out
+    if axis == 0:
+        return [o * layout.act_bytes(c, h, w, n) for o in offs]
+    if b != 1:
+        return [None] * len(shapes)
+    return [(o // n) * h * w * n for o in offs]
+
+
 def build_kernel(layer: Layer, cfg: AccelConfig, ins: Sequence[K.Ref], out: K.Ref,
-                 consts: K.Ref) -> K.Kernel:
+                 consts: K.Ref, in_place: Sequence[bool] = ()) -> K.Kernel:
     """The kernel of one layer with its tensors at the given Refs. Raises LoweringError,
-    K.AccelKernelError or QuantizationError if the layer cannot be mapped."""
+    K.AccelKernelError or QuantizationError if the layer cannot be mapped. ``in_place``
+    (Concat and view layers): which inputs their producers already wrote into the output,
+    so that the kernel copies only the others."""
     head, kind = layer.head, layer.kind
     if kind == "add" and (len(layer.inputs) != 2
                           or any(t.shape != head.output.shape for t in layer.inputs)
@@ -235,6 +270,39 @@ def build_kernel(layer: Layer, cfg: AccelConfig, ins: Sequence[K.Ref], out: K.Re
                                consts=consts, strides=strides, pads=pads, dilations=dils,
                                count_include_pad=bool(head.attrs.get("count_include_pad", 0)),
                                ceil_mode=ceil, act=bounds, cfg=cfg, name=head.name)
+    elif kind in ("concat", "view"):
+        if kind == "view" and not is_byte_view(head):
+            raise LoweringError(f"{head.type} {head.name!r}: {layer.inputs[0].shape} -> "
+                                f"{head.output.shape} moves bytes of the blocked layout (only "
+                                "views that keep images, channels and pixels are free)")
+        for t in layer.inputs:
+            if t.producer.type == CONST:
+                raise LoweringError(f"{head.type} {head.name!r}: input {t.name!r} is a "
+                                    "constant")
+            if act_quant(t) != oq:
+                raise LoweringError(f"{head.type} {head.name!r}: input {t.name!r} is quantized "
+                                    "differently from the output (the quantizer unifies a "
+                                    "Concat's tensors; is the graph quantized?)")
+        axis = concat_axis(layer)
+        shapes = [block_shape(t.shape) for t in layer.inputs]
+        offs = K.concat_offsets(shapes, axis, cfg.n)
+        done = list(in_place) or [False] * len(shapes)
+        parts = [K.ConcatPart(r, sh, o) for r, sh, o, d
+                 in zip(ins, shapes, offs, done, strict=True) if not d]
+        kern = K.concat(block_shape(layer.output.shape), parts, axis, out=out,
+                        zero_point=oq.zero_point, cfg=cfg, name=head.name)
+    elif kind == "permute":
+        sv = shuffle_views(head)
+        if sv is None or layer.view is not sv[0] or layer.post is not sv[1]:
+            raise LoweringError(f"Transpose {head.name!r}: only a Reshape -> Transpose -> "
+                                "Reshape that permutes channels (a channel shuffle)")
+        x = layer.inputs[0]
+        if act_quant(x) != oq:
+            raise LoweringError(f"Transpose {head.name!r}: input and output quantization "
+                                "differ")
+        kern = K.permute_channels(block_shape(x.shape), sv[2], inp=ins[0], out=out,
+                                  consts=consts, zero_point=oq.zero_point, cfg=cfg,
+                                  name=head.name)
     else:  # pragma: no cover - KIND_OF covers every head type
         raise LoweringError(f"unknown layer kind {kind!r}")
     got = tuple(kern.outputs[0].shape)
