@@ -24,6 +24,7 @@ import numpy as np
 from pyhost.accel.control import (
     AccelBusyError,
     AccelControl,
+    AccelIdleError,
     AccelProgram,
     AccelProgramError,
     AccelProtocolError,
@@ -44,15 +45,18 @@ from pyhost.errors import (
     DmaTimeout,
     DmaTransferError,
     DriverError,
+    RegisterValueError,
     RequestLimitError,
     TransferSizeError,
+    cleanup_note,
 )
 from pyhost.spec import regs
 from pyhost.spec.accel import AccelConfig
 from pyhost.spec.regs import Channel, DmaError
 
 __all__ = ["DEFAULT_CHUNK_BYTES", "DEFAULT_POOL_DESCRIPTORS", "DEFAULT_TIMEOUT_S", "DESC_DTYPE",
-           "AccelBusyError", "AccelProgram", "AccelProgramError", "AccelProtocolError",
+           "AccelBusyError", "AccelIdleError", "AccelProgram", "AccelProgramError",
+           "AccelProtocolError", "RegisterValueError",
            "AccelRunError", "AccelRunResult", "AccelSlotError", "AccelTimeout",
            "AccelUnavailable", "CardInfoError", "CardNotFound", "CardRangeError",
            "CardVersionError", "DmaProtocolError", "DmaTimeout", "DmaTransferError",
@@ -191,6 +195,11 @@ _HINTS = {
 }
 
 
+def _reg_name(offset: int) -> str:
+    names = [r.name for r in regs.REGISTERS if r.offset == offset]
+    return f"{names[0]} ({offset:#x})" if names else f"{offset:#x}"
+
+
 def describe_status(status: int) -> str:
     """A STATUS word in words, for messages."""
     flags = [n for n in ("BUSY", "DONE", "ERROR") if status & _STATUS[n].mask]
@@ -215,7 +224,9 @@ def check_size(size: int, i: int) -> int:
 
 def check_card_range(addr: int, size: int, mem_size: int, i: int, what: str) -> int:
     """A card address as an int; CardRangeError unless [addr, addr + size) is card memory."""
-    if not isinstance(addr, Integral) or addr < 0 or addr + size > mem_size:
+    if not isinstance(addr, Integral) or isinstance(addr, bool):
+        raise CardRangeError(f"transfer {i}: card {what} {addr!r} is not an integer address")
+    if addr < 0 or addr + size > mem_size:
         raise CardRangeError(
             f"transfer {i}: card {what} [{addr:#x}, +{size:#x}) is outside card memory "
             f"[0, {mem_size:#x}) (the capacity the card reports in MEM_SIZE)")
@@ -307,6 +318,7 @@ class PcieDriver(AccelControl):
         self.has_accel = bool(_CAPS["ACCEL"].get(caps))
         self._accel_cfg: AccelConfig | None = None
         self._accel_prog: AccelProgram | None = None   # the program started last
+        self._accel_started = False                    # started and not yet waited for
         if self.has_accel and self._rd(regs.offset("ACC_STATUS")) & _ACC_STATUS["BUSY"].mask:
             self.accel_abort()        # ... or a program
         self._wr(regs.offset("IRQ_STATUS"), _IRQ_ALL)    # W1C: drop anything stale
@@ -438,6 +450,12 @@ class PcieDriver(AccelControl):
         pool = self._pools[ch]
         arr = np.zeros(n, DESC_DTYPE)
         for i, d in enumerate(descriptors):
+            for name, v, bits in (("magic", d.magic, 16), ("length", d.length, 32),
+                                  ("src", d.src, 64), ("dst", d.dst, 64),
+                                  ("next", 0 if d.next is None else d.next, 64)):
+                if isinstance(v, bool) or not isinstance(v, Integral) or not 0 <= v < 1 << bits:
+                    raise ValueError(f"raw descriptor {i}: {name} = {v!r} does not fit the "
+                                     f"descriptor's {bits}-bit field")
             last = i == n - 1
             stop = last if d.stop is None else d.stop
             done = last if d.completed is None else d.completed
@@ -491,8 +509,12 @@ class PcieDriver(AccelControl):
         return self.backend.mmio_read(offset)
 
     def _wr(self, offset: int, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, Integral) \
+                or not 0 <= value <= 0xFFFF_FFFF:
+            raise RegisterValueError(f"register {_reg_name(offset)}: {value!r} is not a 32-bit "
+                                     "value; the driver does not truncate register values")
         self.stats.mmio_writes += 1
-        self.backend.mmio_write(offset, value)
+        self.backend.mmio_write(offset, int(value))
 
     def _rd64(self, lo_name: str) -> int:
         """A LO/HI register pair; HI is read twice so a carry between the reads is not torn."""
@@ -579,14 +601,19 @@ class PcieDriver(AccelControl):
         if not self.backend.wait_irq(self.timeout_s):
             status = self._rd(regs.channel_reg(ch, "STATUS"))
             completed = self._rd(regs.channel_reg(ch, "COMPLETED"))
-            self.reset_channel(ch)
+            note = cleanup_note("resetting the channel", lambda: self.reset_channel(ch))
             self.stats.timeouts += 1
+            progress = (f"{completed} of {n} descriptors ({nbytes} bytes) had completed"
+                        if completed <= n else
+                        f"COMPLETED reads {completed} for a chain of {n} descriptor"
+                        f"{'s' if n != 1 else ''}: the engine ran past the chain's end, which "
+                        "means it has no STOP or links back to itself")
             raise DmaTimeout(
                 f"{ch.name} DMA: no interrupt after {time.monotonic() - t0:.3g} s "
-                f"(timeout_s={self.timeout_s}); {completed} of {n} descriptors ({nbytes} bytes) "
-                f"had completed, STATUS {describe_status(status)}. The channel has been reset. "
-                "A slow simulation needs a larger PcieDriver(timeout_s=...); a chain that never "
-                "ends has no STOP", ch, n, completed)
+                f"(timeout_s={self.timeout_s}); {progress}, STATUS {describe_status(status)}. "
+                f"The channel has been reset{note}. A slow simulation needs a larger "
+                "PcieDriver(timeout_s=...); a chain that never ends has no STOP", ch, n,
+                completed)
         irq = self._rd(regs.offset("IRQ_STATUS"))
         if not irq & (done_bit | err_bit):
             raise DmaProtocolError(
@@ -601,7 +628,7 @@ class PcieDriver(AccelControl):
 
         if status & _STATUS["ERROR"].mask:
             self.stats.errors += 1
-            self.reset_channel(ch)
+            reset_note = cleanup_note("resetting the channel", lambda: self.reset_channel(ch))
             code_value = _STATUS["ERR_CODE"].get(status)
             code = DmaError(code_value) if code_value in DmaError._value2member_map_ \
                 else DmaError.NONE
@@ -618,14 +645,15 @@ class PcieDriver(AccelControl):
             raise DmaTransferError(
                 f"{ch.name} DMA failed at {where}: {code.name} (STATUS "
                 f"{describe_status(status)}): {_HINTS.get(code, 'unknown error code')}. The "
-                f"channel has been reset.{note}", ch, first + completed, code, transfer)
+                f"channel has been reset{reset_note}.{note}", ch, first + completed, code,
+                transfer)
         if (status & (_STATUS["BUSY"].mask | _STATUS["DONE"].mask)) != _STATUS["DONE"].mask \
                 or not irq & done_bit or irq & err_bit or completed != n:
-            self.reset_channel(ch)
+            reset_note = cleanup_note("resetting the channel", lambda: self.reset_channel(ch))
             raise DmaProtocolError(
                 f"{ch.name} DMA: after the interrupt STATUS is {describe_status(status)}, "
-                f"COMPLETED {completed} of {n}, IRQ_STATUS {irq:#x}; expected DONE, {n} "
-                "completed and only the DONE interrupt")
+                f"COMPLETED {completed} for {n} descriptors, IRQ_STATUS {irq:#x}; expected "
+                f"DONE, {n} completed and only the DONE interrupt{reset_note}")
         if not writeback_ok:
             raise DmaProtocolError(
                 f"{ch.name} DMA: the status write-back at {wb:#x} reads completed="

@@ -3,7 +3,19 @@ accelerator's own are in pyhost.accel.control). `pyhost.driver` re-exports them 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pyhost.spec.regs import Channel, DmaError
+
+
+def cleanup_note(what: str, fn: Callable[[], object]) -> str:
+    """Run ``fn`` (a reset, an abort, a read) on an error path. If it fails too, its error
+    becomes a note to put in the error being reported, instead of replacing that error."""
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - reported inside the original error
+        return f" ({what} failed as well: {type(e).__name__}: {e})"
+    return ""
 
 
 class DriverError(Exception):
@@ -60,3 +72,8 @@ class DmaProtocolError(DriverError):
 
 class RequestLimitError(DriverError, ValueError):
     """A max payload / read request size or tag count outside what the engine accepts."""
+
+
+class RegisterValueError(DriverError, ValueError):
+    """A value for a 32-bit register that is not an integer in 0..2**32-1 (the driver never
+    truncates: a truncated address would make the card use another one)."""

@@ -59,6 +59,9 @@ def plugin_names(options: Mapping[str, Any]) -> list[str]:
         raise OptionsError(f'"{keys[0]}" must be a comma-separated string or a list of '
                            f"strings, got {raw!r}")
     names = [x.strip() for x in items if x.strip()]
+    if not names:
+        raise OptionsError(f'"{keys[0]}" names no plugin ({raw!r}); list at least one, or leave '
+                           "the key out to compile for the CPU only")
     return names
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import zipfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
 
-from compiler.errors import QuantizationError
+from compiler.errors import CalibrationFileError, QuantizationError
 from compiler.options import QuantizeOptions
 from compiler.runtime.cpu import CpuRunner
 from compiler.xir import Graph, Tensor
@@ -31,22 +32,37 @@ def calibration_samples(graph: Graph, opts: QuantizeOptions) -> list[dict[str, n
         return samples
     path = Path(opts.calibration)
     if not path.is_file():
-        raise QuantizationError(f"calibration file {str(path)!r} does not exist; give an .npz "
+        raise CalibrationFileError(f"calibration file {str(path)!r} does not exist; give an .npz "
                                 'with one array per input, or "random"')
-    with np.load(path, allow_pickle=False) as data:
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+        raise CalibrationFileError(f"calibration file {str(path)!r} is not a readable .npz ({e}); "
+                                "save one with numpy.savez, one array per input") from None
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise CalibrationFileError(f"calibration file {str(path)!r} is a single .npy array; save "
+                                "an .npz with numpy.savez, one array per input")
+    with data:
         arrays = {}
         for op in inputs:
-            if op.name not in data:
-                raise QuantizationError(f"calibration file {str(path)!r} has no array for "
+            if op.name not in data.files:
+                raise CalibrationFileError(f"calibration file {str(path)!r} has no array for "
                                         f"input {op.name!r} (it has {sorted(data.files)})")
-            a = data[op.name]
-            _check_calibration_array(op.name, path, a, op.output.dtype)
+            try:
+                a = data[op.name]
+            except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+                raise CalibrationFileError(f"calibration file {str(path)!r}: array {op.name!r} "
+                                        f"cannot be read ({e})") from None
             shape = op.output.shape
             if a.shape == shape:
                 a = a[None]
-            if a.shape[1:] != shape:
-                raise QuantizationError(f"calibration array {op.name!r} is {a.shape}; expected "
-                                        f"(samples, *{shape})")
+            if a.shape[1:] != shape or a.shape[0] == 0:
+                raise CalibrationFileError(f"calibration array {op.name!r} is {a.shape}; expected "
+                                        f"(samples, *{shape}) with at least one sample")
+            if a.dtype.kind not in "biuf":
+                raise CalibrationFileError(f"calibration array {op.name!r} is {a.dtype}; expected "
+                                        f"numbers ({op.output.dtype})")
+            _check_calibration_array(op.name, path, a, op.output.dtype)
             arrays[op.name] = a.astype(op.output.dtype)
     count = min(min(a.shape[0] for a in arrays.values()), opts.samples)
     return [{k: v[i] for k, v in arrays.items()} for i in range(count)]
@@ -55,24 +71,22 @@ def calibration_samples(graph: Graph, opts: QuantizeOptions) -> list[dict[str, n
 def _check_calibration_array(name: str, path: Path, a: np.ndarray, dtype: str) -> None:
     """Calibration data must be finite and representable in the input's dtype: a NaN, an Inf
     or a float64 value beyond float32 (which would become Inf) has no int8 range."""
-    if a.dtype.kind not in "fiub":
-        raise QuantizationError(f"calibration array {name!r} in {str(path)!r} is {a.dtype}, not "
-                                "a numeric array")
     if a.dtype.kind != "f" or a.size == 0:
         return
     bad = ~np.isfinite(a)
     if bad.any():
         kinds = sorted({"NaN" if np.isnan(v) else "Inf" for v in a[bad].reshape(-1)[:1000]})
-        raise QuantizationError(f"calibration array {name!r} in {str(path)!r} has {int(bad.sum())} "
-                                f"non-finite value(s) ({', '.join(kinds)}); calibration data "
-                                "must be finite")
+        raise CalibrationFileError(
+            f"calibration array {name!r} in {str(path)!r} holds {int(bad.sum())} NaN or Inf "
+            f"value(s) (non-finite: {', '.join(kinds)}); calibrate with finite samples")
     if np.dtype(dtype).kind == "f":
         top = float(np.finfo(np.dtype(dtype)).max)
         amax = float(np.abs(a).max())
         if amax > top:
-            raise QuantizationError(f"calibration array {name!r} in {str(path)!r} has values up "
-                                    f"to {amax:g}, outside {dtype} (largest {top:g}); scale the "
-                                    "data into the model's input range")
+            raise CalibrationFileError(
+                f"calibration array {name!r} in {str(path)!r} has values up to {amax:g}, "
+                f"outside {dtype} (largest {top:g}); scale the data into the model's input "
+                "range")
 
 
 def collect_ranges(graph: Graph, samples: Iterable[Mapping[str, np.ndarray]],
@@ -124,7 +138,7 @@ def collect_ranges(graph: Graph, samples: Iterable[Mapping[str, np.ndarray]],
         src = "model input" if prod.type == "data" else f"output of {prod.type} {prod.name!r}"
         raise QuantizationError(
             f"calibration: tensor {t.name!r} ({src}) has {kinds} values for calibration sample "
-            f"{k}: its range has no int8 form. The calibration inputs are outside what the "
+            f"{k}: its range is not finite, so it has no int8 form. The calibration inputs are outside what the "
             "model computes finitely (e.g. Sqrt or Log of negative values from random "
             'calibration); give real samples as an .npz ("calibration": "data.npz")')
     out = {}
@@ -133,4 +147,9 @@ def collect_ranges(graph: Graph, samples: Iterable[Mapping[str, np.ndarray]],
             out[t] = (min(r[0] for r in rs), max(r[1] for r in rs))
         else:
             out[t] = (float(np.mean([r[0] for r in rs])), float(np.mean([r[1] for r in rs])))
+        if not all(np.isfinite(out[t])):
+            raise QuantizationError(f"calibration: tensor {t.name!r} ({t.producer.type}) took "
+                                    f"the range {out[t]}, not finite; the float model overflows "
+                                    "or divides by zero on these samples, so it has no int8 "
+                                    "scale")
     return out

@@ -38,7 +38,7 @@ from compiler.errors import RunnerError
 from compiler.runtime.base import Runner
 from compiler.runtime.cpu import CpuRunner
 from compiler.runtime.executor import Lifetimes, check_feeds
-from compiler.runtime.loader import create_runner
+from compiler.runtime.loader import check_runners, create_runner
 from compiler.xir import Graph, Subgraph
 from pyhost.accel.abi import (
     ACCEL_SPACE,
@@ -51,6 +51,7 @@ from pyhost.accel.abi import (
     align_up,
     card_align,
 )
+from pyhost.accel.control import instruction_text
 from pyhost.driver import AccelProgram, AccelRunError, PcieDriver
 from pyhost.memory import MemoryManager, TensorHandle
 from pyhost.spec import isa
@@ -324,9 +325,9 @@ class AccelStep:
                 res = drv.accel_wait(s.timeout_s)
             except AccelRunError as e:
                 at = ""
-                if 0 <= e.pc < img.insns:
+                if e.names_instruction and 0 <= e.pc < img.insns:
                     raw = img.program[e.pc * isa.INSN_BYTES:(e.pc + 1) * isa.INSN_BYTES]
-                    at = f"; instruction {e.pc}: {isa.decode(raw)}"
+                    at = f"; instruction {e.pc}: {instruction_text(raw)}"
                 raise AccelStepError(f"accelerator step {img.name!r} failed: {e}{at}") from e
             args.update(res.counters)
         for t in outputs:
@@ -473,15 +474,19 @@ class CardExecutor:
     Construction checks every accelerator subgraph against the card (configuration, memory)
     before anything is uploaded, then creates each step's program, constant and scratch tensors.
     ``options`` go to the host runners (``options["card"]`` is set to the session, so any
-    AccelRunner created by name shares it). `stats` is the last run's `RunStats`.
+    AccelRunner created by name shares it). `stats` is the last run's `RunStats`. Runner names
+    are checked against the allow-list first (``trust_runners``: `compiler.runtime.loader`).
     """
 
     def __init__(self, graph: Graph, session: CardSession,
-                 options: Mapping[str, Any] | None = None) -> None:
+                 options: Mapping[str, Any] | None = None, *,
+                 trust_runners: bool = False) -> None:
         self.graph = graph
         self.session = session
         root = graph.root_subgraph
         children = [root] if root.is_leaf else root.children_topological_sort()
+        if not root.is_leaf:
+            check_runners(children, trust_runners=trust_runners)
         images = {c: accel_image(c) for c in children if is_accel_subgraph(c)}
         for img in images.values():
             session.check_config(img)
@@ -495,7 +500,7 @@ class CardExecutor:
             elif c is root:
                 self.steps.append((c, CpuRunner(c, opts)))
             else:
-                self.steps.append((c, create_runner(c, opts)))
+                self.steps.append((c, create_runner(c, opts, trust_runners=trust_runners)))
         self.input_names = [op.name for op in graph.inputs]
         self.output_names = [t.name for t in graph.outputs]
         self._lifetimes = Lifetimes((self._input_names(st) for _, st in self.steps),
@@ -576,9 +581,16 @@ class CardExecutor:
                 for n in live.read(self._input_names(st)):
                     self._drop(env.pop(n, None))
             result = {n: self._on_host(env, n) for n in self.output_names}
-        finally:
+        except BaseException:
+            # free what this run holds without letting a failure there replace the error
             for v in env.values():
-                self._drop(v)
+                try:
+                    self._drop(v)
+                except Exception:  # noqa: BLE001, S110 - the original error is reported
+                    pass
+            raise
+        for v in env.values():
+            self._drop(v)
         stats.wall_s = time.perf_counter() - t_run
         after = _memory_counters(s)
         stats.memory = {k: after[k] - before[k] for k in after}

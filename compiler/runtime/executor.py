@@ -11,7 +11,7 @@ import numpy as np
 from compiler.errors import RunnerError
 from compiler.runtime.base import Runner
 from compiler.runtime.cpu import CpuRunner
-from compiler.runtime.loader import create_runner
+from compiler.runtime.loader import check_runners, create_runner
 from compiler.xir import Graph
 
 
@@ -55,16 +55,22 @@ class GraphExecutor:
     """Feeds model inputs through every subgraph's runner and returns the model outputs.
 
     An unpartitioned graph runs as one CPU subgraph (its root), which is how calibration and
-    tests evaluate a graph before plugins have seen it.
+    tests evaluate a graph before plugins have seen it. Every runner name is checked against
+    the allow-list before any runner is created (``trust_runners``: see
+    `compiler.runtime.loader`).
     """
 
-    def __init__(self, graph: Graph, options: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, graph: Graph, options: Mapping[str, Any] | None = None, *,
+                 trust_runners: bool = False) -> None:
         self.graph = graph
         root = graph.root_subgraph
         if root.is_leaf:
             self.runners: list[Runner] = [CpuRunner(root, options)]
         else:
-            self.runners = [create_runner(c, options) for c in root.children_topological_sort()]
+            children = root.children_topological_sort()
+            check_runners(children, trust_runners=trust_runners)
+            self.runners = [create_runner(c, options, trust_runners=trust_runners)
+                            for c in children]
         self.input_names = [op.name for op in graph.inputs]
         self.output_names = [t.name for t in graph.outputs]
         # drop each tensor after the last runner that reads it

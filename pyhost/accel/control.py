@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from numbers import Integral
 from typing import TYPE_CHECKING
 
-from pyhost.errors import CardRangeError, DriverError
+from pyhost.errors import CardRangeError, DriverError, cleanup_note
 from pyhost.spec import isa, regs
 from pyhost.spec.accel import AccelConfig
 from pyhost.spec.isa import AccelError, Insn, Opcode
@@ -51,6 +51,10 @@ class AccelBusyError(DriverError):
     """START while the accelerator still runs a program (the card would ignore it)."""
 
 
+class AccelIdleError(DriverError):
+    """accel_wait with no program started since the last wait: there is nothing to wait for."""
+
+
 class AccelProtocolError(DriverError):
     """The card broke the accelerator's contract (status and interrupt disagree)."""
 
@@ -77,6 +81,13 @@ class AccelRunError(DriverError):
         self.pc = pc
         self.instruction = instruction
         self.counters = counters
+
+    @property
+    def names_instruction(self) -> bool:
+        """Whether `pc` is the index of the failing instruction (not, as for DEADLOCK,
+        TOKEN_OVERFLOW, NO_END, ABORTED and BAD_CONFIG, a count of dispatched instructions or
+        0)."""
+        return isinstance(self.code, AccelError) and self.code not in PROGRAM_ERRORS
 
 
 # --- value objects ------------------------------------------------------------------------------
@@ -139,8 +150,18 @@ _ACCEL_HINTS = {
 
 
 #: Errors whose ERR_PC does not name a failing instruction.
-_PROGRAM_ERRORS = (AccelError.DEADLOCK, AccelError.TOKEN_OVERFLOW, AccelError.NO_END,
-                   AccelError.ABORTED, AccelError.BAD_CONFIG)
+PROGRAM_ERRORS = (AccelError.DEADLOCK, AccelError.TOKEN_OVERFLOW, AccelError.NO_END,
+                  AccelError.ABORTED, AccelError.BAD_CONFIG)
+_PROGRAM_ERRORS = PROGRAM_ERRORS
+
+
+def instruction_text(raw: bytes) -> str:
+    """The disassembly of one 16-byte instruction image, or what is wrong with it (an illegal
+    opcode is exactly what an error report may need to show: never an exception here)."""
+    try:
+        return str(isa.decode(bytes(raw)))
+    except (isa.IsaError, ValueError) as e:
+        return f"<{bytes(raw).hex()}: {e}>"
 
 
 def describe_accel_status(status: int) -> str:
@@ -164,6 +185,7 @@ class AccelControl:
     _lock: threading.RLock
     _accel_cfg: AccelConfig | None
     _accel_prog: AccelProgram | None
+    _accel_started: bool
     stats: DriverStats
 
     if TYPE_CHECKING:
@@ -237,7 +259,7 @@ class AccelControl:
                     raise AccelProgramError(f"instruction {i}: {e}") from None
                 listing.append(f"<{e}>")
                 continue
-            listing.append(str(insn))
+            listing.append(instruction_text(img))
             if check:
                 err = isa.check_static(insn)
                 if err != AccelError.NONE:
@@ -278,7 +300,14 @@ class AccelControl:
 
     def accel_start(self, prog: AccelProgram) -> None:
         """Start `prog` (INSN_BASE, INSN_COUNT, ACC_CTRL.START); stale accelerator interrupts are
-        cleared first. AccelBusyError if a program still runs."""
+        cleared first. AccelBusyError if a program still runs; AccelProgramError (before any
+        register is written) if its address or count does not fit the 32-bit registers: the
+        driver never truncates, which would run the program at the aliased address."""
+        for what, v in (("INSN_BASE", prog.card_addr), ("INSN_COUNT", prog.count)):
+            if isinstance(v, bool) or not isinstance(v, Integral) or not 0 <= v < 1 << 32:
+                raise AccelProgramError(f"{what} {v!r} does not fit the 32-bit register; the "
+                                        "accelerator addresses 4 GiB (load programs with "
+                                        "accel_load_program)")
         with self._lock:
             self.accel_config()
             status = self._rd(regs.offset("ACC_STATUS"))
@@ -287,10 +316,11 @@ class AccelControl:
                                      f"{describe_accel_status(status)}); accel_wait for it or "
                                      "accel_abort it first")
             self._wr(regs.offset("IRQ_STATUS"), _IRQ_ACCEL_DONE | _IRQ_ACCEL_ERR)
-            self._wr(regs.offset("ACC_INSN_BASE"), prog.card_addr & 0xFFFF_FFFF)
-            self._wr(regs.offset("ACC_INSN_COUNT"), prog.count & 0xFFFF_FFFF)
+            self._wr(regs.offset("ACC_INSN_BASE"), int(prog.card_addr))
+            self._wr(regs.offset("ACC_INSN_COUNT"), int(prog.count))
             self._wr(regs.offset("ACC_CTRL"), _ACC_CTRL["START"].mask)
             self._accel_prog = prog
+            self._accel_started = True
             self.stats.accel_runs += 1
 
     def accel_wait(self, timeout_s: float | None = None) -> AccelRunResult:
@@ -302,18 +332,32 @@ class AccelControl:
         """
         timeout = self.timeout_s if timeout_s is None else timeout_s
         with self._lock:
+            if not self._accel_started:
+                status = self._rd(regs.offset("ACC_STATUS"))
+                raise AccelIdleError(
+                    f"accel_wait: no program was started since the last wait (ACC_STATUS "
+                    f"{describe_accel_status(status)}); call accel_start (or accel_run) first")
+            self._accel_started = False
             t0 = time.monotonic()
             if not self.backend.wait_irq(timeout):
                 status = self._rd(regs.offset("ACC_STATUS"))
-                self.accel_abort()
+                aborted: list[bool] = []
+                note = cleanup_note("aborting the program",
+                                     lambda: aborted.append(self.accel_abort()))
                 self.stats.timeouts += 1
                 self.stats.accel_timeouts += 1
+                counters: dict[str, int] = {}
+                note += cleanup_note("reading the counters",
+                                      lambda: counters.update(self.accel_counters()))
+                what = ("the program has been aborted" if aborted and aborted[0] else
+                        "the accelerator was not running (nothing to abort): the program ended "
+                        "without raising its interrupt" if aborted else
+                        "the program could not be aborted")
                 raise AccelTimeout(
                     f"accelerator: no interrupt after {time.monotonic() - t0:.3g} s (timeout_s="
-                    f"{timeout}), ACC_STATUS {describe_accel_status(status)}; the program has "
-                    "been aborted. A slow simulation needs a larger timeout; a program that "
-                    "never ends waits for tokens in a loop it cannot leave",
-                    self.accel_counters())
+                    f"{timeout}), ACC_STATUS {describe_accel_status(status)}; {what}{note}. A "
+                    "slow simulation needs a larger timeout; a program that never ends waits "
+                    "for tokens in a loop it cannot leave", counters)
             irq = self._rd(regs.offset("IRQ_STATUS"))
             bits = irq & (_IRQ_ACCEL_DONE | _IRQ_ACCEL_ERR)
             if not bits:
@@ -337,11 +381,17 @@ class AccelControl:
                 names_insn = code not in _PROGRAM_ERRORS and prog is not None \
                     and pc < min(prog.count, len(prog.listing))
                 insn = prog.listing[pc] if names_insn and prog is not None else None
-                where = f"instruction {pc}" + (f" ({insn})" if insn else "") \
-                    if code not in _PROGRAM_ERRORS else f"ERR_PC {pc}"
+                if code in (AccelError.DEADLOCK, AccelError.TOKEN_OVERFLOW,
+                            AccelError.NO_END):
+                    where = f"after {pc} dispatched instructions (ERR_PC counts them; it names " \
+                        "no instruction)"
+                elif code in _PROGRAM_ERRORS:
+                    where = f"(ERR_PC {pc})"
+                else:
+                    where = f"at instruction {pc}" + (f" ({insn})" if insn else "")
                 name = code.name if isinstance(code, AccelError) else f"code {code}"
                 raise AccelRunError(
-                    f"accelerator stopped with {name} at {where}: "
+                    f"accelerator stopped with {name} {where}: "
                     f"{_ACCEL_HINTS.get(code, 'unknown error code')}", code, pc, insn, counters)
             if (status & (_ACC_STATUS["BUSY"].mask | _ACC_STATUS["DONE"].mask)) \
                     != _ACC_STATUS["DONE"].mask or bits != _IRQ_ACCEL_DONE:
@@ -373,6 +423,7 @@ class AccelControl:
                 raise AccelUnavailable("the card has no accelerator (CAPS.ACCEL = 0)")
             busy = bool(self._rd(regs.offset("ACC_STATUS")) & _ACC_STATUS["BUSY"].mask)
             self._wr(regs.offset("ACC_CTRL"), _ACC_CTRL["ABORT"].mask)
+            self._accel_started = False
             deadline = time.monotonic() + self.timeout_s
             status = self._rd(regs.offset("ACC_STATUS"))
             while status & _ACC_STATUS["BUSY"].mask:
