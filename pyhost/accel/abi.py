@@ -161,8 +161,9 @@ class IoSpec:
             raise AbiError(f"accel_io entry name must be a non-empty string, got {name!r}")
         what = f"accel_io entry {name!r}"
         shape = d["shape"]
-        if not isinstance(shape, (list, tuple)) or len(shape) not in (2, 4):
-            raise AbiError(f"{what}: shape must be a list of 2 or 4 dimensions, got {shape!r}")
+        if not isinstance(shape, (list, tuple)) or not 1 <= len(shape) <= 4:
+            raise AbiError(f"{what}: shape must be a list of 1 to 4 dimensions (the ranks with "
+                           f"a blocked layout, layout.nchw_view), got {shape!r}")
         dims = tuple(_int(v, f"{what}: a dimension", 1, ACCEL_SPACE) for v in shape)
         scale = d["scale"]
         if isinstance(scale, bool) or not isinstance(scale, (int, float)) \

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from compiler.plugins.accel import kernels as K
-from compiler.quantize.reference import qadd, qconv, qgemm
+from compiler.quantize.reference import qadd, qbinary, qconv, qgemm
 from compiler.quantize.requant import quantize_multiplier, requantize
 from pyhost.accel import layout, timing
 from pyhost.accel.model import AccelModel
@@ -454,6 +454,64 @@ def test_channel_shuffle(shape, groups, cfg) -> None:
     got = run([kern], {K.Ref(IN): layout.pack_act(x, cfg.n, -3)}, cfg)[K.Ref(OUT)]
     assert got == layout.pack_act(x[:, perm], cfg.n, -3)
     assert kern.tiling["tiles"] < layout.blocks(c, cfg.n) ** 2
+
+
+# --- elementwise Add / Sub / Mul with broadcasting ---------------------------------------------
+
+BINARY_CASES = [
+    ("add", (1, 16, 5, 6), (1, 16, 1, 1), None, CFG),        # per-channel activation
+    ("sub", (2, 13, 4, 4), (2, 13, 4, 4), None, CFG),
+    ("mul", (1, 24, 7, 7), (1, 24, 1, 1), "relu", CFG),      # SE-style scaling
+    ("add", (2, 3, 1, 1), (1, 3, 1, 1), None, CFG),          # (2, 3) + (3,)
+    ("add", (2, 3, 1, 1), (2, 1, 1, 1), None, CFG),          # (2, 3) + (2, 1): lanes
+    ("mul", (1, 20, 6, 6), (1, 1, 6, 6), None, CFG),         # spread over channels
+    ("sub", (1, 1, 5, 5), (1, 12, 5, 5), None, CFG),         # the minuend spread
+    ("mul", (2, 9, 30, 30), (1, 9, 30, 30), None, TINY),     # pixel tiles
+    ("max", (1, 10, 4, 4), (1, 10, 4, 4), None, CFG),
+    ("min", (2, 8, 3, 3), (1, 1, 3, 3), "relu", CFG),
+]
+
+
+@pytest.mark.parametrize("case", range(len(BINARY_CASES)))
+@pytest.mark.parametrize("const", [False, True])
+def test_binary_broadcast(case: int, const: bool) -> None:
+    """Add, Sub, Mul, Max and Min with numpy broadcasting (images, channels, planes), an operand
+    in the kernel's blob (a constant) or in memory: bit-exact with the integer reference
+    (`qbinary`) under every schedule, padding lanes holding the output zero point; the
+    reference is within 1 LSB of the float result."""
+    op, sa_shape, sb_shape, act, cfg = BINARY_CASES[case]
+    rng = np.random.default_rng(case)
+    xa = rng.integers(-128, 128, sa_shape).astype(np.int8)
+    xb = rng.integers(-128, 128, sb_shape).astype(np.int8)
+    out_shape = np.broadcast_shapes(sa_shape, sb_shape)
+    qa, qb = (0.05, 3), (0.03, -11)
+    qo = (0.06 if op != "mul" else 0.05 * 0.03 * 40, -4)
+    bounds = K.relu_bounds(qo[1]) if act else None
+    oa = K.Operand(sa_shape, *qa, ref=K.Ref(IN))
+    ob = K.Operand(sb_shape, *qb, data=xb) if const else K.Operand(sb_shape, *qb, ref=K.Ref(IN2))
+    kern = K.binary(op, out_shape, oa, ob, out=K.Ref(OUT), consts=K.Ref(CONST),
+                    output_scale=qo[0], output_zero_point=qo[1], act=bounds, cfg=cfg)
+    data = {K.Ref(IN): layout.pack_act(xa, cfg.n, qa[1])}
+    if not const:
+        data[K.Ref(IN2)] = layout.pack_act(xb, cfg.n, qb[1])
+    got = run([kern], data, cfg)[K.Ref(OUT)]
+    q = {**K.binary_params(op, qa[0], qb[0], qo[0]), "input_zero_points": (qa[1], qb[1]),
+         "output_zero_point": qo[1]}
+    ref = qbinary(xa, xb, q, bounds or (-128, 127))
+    assert ref.shape == out_shape
+    assert got == layout.pack_act(ref, cfg.n, kern.outputs[0].fill)
+    a = xa.astype(np.int64) - qa[1]
+    b = xb.astype(np.int64) - qb[1]
+    # and the float result within 1 LSB (2 for Add/Sub: the 22-bit multipliers' ties)
+    if op == "mul":
+        real = (a * b) * qa[0] * qb[0]
+    elif op in ("max", "min"):
+        real = (np.maximum if op == "max" else np.minimum)(a * qa[0], b * qb[0])
+    else:
+        real = a * qa[0] + (-1 if op == "sub" else 1) * b * qb[0]
+    lo, hi = bounds or (-128, 127)
+    flt = np.clip(np.rint(real / qo[0]) + qo[1], lo, hi)
+    assert np.abs(ref.astype(np.int64) - flt).max() <= 1
 
 
 # --- residual Add -------------------------------------------------------------------------------

@@ -18,7 +18,9 @@ from pyhost.accel import layout
 HEADS: dict[str, frozenset[str]] = {
     "conv": frozenset({"Conv"}),
     "gemm": frozenset({"Gemm", "MatMul"}),
-    "add": frozenset({"Add", "Sum"}),
+    # Add / Sum of two tensors, Sub, Mul, Max, Min: the residual add or a broadcasting
+    # elementwise op (`kernels.binary`)
+    "add": frozenset({"Add", "Sum", "Sub", "Mul", "Max", "Min"}),
     "maxpool": frozenset({"MaxPool", "GlobalMaxPool"}),
     "avgpool": frozenset({"GlobalAveragePool", "AveragePool"}),
     # a Concat: its inputs written in place (channel-offset writes) or copied
@@ -75,7 +77,9 @@ class Layer:
             return [self.view.input_tensors()[0]]
         if self.kind == "gemm":
             return self.head.input_tensors("A")[:1]
-        if self.kind in ("add", "concat"):
+        if self.kind == "add":        # a constant operand is the kernel's, not an input
+            return [t for t in self.head.input_tensors() if t.producer.type != CONST]
+        if self.kind == "concat":
             return self.head.input_tensors()
         return self.head.input_tensors()[:1]
 

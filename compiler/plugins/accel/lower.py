@@ -14,7 +14,7 @@ import numpy as np
 from compiler.errors import QuantizationError
 from compiler.plugins.accel import kernels as K
 from compiler.plugins.accel.layers import Layer, is_byte_view, shuffle_views
-from compiler.quantize.params import ActQuant
+from compiler.quantize.params import ActQuant, activation_params
 from compiler.quantize.quantizer import requant_params
 from compiler.quantize.requant import quantize_multiplier, quantize_multipliers
 from compiler.xir import CONST, Op, Tensor
@@ -136,6 +136,56 @@ def blocked_fc_weight(w_kn: np.ndarray, x_shape: tuple[int, int, int, int], n: i
                                 .reshape(cb * h * w * n, nout))
 
 
+def residual_add(layer: Layer) -> bool:
+    """An Add/Sum of two activations of the output's shape: the residual add kernel (the
+    quantizer's per-input multipliers); anything else is `kernels.binary`."""
+    head = layer.head
+    xs = head.input_tensors()
+    return (head.type in ("Add", "Sum") and len(xs) == 2
+            and all(t.shape == head.output.shape and t.producer.type != CONST for t in xs))
+
+
+def _bview(shape: Sequence[int] | None, rank: int) -> tuple[int, int, int, int]:
+    """An operand's blocked view after numpy's broadcasting aligned it to the output rank."""
+    s = tuple(int(v) for v in (shape or ()))
+    return block_shape((1,) * (rank - len(s)) + s)
+
+
+def _binary(layer: Layer, ins: Sequence[K.Ref], out: K.Ref, consts: K.Ref, oq: ActQuant,
+            bounds: tuple[int, int] | None, cfg: AccelConfig) -> K.Kernel:
+    """Add / Sub / Mul with broadcasting or a constant operand (`kernels.binary`); a constant
+    is quantized here with the parameters of its own range."""
+    head = layer.head
+    rank = len(head.output.shape or ())
+    if rank > 4:
+        raise LoweringError(f"{head.type} {head.name!r}: rank {rank} has no blocked layout")
+    operands = []
+    it = iter(ins)
+    for t in head.input_tensors():
+        v = _bview(t.shape, rank)
+        if t.producer.type == CONST:
+            data = np.asarray(t.producer.attrs["data"], np.float64)
+            if data.dtype.kind != "f" and t.dtype != "float32":
+                raise LoweringError(f"{head.type} {head.name!r}: constant {t.name!r} is "
+                                    f"{t.dtype}")
+            if not np.isfinite(data).all():
+                raise LoweringError(f"{head.type} {head.name!r}: constant {t.name!r} is not "
+                                    "finite")
+            cq = activation_params(float(data.min()), float(data.max()), False)
+            operands.append(K.Operand(v, cq.scale, cq.zero_point,
+                                      data=cq.quantize(data).reshape(v)))
+        else:
+            q = act_quant(t)
+            operands.append(K.Operand(v, q.scale, q.zero_point, ref=next(it)))
+    if all(o.data is not None for o in operands):
+        raise LoweringError(f"{head.type} {head.name!r}: both operands are constants (fold it)")
+    op = {"Add": "add", "Sum": "add", "Sub": "sub", "Mul": "mul", "Max": "max",
+          "Min": "min"}[head.type]
+    return K.binary(op, block_shape(head.output.shape), operands[0], operands[1], out=out,
+                    consts=consts, output_scale=oq.scale, output_zero_point=oq.zero_point,
+                    act=bounds, cfg=cfg, name=head.name)
+
+
 def concat_axis(layer: Layer) -> int:
     """The axis of a Concat layer in the blocked view (0: images, 1: channels); a view layer
     is a concat of one input along channels."""
@@ -176,11 +226,9 @@ def build_kernel(layer: Layer, cfg: AccelConfig, ins: Sequence[K.Ref], out: K.Re
     (Concat and view layers): which inputs their producers already wrote into the output,
     so that the kernel copies only the others."""
     head, kind = layer.head, layer.kind
-    if kind == "add" and (len(layer.inputs) != 2
-                          or any(t.shape != head.output.shape for t in layer.inputs)
-                          or any(t.producer.type == CONST for t in layer.inputs)):
-        raise LoweringError(f"{head.type} {head.name!r}: only the sum of two activations of "
-                            "the output's shape (no broadcasting, no constants)")
+    if kind == "add" and len(head.input_tensors()) != 2:
+        raise LoweringError(f"{head.type} {head.name!r}: only two operands "
+                            f"({len(head.input_tensors())} given)")
     oq = act_quant(layer.output)
     for t in layer.inputs:
         act_quant(t)
@@ -216,6 +264,8 @@ def build_kernel(layer: Layer, cfg: AccelConfig, ins: Sequence[K.Ref], out: K.Re
             q = _fused_requant(q, oq)
         kern = K.gemm(m, q, inp=ins[0], out=out, consts=consts, act=bounds, cfg=cfg,
                       name=head.name)
+    elif kind == "add" and not residual_add(layer):
+        kern = _binary(layer, ins, out, consts, oq, bounds, cfg)
     elif kind == "add":
         q = _op_quant(head, ("input_multipliers", "input_shifts", "input_zero_points"))
         xs = layer.inputs

@@ -3,8 +3,9 @@ subgraphs.
 
 Layers are found with templates (``filter_by_template``), longest first, so a Relu after a Conv
 is fused rather than left alone: Flatten/Reshape -> Gemm/MatMul -> Relu/Clip, Conv/Gemm/MatMul/
-Add/Sum -> Relu/Clip, then each head alone (Conv, Gemm, MatMul, Add, Sum, MaxPool,
-GlobalAveragePool, AveragePool over the whole image) and, last, a Relu that none of these fused
+Add/Sum/Sub/Mul/Max/Min -> Relu/Clip, then each head alone (Conv, Gemm, MatMul, the
+elementwise ops with broadcasting or a constant operand, MaxPool, GlobalMaxPool, AveragePool,
+GlobalAveragePool, Concat, free views) and, last, a Relu that none of these fused
 (a requantization from its input's scale to its own). A match is claimed only if its
 quantization parameters exist and the kernels map it: the layer's kernel is generated at placeholder
 addresses (`lower.check_layer`); anything that fails stays for the CPU, with the reason kept

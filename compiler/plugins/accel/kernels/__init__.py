@@ -34,6 +34,7 @@ from compiler.plugins.accel.kernels.base import (
     clip_bounds,
     relu_bounds,
 )
+from compiler.plugins.accel.kernels.binary import Operand, binary, binary_params
 from compiler.plugins.accel.kernels.conv import conv2d, conv2d_output_shape, gemm, gemm_int32
 from compiler.plugins.accel.kernels.eltwise import ADD_BITS, add, add_multipliers, requant_act
 from compiler.plugins.accel.kernels.join import barrier, join
@@ -49,6 +50,6 @@ from compiler.plugins.accel.kernels.relayout import (
 
 __all__ = ["ADD_BITS", "BIAS_COPIES", "DEFAULT_CFG", "AccelKernelError", "ConcatPart",
            "ConstBlob", "Kernel", "Quant", "Ref", "TensorInfo", "add", "add_multipliers",
-           "avgpool2d", "barrier", "clip_bounds", "concat", "concat_offsets", "conv2d",
+           "avgpool2d", "barrier", "binary", "binary_params", "clip_bounds", "concat", "concat_offsets", "conv2d",
            "conv2d_output_shape", "gemm", "gemm_int32", "global_avgpool", "join", "maxpool2d",
-           "nop", "permute_channels", "relu_bounds", "requant_act"]
+           "nop", "Operand", "permute_channels", "relu_bounds", "requant_act"]
