@@ -229,6 +229,32 @@ def test_pytorch_operator_elementwise(name: str, tmp_path: Path) -> None:
     assert (err <= tol).all(), f"max error {err.max():.4g} ({err.max() / qo.scale:.2f} LSB)"
 
 
+def test_mobilenet_class_model_on_the_functional_card() -> None:
+    """compiler.zoo's MobileNet-class CNN: every MAC on the accelerator (its depthwise,
+    pointwise, strided and residual layers and the FC in one accelerator step; only Softmax on
+    the CPU), top-1 equal to onnxruntime fp32 and the probabilities' cosine at least 0.999."""
+    from compiler.zoo import MOBILENET_INPUT, mobilenet_cnn, mobilenet_input
+
+    model = mobilenet_cnn()
+    g = compile_model(model, {"plugin": "accel", "quantize": {"samples": 4, "seed": 0}}).graph
+    (acc,) = [c for c in g.root_subgraph.children if c.device == "ACCEL"]
+    macs = sum(math.prod(op.output.shape) * math.prod(op.input_tensors()[1].shape[1:])
+               if op.type == "Conv" else
+               math.prod(op.output.shape) * op.input_tensors()[0].shape[-1]
+               for op in g.ops if op.type in ("Conv", "Gemm"))
+    assert acc.get_attr("accel_stats")["macs"] == macs
+    assert sum(op.type == "Conv" and op.attrs.get("group", 1) > 1 for op in acc.ops) == 4
+    assert {op.type for c in g.root_subgraph.children if c is not acc
+            for op in c.ops} == {"data", "Softmax"}
+    feeds = {MOBILENET_INPUT: mobilenet_input()}
+    with driver(16 << 20) as drv:
+        (got,) = CardExecutor(g, CardSession(drv)).run(feeds).values()
+    (want,) = ort_run(model, feeds).values()
+    a, b = got.astype(np.float64).ravel(), want.astype(np.float64).ravel()
+    assert np.argmax(a) == np.argmax(b)
+    assert a @ b / (np.linalg.norm(a) * np.linalg.norm(b)) >= 0.999
+
+
 # --- the demo CNN ------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
