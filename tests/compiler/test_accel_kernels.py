@@ -12,6 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from compiler.plugins.accel import kernels as K
 from compiler.quantize.reference import qadd, qbinary, qconv, qgemm
@@ -512,6 +514,50 @@ def test_binary_broadcast(case: int, const: bool) -> None:
     lo, hi = bounds or (-128, 127)
     flt = np.clip(np.rint(real / qo[0]) + qo[1], lo, hi)
     assert np.abs(ref.astype(np.int64) - flt).max() <= 1
+
+
+@settings(max_examples=12, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_binary_random_broadcasts(data: st.DataObject) -> None:
+    """Random ops, shapes (channels off the block size, several tiles on TINY), broadcast
+    patterns per operand, scales, zero points, constants and fused bounds: bit-exact with
+    qbinary under every schedule (run checks races statically and under random schedules)."""
+    op = data.draw(st.sampled_from(["add", "sub", "mul", "max", "min"]))
+    b, c = data.draw(st.integers(1, 2)), data.draw(st.integers(1, 20))
+    h, w = data.draw(st.integers(1, 9)), data.draw(st.integers(1, 9))
+    out_shape = (b, c, h, w)
+
+    def view() -> tuple[int, int, int, int]:
+        keep = data.draw(st.tuples(st.booleans(), st.booleans(), st.booleans()))
+        return (b if keep[0] else 1, c if keep[1] else 1, *((h, w) if keep[2] else (1, 1)))
+
+    sa, sb = view(), view()
+    sa = tuple(max(x, y) for x, y in zip(sa, out_shape, strict=True)) \
+        if np.broadcast_shapes(sa, sb) != out_shape else sa
+    cfg = data.draw(st.sampled_from([CFG, TINY]))
+    seed = data.draw(st.integers(0, 2**16))
+    rng = np.random.default_rng(seed)
+    xa = rng.integers(-128, 128, sa).astype(np.int8)
+    xb = rng.integers(-128, 128, sb).astype(np.int8)
+    qa = (float(rng.uniform(0.01, 0.1)), int(rng.integers(-20, 20)))
+    qb = (float(rng.uniform(0.01, 0.1)), int(rng.integers(-20, 20)))
+    so = qa[0] * qb[0] * 60 if op == "mul" else float(rng.uniform(0.02, 0.2))
+    qo = (so, int(rng.integers(-20, 20)))
+    bounds = K.relu_bounds(qo[1]) if data.draw(st.booleans()) else None
+    const = data.draw(st.booleans())
+    oa = K.Operand(sa, *qa, ref=K.Ref(IN))
+    ob = K.Operand(sb, *qb, data=xb) if const else K.Operand(sb, *qb, ref=K.Ref(IN2))
+    kern = K.binary(op, out_shape, oa, ob, out=K.Ref(OUT), consts=K.Ref(CONST),
+                    output_scale=qo[0], output_zero_point=qo[1], act=bounds, cfg=cfg)
+    inputs = {K.Ref(IN): layout.pack_act(xa, cfg.n, qa[1])}
+    if not const:
+        inputs[K.Ref(IN2)] = layout.pack_act(xb, cfg.n, qb[1])
+    got = run([kern], inputs, cfg, seeds=(None, seed % 7 + 1))[K.Ref(OUT)]
+    q = {**K.binary_params(op, qa[0], qb[0], qo[0]), "input_zero_points": (qa[1], qb[1]),
+         "output_zero_point": qo[1]}
+    ref = qbinary(xa, xb, q, bounds or (-128, 127))
+    assert got == layout.pack_act(ref, cfg.n, kern.outputs[0].fill)
 
 
 # --- residual Add -------------------------------------------------------------------------------
