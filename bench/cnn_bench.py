@@ -185,8 +185,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{extra}", flush=True)
     dws = [(r["model"], d) for r in rows for d in r["depthwise"]]
     if dws:
-        print(f"\ndepthwise layers: estimated cycles against the lower bound max(bytes, MACs / "
-              f"N^2) and the array's depthwise bound MACs / N")
+        print("\ndepthwise layers: estimated cycles against the lower bound max(bytes, MACs / "
+              "N^2) and the array's depthwise bound MACs / N")
         print(f"{'model':10} {'layer':22} {'in':>16} {'k/s':>5} {'cycles':>8} {'bound':>7} "
               f"{'x':>5} {'MACs/N':>7} {'x':>5}")
         for m, d in dws:

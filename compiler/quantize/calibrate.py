@@ -138,9 +138,9 @@ def collect_ranges(graph: Graph, samples: Iterable[Mapping[str, np.ndarray]],
         src = "model input" if prod.type == "data" else f"output of {prod.type} {prod.name!r}"
         raise QuantizationError(
             f"calibration: tensor {t.name!r} ({src}) has {kinds} values for calibration sample "
-            f"{k}: its range is not finite, so it has no int8 form. The calibration inputs are outside what the "
-            "model computes finitely (e.g. Sqrt or Log of negative values from random "
-            'calibration); give real samples as an .npz ("calibration": "data.npz")')
+            f"{k}: its range is not finite, so it has no int8 form. The calibration inputs "
+            "are outside what the model computes finitely (e.g. Sqrt or Log of negative values "
+            'from random calibration); give real samples as an .npz ("calibration": "data.npz")')
     out = {}
     for t, rs in per.items():
         if method == "minmax":

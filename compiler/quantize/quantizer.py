@@ -29,8 +29,8 @@ from compiler.quantize.params import ActQuant, activation_params, weight_params
 from compiler.quantize.requant import quantize_multipliers
 from compiler.xir import CONST, Graph, Op, Tensor
 
-SCALE_PRESERVING = frozenset({"MaxPool", "GlobalMaxPool", "Reshape", "Flatten", "Transpose", "Squeeze",
-                              "Unsqueeze", "Identity", "Dropout"})
+SCALE_PRESERVING = frozenset({"MaxPool", "GlobalMaxPool", "Reshape", "Flatten", "Transpose",
+                              "Squeeze", "Unsqueeze", "Identity", "Dropout"})
 SCHEME = {
     "activations": "int8 per tensor, real = scale * (q - zero_point)",
     "weights": "int8 per output channel, symmetric [-127, 127]",
@@ -147,7 +147,7 @@ def _shared_params(graph: Graph, ranges: dict[Tensor, tuple[float, float]], symm
         if r in roots:
             members.setdefault(r, []).append(t)
     out: dict[Tensor, ActQuant] = {}
-    for r, ts in members.items():
+    for ts in members.values():
         lo = min(ranges[t][0] for t in ts)
         hi = max(ranges[t][1] for t in ts)
         try:

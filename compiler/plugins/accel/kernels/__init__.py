@@ -50,6 +50,7 @@ from compiler.plugins.accel.kernels.relayout import (
 
 __all__ = ["ADD_BITS", "BIAS_COPIES", "DEFAULT_CFG", "AccelKernelError", "ConcatPart",
            "ConstBlob", "Kernel", "Quant", "Ref", "TensorInfo", "add", "add_multipliers",
-           "avgpool2d", "barrier", "binary", "binary_params", "clip_bounds", "concat", "concat_offsets", "conv2d",
-           "conv2d_output_shape", "gemm", "gemm_int32", "global_avgpool", "join", "maxpool2d",
-           "nop", "Operand", "permute_channels", "relu_bounds", "requant_act"]
+           "avgpool2d", "barrier", "binary", "binary_params", "clip_bounds", "concat",
+           "concat_offsets", "conv2d", "conv2d_output_shape", "gemm", "gemm_int32",
+           "global_avgpool", "join", "maxpool2d", "nop", "Operand", "permute_channels",
+           "relu_bounds", "requant_act"]

@@ -1,7 +1,7 @@
-"""Elementwise Add, Sub, Mul, Max and Min of two int8 tensors with numpy broadcasting (either operand may
-be a constant placed in the kernel's blob): the operands' rows in the accumulator, combined by
-ALU passes whose strides do the broadcast along images and pixels, and a GEMM with a 0/1 tile
-that copies lane 0 to every lane where an operand broadcasts along channels."""
+"""Elementwise Add, Sub, Mul, Max and Min of two int8 tensors with numpy broadcasting (either
+operand may be a constant placed in the kernel's blob): the operands' rows in the accumulator,
+combined by ALU passes whose strides do the broadcast along images and pixels, and a GEMM with
+a 0/1 tile that copies lane 0 to every lane where an operand broadcasts along channels."""
 
 from __future__ import annotations
 
