@@ -164,10 +164,10 @@ def _binary(layer: Layer, ins: Sequence[K.Ref], out: K.Ref, consts: K.Ref, oq: A
     for t in head.input_tensors():
         v = _bview(t.shape, rank)
         if t.producer.type == CONST:
-            data = np.asarray(t.producer.attrs["data"], np.float64)
-            if data.dtype.kind != "f" and t.dtype != "float32":
+            if t.dtype != "float32":
                 raise LoweringError(f"{head.type} {head.name!r}: constant {t.name!r} is "
-                                    f"{t.dtype}")
+                                    f"{t.dtype}, not float32")
+            data = np.asarray(t.producer.attrs["data"], np.float64)
             if not np.isfinite(data).all():
                 raise LoweringError(f"{head.type} {head.name!r}: constant {t.name!r} is not "
                                     "finite")
