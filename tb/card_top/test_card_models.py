@@ -127,10 +127,10 @@ def _mobilenet(drv: Any) -> dict[str, Any]:
     from compiler.zoo import MOBILENET_INPUT, mobilenet_cnn, mobilenet_input
     from tests.compiler.test_card_runtime import ort_run
 
-    model = mobilenet_cnn(size=16, width=8)
+    model = mobilenet_cnn(size=8, width=8)
     graph = compile_model(model, {"plugin": "accel", "quantize": {"samples": 4,
                                                                    "seed": 0}}).graph
-    feeds = {MOBILENET_INPUT: mobilenet_input(16)}
+    feeds = {MOBILENET_INPUT: mobilenet_input(8)}
     out, stats = _on_both(drv, graph, feeds)
     (got,) = out.values()
     (want,) = ort_run(model, feeds).values()
@@ -143,7 +143,7 @@ def _mobilenet(drv: Any) -> dict[str, Any]:
 @cocotb.test(timeout_time=40, timeout_unit="sec")
 async def test_mobilenet(dut) -> None:
     """The MobileNet-class CNN (depthwise-separable blocks, stride 2, an inverted residual,
-    global average pool, FC; 16 x 16 input, width 8) on the RTL card equals the functional
+    global average pool, FC; 8 x 8 input, width 8) on the RTL card equals the functional
     card bit for bit: one accelerator step, only the Softmax on the CPU."""
     tb = TB(dut)
     await tb.reset()
