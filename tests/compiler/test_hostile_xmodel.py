@@ -203,6 +203,16 @@ def test_subgraph_names_must_be_strings(accel_bytes: bytes, attr: str, value: An
     refused(with_doc(accel_bytes, change), f"attribute {attr!r}", "not a string")
 
 
+def test_a_subgraph_without_a_device_still_summarizes(accel_bytes: bytes) -> None:
+    """A hand-edited file whose subgraph lost its device: the summary counts it under None
+    (it raised a raw TypeError sorting None against 'CPU'; found by the document-edit test)."""
+    def change(doc: dict[str, Any]) -> None:
+        del accel_doc(doc)["attrs"]["device"]
+    g = xmodel.loads(with_doc(accel_bytes, change))
+    use_loaded(g)
+    assert None in summarize(g)["devices"]
+
+
 def test_npy_object_and_record_dtypes_are_refused(cpu_bytes: bytes) -> None:
     for descr in ("|O", "<U4", "|V8", "<M8[s]"):
         bad = npy_header((1,), descr) + b"\x00" * 16
