@@ -280,9 +280,7 @@ def _say(*a: Any) -> None:
 
 def prepare() -> dict[str, Any]:
     """Model, compile, input, the onnxruntime and functional-card references; files in WORK."""
-    import onnx
     import onnxruntime as ort
-    from onnx import helper
 
     from compiler import xmodel, zoo
     from compiler.pipeline import compile_model
@@ -292,9 +290,7 @@ def prepare() -> dict[str, Any]:
 
     WORK.mkdir(parents=True, exist_ok=True)
     model = zoo.light_model(MODEL)
-    fc = [n for n in model.graph.node if n.op_type == "Gemm"][-1]
-    model.graph.output.append(helper.make_tensor_value_info(fc.output[0], onnx.TensorProto.FLOAT,
-                                                            None))
+    model, logits = zoo.with_logits(model)
     t0 = time.perf_counter()
     graph = compile_model(model, OPTIONS).graph
     compile_s = time.perf_counter() - t0
@@ -323,7 +319,7 @@ def prepare() -> dict[str, Any]:
         model_s = time.perf_counter() - t0
         model_stats = ex.stats.to_dict()
         ex.close()
-    return {"graph": graph, "images": images, "feeds": feeds, "ref": ref, "fc": fc.output[0],
+    return {"graph": graph, "images": images, "feeds": feeds, "ref": ref, "fc": logits,
             "model_out": model_out, "model_stats": model_stats, "compile_s": compile_s,
             "ort_s": ort_s, "model_s": model_s}
 

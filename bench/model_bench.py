@@ -41,16 +41,11 @@ COUNTERS = ("insns", "macs", "bytes_loaded", "bytes_stored", "cycles")
 
 
 def _resnet() -> tuple[Any, Any, list[dict[str, np.ndarray]], int]:
-    import onnx
-    from onnx import helper
-
     from compiler import zoo
     from compiler.pipeline import compile_model
 
     model = zoo.light_model("resnet50")
-    fc = [n for n in model.graph.node if n.op_type == "Gemm"][-1]
-    model.graph.output.append(helper.make_tensor_value_info(fc.output[0], onnx.TensorProto.FLOAT,
-                                                            None))
+    model, _ = zoo.with_logits(model)
     graph = compile_model(model, RESNET_OPTIONS).graph
     inp = graph.inputs[0]
     x = np.random.default_rng(7).standard_normal(tuple(inp.output.shape)).astype(np.float32)

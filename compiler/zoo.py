@@ -213,6 +213,16 @@ def light_model(name: str, seed: int = 0) -> onnx.ModelProto:
     return randomize_light(onnx.load(str(light_path(name))), seed)
 
 
+def with_logits(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
+    """``model`` with its last Gemm's output (the classifier's logits) as a second graph output,
+    and that tensor's name: the benchmarks and golden tests compare logits, not only the
+    softmax that saturates."""
+    fc = [n for n in model.graph.node if n.op_type == "Gemm"][-1]
+    model.graph.output.append(helper.make_tensor_value_info(fc.output[0], TensorProto.FLOAT,
+                                                            None))
+    return model, fc.output[0]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("model", help=f"demo, mobilenet or one of {', '.join(LIGHT)}")

@@ -104,16 +104,11 @@ def model_demo() -> dict[str, Any]:
 
 def resnet_graph_and_feeds() -> tuple[Any, dict[str, np.ndarray]]:
     """ResNet-50 as bench/e2e_bench.py compiles it (the FC's logits a second output)."""
-    import onnx
-    from onnx import helper
-
     from compiler import zoo
     from compiler.pipeline import compile_model
 
     model = zoo.light_model("resnet50")
-    fc = [n for n in model.graph.node if n.op_type == "Gemm"][-1]
-    model.graph.output.append(helper.make_tensor_value_info(fc.output[0], onnx.TensorProto.FLOAT,
-                                                            None))
+    model, _ = zoo.with_logits(model)
     graph = compile_model(model, RESNET_OPTIONS).graph
     inp = graph.inputs[0]
     x = np.random.default_rng(RESNET_INPUT_SEED).standard_normal(
