@@ -594,12 +594,7 @@ class LirsPolicy(EvictionPolicy):
         st = self._status.get(i)
         if st is None:
             return
-        self._res.pop(i, None)
-        self._inserted.pop(i, None)
-        if st == _LIR:
-            self._lir_bytes -= self._size[i]
-        else:
-            self._q.pop(i, None)
+        self._leave_card(i, st)
         if i in self._s:                                     # history stays, as a ghost
             self._status[i] = _GHOST
             self._ghosts[i] = self._size[i]
@@ -611,18 +606,23 @@ class LirsPolicy(EvictionPolicy):
         else:
             del self._status[i], self._size[i]
 
-    def remove(self, e: Resident) -> None:
-        i = e.id
-        st = self._status.get(i)
-        if st is None:
-            return
+    def _leave_card(self, i: int, st: int) -> None:
+        """Tensor ``i`` (status ``st``) is no longer resident: out of the resident maps, its
+        LIR bytes or its place in the HIR queue given back (a ghost holds neither)."""
         self._res.pop(i, None)
         self._inserted.pop(i, None)
         if st == _LIR:
             self._lir_bytes -= self._size[i]
         elif st == _HIR:
             self._q.pop(i, None)
-        else:
+
+    def remove(self, e: Resident) -> None:
+        i = e.id
+        st = self._status.get(i)
+        if st is None:
+            return
+        self._leave_card(i, st)
+        if st == _GHOST:
             self._ghost_bytes -= self._ghosts.pop(i)
         self._s.pop(i, None)
         del self._status[i], self._size[i]
