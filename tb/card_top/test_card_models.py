@@ -86,14 +86,14 @@ LAYERS = ("Conv2d", "Conv2d_strided", "Conv2d_padding", "Conv2d_no_bias", "Linea
           "MaxPool2d", "Conv2d_groups", "Conv2d_depthwise", "AvgPool2d")
 
 
-def _layer(drv: Any, name: str) -> str:
+def _compile_calibrated(model: Any, feeds: dict[str, np.ndarray]) -> tuple[Any, set[str]]:
+    """``model`` compiled for the accelerator, calibrated on ``feeds``; the devices of its
+    subgraphs that compute (not only constants and inputs)."""
     import tempfile
     from pathlib import Path
 
     from compiler.pipeline import compile_model
-    from tests.compiler.test_card_runtime import PYTORCH, load_case, tolerance
 
-    model, feeds, want = load_case(name)
     with tempfile.TemporaryDirectory() as d:
         npz = Path(d) / "calib.npz"
         np.savez(npz, **{k: v[None] for k, v in feeds.items()})
@@ -101,6 +101,14 @@ def _layer(drv: Any, name: str) -> str:
             "calibration": str(npz), "samples": 1}}).graph
     devices = {str(c.get_attr("device")) for c in graph.root_subgraph.children
                if any(op.type not in ("const", "data") for op in c.ops)}
+    return graph, devices
+
+
+def _layer(drv: Any, name: str) -> str:
+    from tests.compiler.test_card_runtime import PYTORCH, load_case, tolerance
+
+    model, feeds, want = load_case(name)
+    graph, devices = _compile_calibrated(model, feeds)
     assert devices == {PYTORCH[name]}, f"{name}: runs on {devices}, expected {PYTORCH[name]}"
     (got,), _ = (lambda o: (tuple(o[0].values()), o[1]))(_on_both(drv, graph, feeds))
     if PYTORCH[name] == "ACCEL":
@@ -157,20 +165,11 @@ ELTWISE = ("add_size1_broadcast", "addconstant", "max")
 
 
 def _eltwise(drv: Any, name: str) -> None:
-    import tempfile
-    from pathlib import Path
 
-    from compiler.pipeline import compile_model
     from tests.compiler.test_card_runtime import _float32_case
 
     model, feeds = _float32_case(name)
-    with tempfile.TemporaryDirectory() as d:
-        npz = Path(d) / "calib.npz"
-        np.savez(npz, **{k: v[None] for k, v in feeds.items()})
-        graph = compile_model(model, {"plugin": "accel", "quantize": {
-            "calibration": str(npz), "samples": 1}}).graph
-    devices = {str(c.get_attr("device")) for c in graph.root_subgraph.children
-               if any(op.type not in ("const", "data") for op in c.ops)}
+    graph, devices = _compile_calibrated(model, feeds)
     assert devices == {"ACCEL"}, f"{name}: runs on {devices}"
     _on_both(drv, graph, feeds)
 
