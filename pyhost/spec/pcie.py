@@ -59,6 +59,21 @@ MAX_PAYLOAD_SUPPORTED = 1024                 # Device Capabilities: what the end
 #: Completion timeout of the requester, in microseconds (PCIe range A: 50 us .. 10 ms).
 CPL_TIMEOUT_US = 50
 
+# The hard IP's receive buffer for completions (the UltraScale+ endpoint advertises infinite
+# completion credits, so nothing on the link stops a completion from arriving: the requester
+# must never have more completions outstanding than the buffer holds). cocotbext-pcie's
+# UltraScalePlusPcieDevice: 256 completion headers, 32 KiB of data in 16-byte credits, each
+# completion also taking one data credit beyond its payload's (rx_buf_cplh_fc_limit,
+# rx_buf_cpld_fc_limit; a completion that does not fit is dropped, RX_CPL_BUF_OVF_ERR).
+#: Completion headers the buffer holds.
+RC_BUFFER_CPLH = 256
+#: Data credits (16 bytes each) the buffer holds.
+RC_BUFFER_CPLD = (32 << 10) // 16
+#: The read completion boundary the requester budgets for: a completer may split a read at every
+#: multiple of it, so a read reserves one header per RCB block it touches (64 bytes, the
+#: smallest RCB, whatever Link Control says).
+CPL_BUDGET_RCB = 64
+
 
 def payload_code(size: int) -> int:
     """The 3-bit Device Control encoding of a max payload / read request size (128 << code)."""
@@ -74,6 +89,9 @@ def _check() -> None:
     for b in BARS:
         assert b.size >= 4096 and b.size & (b.size - 1) == 0, b
     assert MSIX_VECTORS <= 32
+    # the largest read (4 KiB MRRS, unaligned: 65 blocks of 64 bytes) fits the buffer alone
+    assert RC_BUFFER_CPLH >= 4096 // CPL_BUDGET_RCB + 1
+    assert RC_BUFFER_CPLD >= 4096 // 16 + 1 + 2 * (4096 // CPL_BUDGET_RCB + 1)
 
 
 _check()

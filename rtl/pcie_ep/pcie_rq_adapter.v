@@ -2,6 +2,8 @@
 `timescale 1ns / 1ps
 `default_nettype none
 
+`include "pcie_cfg.vh"
+
 // PCIe requester adapter: the DMA engine's host-port request/completion interface (dma_engine.v;
 // dma_axi_port.v is the AXI4 one) on the UltraScale+ hard IP's requester streams, 512 bits,
 // DWORD-aligned, no straddling (PG213's RQ/RC formats), in the card clock domain (the async
@@ -20,10 +22,29 @@
 // different tags may arrive in any order, split at the read completion boundary (a completer
 // may split only at RCB-aligned addresses, so no line is ever split between two completions).
 // The last line of the completion that completes the request carries last. A completion with
-// a bad status (UR, CA), a poisoned one, or the hard IP's completion timeout, is one error beat
-// with last; a completion the hard IP flags as unexpected (invalid tag) is dropped.
+// a bad status (UR, CA), a poisoned one, or the hard IP's completion timeout, ends the request
+// in error beats (below); a completion the hard IP flags as unexpected (invalid tag) is dropped. Completions
+// of one request arrive in address order (PCIe), each starting at the line after the previous
+// one's: a completion that does not (one before it was lost) has its data dropped and the tag is
+// marked failed, and the completion that completes the request (or the hard IP's timeout, when
+// the lost one was the last) ends it with error beats, as does one that completes the request
+// short of its end. So a lost completion is a DMA error, never a hang or data in the wrong line.
+// A request that ends in an error gets error beats for every line not yet delivered, the last
+// with last (as an AXI read with an error response has all its beats), so the engine always
+// receives exactly the lines it reserved for the request.
+//
+// Completion buffer budget: the hard IP advertises infinite completion credits, so its receive
+// buffer (CPLH headers, CPLD 16-byte data credits, each completion one data credit beyond its
+// payload's) must never hold more than it can: a read is issued only while its worst case fits
+// what is not reserved, one header per RCB block (CPL_BUDGET_RCB) it touches and the data
+// credits of its 16-byte blocks plus one per header. A completion's header and data credits are
+// released when its last beat has been taken (the hard IP freed them when it sent that beat), the
+// rest of a read's reservation when the completion that completes it has.
 module pcie_rq_adapter #(
-    parameter integer DATA_WIDTH = 512       // engine and stream data width (DWORD-aligned RQ/RC)
+    parameter integer DATA_WIDTH = 512,      // engine and stream data width (DWORD-aligned RQ/RC)
+    parameter integer CPLH = `PCIE_RC_BUFFER_CPLH,   // the hard IP's completion headers
+    parameter integer CPLD = `PCIE_RC_BUFFER_CPLD,   // and 16-byte data credits
+    parameter integer BUDGET_RCB = `PCIE_CPL_BUDGET_RCB
 ) (
     input  wire                      clk,
     input  wire                      rst,
@@ -83,6 +104,12 @@ localparam [3:0] ERR_POISONED = 4'd1, ERR_INVALID_TAG = 4'd6;
 initial begin
     if (DATA_WIDTH != 512)
         $fatal(1, "pcie_rq_adapter: DATA_WIDTH must be 512, got %0d", DATA_WIDTH);
+    if (BUDGET_RCB != 64 && BUDGET_RCB != 128)
+        $fatal(1, "pcie_rq_adapter: BUDGET_RCB must be 64 or 128, got %0d", BUDGET_RCB);
+    if (CPLH < 4096 / BUDGET_RCB + 1 || CPLH > 511 || CPLD > 4095
+        || CPLD < 4096 / 16 + 1 + 2 * (4096 / BUDGET_RCB + 1))
+        $fatal(1, "pcie_rq_adapter: CPLH %0d / CPLD %0d cannot hold one 4 KiB read or do not fit",
+               CPLH, CPLD);
 end
 
 // First and last byte enables of the byte range [addr, addr + len), len >= 1.
@@ -166,10 +193,27 @@ wire [127:0] w_descriptor = {1'b0, 3'd0, 3'd0, 1'b0, 16'd0, 8'd0,        // DW3:
 // MSI-X message as a write TLP of one DWORD
 wire [127:0] m_descriptor = {32'd0, 16'd0, 1'b0, REQ_MEM_WRITE, 11'd1, msix_addr[63:2], 2'b00};
 
+// Completion buffer budget of the next read (see the module comment): headers = the RCB blocks
+// it touches, data = its 16-byte blocks + one per header; reserved (b_used_*) until released.
+localparam integer RCB_BITS = (BUDGET_RCB == 128) ? 7 : 6;
+wire [13:0] rd_end_off = {8'd0, rd_req_addr[5:0]} + {1'b0, rd_req_len} - 14'd1;
+wire [13:0] rd_blk_span = {7'd0, rd_req_addr[RCB_BITS-1:0]} + {1'b0, rd_req_len} - 14'd1;
+wire [13:0] rd_grp_span = {10'd0, rd_req_addr[3:0]} + {1'b0, rd_req_len} - 14'd1;
+wire [6:0]  rd_lines = rd_end_off[12:6] + 7'd1;           // card lines (the adapter's beats)
+wire [6:0]  rd_hdrs = rd_blk_span[12:RCB_BITS] + 7'd1;
+wire [9:0]  rd_grps = {1'b0, rd_grp_span[12:4]} + 10'd1;
+wire [9:0]  rd_data = rd_grps + {3'd0, rd_hdrs};
+reg  [8:0]  b_used_h;                                     // headers reserved
+reg  [11:0] b_used_d;                                     // data credits reserved
+localparam [31:0] CPLH_LIMIT = CPLH;
+localparam [31:0] CPLD_LIMIT = CPLD;
+wire        rd_fits = {1'b0, b_used_h} + {3'd0, rd_hdrs} <= CPLH_LIMIT[9:0]
+               && {1'b0, b_used_d} + {3'd0, rd_data} <= CPLD_LIMIT[12:0];
+
 // Next TLP to start when the output register is free and no write is in progress.
 wire idle = !w_busy;
 wire pick_msix = idle && msix_valid;
-wire want_rd = idle && !msix_valid && rd_req_valid;
+wire want_rd = idle && !msix_valid && rd_req_valid && rd_fits;
 wire want_wr = idle && !msix_valid && wr_req_valid;
 wire pick_rd = want_rd && (!want_wr || last_was_write);
 wire pick_wr = want_wr && !pick_rd;
@@ -278,6 +322,17 @@ reg         c_err;
 reg         c_single;           // an error completion: one error beat
 reg [DATA_WIDTH-1:0] c_prev;
 
+// per tag: the next line expected (index in the 4 KiB page), the line after the request's last,
+// a completion was missing, and what is left of its buffer reservation
+reg  [6:0]  t_next [0:63];
+reg  [6:0]  t_end [0:63];
+reg         t_fail [0:63];
+reg  [6:0]  t_hdrs [0:63];
+reg  [9:0]  t_data [0:63];
+// the buffer credits released when the current completion's last beat is taken
+reg  [6:0]  c_rel_h;
+reg  [9:0]  c_rel_d;
+
 wire [DATA_WIDTH-1:0] rc = s_axis_rc_tdata;
 wire [11:0] h_lower = rc[11:0];
 wire [3:0]  h_err_code = rc[15:12];
@@ -292,19 +347,43 @@ wire [11:0] h_span = {8'd0, h_o} + {1'b0, h_dwords} + 12'd15;
 wire [6:0]  h_lines = h_span[10:4];
 // a poisoned completion carries its data (every line flagged); any other error is one beat
 wire        h_poison = h_poisoned || h_err_code == ERR_POISONED;
-wire        h_bad = (h_err_code != 4'd0 && h_err_code != ERR_POISONED) || h_status != 3'd0;
 wire        h_drop = h_err_code == ERR_INVALID_TAG;
+wire [5:0]  h_t = h_tag[5:0];
+wire        h_status_bad = (h_err_code != 4'd0 && h_err_code != ERR_POISONED) || h_status != 3'd0;
+// the lines of a good completion: does it start where the last one ended, does the request end
+// where it should when it completes
+wire [6:0]  h_line0 = {1'b0, h_lower[11:6]};
+wire [6:0]  h_next = h_line0 + h_lines;
+wire        h_gap = !h_drop && !h_status_bad && (t_fail[h_t] || h_line0 != t_next[h_t]);
+wire        h_short = !h_drop && !h_status_bad && h_completed && h_next != t_end[h_t];
+wire        h_final = !h_drop && (h_completed || h_status_bad);
+// error beats now (the lines not delivered, the last with last); or nothing sent (a gap
+// before the request's end)
+wire        h_bad = h_final && (h_status_bad || h_gap || h_short);
+wire        h_skip = h_drop || (h_gap && !h_final);
+wire [6:0]  h_undelivered = t_end[h_t] - t_next[h_t];
+wire [6:0]  h_err_lines = (t_end[h_t] > t_next[h_t]) ? h_undelivered : 7'd1;
+// the buffer credits this completion frees (its header, its data + 1; all that is left of the
+// reservation when it completes the request)
+wire [9:0]  h_dcred = {1'b0, h_dwords[10:2]} + {9'd0, h_dwords[1:0] != 2'd0} + 10'd1;
+wire [6:0]  h_rel_h = h_drop ? 7'd0 : (h_final || t_hdrs[h_t] == 7'd0) ? t_hdrs[h_t] : 7'd1;
+wire [9:0]  h_rel_d = h_drop ? 10'd0
+                    : (h_final || t_data[h_t] < h_dcred) ? t_data[h_t] : h_dcred;
 
+// the error beats after the first of a request that ended in error (the input waits)
+reg         c_eburst;
+reg  [6:0]  c_elines;
+wire        c_stall = c_flush || c_eburst;
 // beat 0 of a TLP
-wire        sop = s_axis_rc_tvalid && !c_active && !c_flush;
+wire        sop = s_axis_rc_tvalid && !c_active && !c_stall;
 // the line emitted this cycle, from the current beat (or the flush)
-wire        emit_mid = c_active && s_axis_rc_tvalid && c_lines_left != 7'd0;
+wire        emit_mid = c_active && s_axis_rc_tvalid && !c_stall && c_lines_left != 7'd0;
 wire        emit_flush = c_flush;
 wire [2*DATA_WIDTH-1:0] c_win = {c_flush ? {DATA_WIDTH{1'b0}} : rc, c_prev};
 wire [3:0]  s_now = sop ? 4'd3 - h_o : c_s;
 wire [DATA_WIDTH-1:0] c_line = c_win[{1'b0, s_now, 5'd0} +: DATA_WIDTH];
 
-assign s_axis_rc_tready = !c_flush;
+assign s_axis_rc_tready = !c_stall;
 reg                  o_valid, o_last, o_err;
 reg [5:0]            o_tag;
 reg [DATA_WIDTH-1:0] o_data;
@@ -324,16 +403,18 @@ always @(posedge clk) begin
         c_done <= h_completed;
         c_err <= h_poison;
         c_single <= h_bad;
-        if (h_drop) begin
+        if (h_skip) begin
             c_lines_left <= 7'd0;
         end else if (h_bad) begin
-            // one error beat, now
+            // the first error beat now, the others from c_elines
             o_valid <= 1'b1;
             o_tag <= h_tag[5:0];
             o_data <= {DATA_WIDTH{1'b0}};
-            o_last <= 1'b1;
+            o_last <= h_err_lines == 7'd1;
             o_err <= 1'b1;
             c_lines_left <= 7'd0;
+            c_eburst <= h_err_lines != 7'd1;
+            c_elines <= h_err_lines - 7'd1;
         end else if (!h_d) begin
             o_valid <= 1'b1;
             o_tag <= h_tag[5:0];
@@ -346,7 +427,7 @@ always @(posedge clk) begin
         end
         if (!s_axis_rc_tlast) begin
             c_active <= 1'b1;
-        end else if (!h_drop && !h_bad && (h_d ? h_lines != 7'd0 : h_lines > 7'd1)) begin
+        end else if (!h_skip && !h_bad && (h_d ? h_lines != 7'd0 : h_lines > 7'd1)) begin
             c_flush <= 1'b1;
         end
     end
@@ -358,7 +439,16 @@ always @(posedge clk) begin
         o_err <= c_err;
         c_lines_left <= c_lines_left - 7'd1;
     end
-    if (c_active && s_axis_rc_tvalid && s_axis_rc_tlast) begin
+    if (c_eburst) begin
+        o_valid <= 1'b1;
+        o_tag <= c_tag;
+        o_data <= {DATA_WIDTH{1'b0}};
+        o_last <= c_elines == 7'd1;
+        o_err <= 1'b1;
+        c_elines <= c_elines - 7'd1;
+        if (c_elines == 7'd1) c_eburst <= 1'b0;
+    end
+    if (c_active && s_axis_rc_tvalid && s_axis_rc_tready && s_axis_rc_tlast) begin
         c_active <= 1'b0;
         // one more line than beats left: it is sent from the last beat alone
         if (c_lines_left > 7'd1 || (c_lines_left == 7'd1 && !emit_mid))
@@ -368,7 +458,43 @@ always @(posedge clk) begin
     if (rst) begin
         c_active <= 1'b0;
         c_flush <= 1'b0;
+        c_eburst <= 1'b0;
         o_valid <= 1'b0;
+    end
+end
+
+// Buffer budget and per-tag bookkeeping. A read is issued only when no completion of its tag
+// is still expected (the engine reuses a tag after its last line), so the two never meet.
+wire        c_end = s_axis_rc_tvalid && s_axis_rc_tready && s_axis_rc_tlast;
+wire        rel_now = c_end && sop;                       // a one-beat completion
+wire        rel_later = c_end && c_active;
+wire [6:0]  rel_h = rel_now ? h_rel_h : rel_later ? c_rel_h : 7'd0;
+wire [9:0]  rel_d = rel_now ? h_rel_d : rel_later ? c_rel_d : 10'd0;
+wire [8:0]  add_h = rd_req_ready ? {2'd0, rd_hdrs} : 9'd0;
+wire [11:0] add_d = rd_req_ready ? {2'd0, rd_data} : 12'd0;
+always @(posedge clk) begin
+    b_used_h <= b_used_h + add_h - {2'd0, rel_h};
+    b_used_d <= b_used_d + add_d - {2'd0, rel_d};
+    if (sop) begin
+        c_rel_h <= h_rel_h;
+        c_rel_d <= h_rel_d;
+        if (!h_drop) begin
+            if (!h_gap) t_next[h_t] <= h_next;       // the next line to deliver
+            t_fail[h_t] <= h_gap;
+            t_hdrs[h_t] <= t_hdrs[h_t] - h_rel_h;
+            t_data[h_t] <= t_data[h_t] - h_rel_d;
+        end
+    end
+    if (rd_req_ready) begin
+        t_next[rd_req_tag] <= {1'b0, rd_req_addr[11:6]};
+        t_end[rd_req_tag] <= {1'b0, rd_req_addr[11:6]} + rd_lines;
+        t_fail[rd_req_tag] <= 1'b0;
+        t_hdrs[rd_req_tag] <= rd_hdrs;
+        t_data[rd_req_tag] <= rd_data;
+    end
+    if (rst) begin
+        b_used_h <= 9'd0;
+        b_used_d <= 12'd0;
     end
 end
 
@@ -376,8 +502,10 @@ end
 // bits: requester/completer IDs, byte count, attributes, the write request's upper address bits
 // (the descriptor uses them all), the status of c_single (its beat went out at once)
 wire unused_ok = &{1'b0, rd_cpl_ready, msix_addr[1:0], w_span[1:0], r_span[1:0], wr_span[1:0],
-                   wr_dw_total[3:0], h_lower[11:6], h_lower[1:0], h_span[11], h_span[3:0], w_dw_all[13:4], wr_last_byte_line[5:0], rc[DATA_WIDTH-1:72], rc[63:47], rc[31], rc[29:16],
-                   h_tag[7:6], c_d, c_single, wr_dat_last, w_total_lines};
+                   wr_dw_total[3:0], h_lower[1:0], h_span[11], h_span[3:0], w_dw_all[13:4], wr_last_byte_line[5:0], rc[DATA_WIDTH-1:72], rc[63:47], rc[31], rc[29:16],
+                   h_tag[7:6], c_d, c_single, wr_dat_last, w_total_lines,
+                   rd_end_off[13], rd_end_off[5:0], rd_blk_span[13], rd_blk_span[RCB_BITS-1:0],
+                   rd_grp_span[13], rd_grp_span[3:0]};
 
 endmodule
 

@@ -103,6 +103,16 @@ class TB:
     async def reset(self) -> None:
         await reset(self.dut)
 
+    def check(self) -> None:
+        """The request monitor's rules, and the hard IP's completion buffer never overflowed
+        (the requester's header and data budget)."""
+        self.monitor.check()
+        dev = self.link.dev
+        assert dev.rx_overflows == 0, (
+            f"{dev.rx_overflows} completions dropped: the hard IP's completion buffer overflowed "
+            f"(peak {dev.rx_peak[0]} headers / {dev.rx_peak[1]} data credits of "
+            f"{pcie.RC_BUFFER_CPLH} / {pcie.RC_BUFFER_CPLD})")
+
     async def host(self, fn, *args, **kwargs):
         def main():
             drv = PcieDriver(self.card)
@@ -246,7 +256,7 @@ async def test_driver_program(dut, check: str) -> None:
         assert limits == (256, 512), f"the driver set {limits}, the link negotiated 256/512"
         fn(drv, reduced=True)
     await tb.host(run)
-    tb.monitor.check()
+    tb.check()
     rc = tb.link.rc
     if os.environ.get("CARD_TB_HOST", "ooo") == "ooo" and rc.reads > 16:
         assert rc.reordered > 0, "the host never completed reads out of order"
@@ -262,7 +272,7 @@ async def test_accel_program(dut, check: str) -> None:
     await tb.reset()
     fn = next(c.fn for c in accel_program.ALL_CHECKS if c.name == check)
     await tb.host(fn, reduced=True)
-    tb.monitor.check()
+    tb.check()
 
 
 class _WakeupCounter:
@@ -328,7 +338,7 @@ async def test_demo_model(dut) -> None:
     await tb.reset()
     r = await tb.host(_demo)
     assert r["accel_steps"] == 4, r
-    tb.monitor.check()
+    tb.check()
 
 
 @cocotb.test(timeout_time=400, timeout_unit="ms")
@@ -342,30 +352,70 @@ async def test_request_limits(dut, limits: tuple[int, int]) -> None:
     await tb.reset()
     await tb.host(driver_program.check_alignment, lengths=(1, 127, 1000, 5000),
                   host_offsets=(0, 3, 4093), card_offsets=(0, 61))
-    tb.monitor.check()
+    tb.check()
     assert tb.monitor.largest["write"] <= mps and tb.monitor.largest["read"] <= mrrs
     assert tb.monitor.largest["write"] > mps // 2, tb.monitor.largest
 
 
-async def _error_case(dut, kind: str) -> None:
-    tb = TB(dut, cpl_timeout_ns=20_000 if kind == "drop" else None)
+@cocotb.test(timeout_time=100, timeout_unit="ms")
+async def test_completion_buffer(dut) -> None:
+    """MRRS 4096 with a host that answers in 64-byte completions: 32 tags of 4 KiB reads would
+    be 2,048 completions, eight times the hard IP's 256 completion headers, and the card drains
+    its RC stream (two beats per 64-byte completion) slower than the link fills it. The
+    requester's header and data budget keeps the buffer from overflowing: no completion is
+    dropped, the data round trip is exact, the peak occupancy is within the buffer."""
+    tb = TB(dut, host="split64", mps=256, mrrs=4096)
     await tb.reset()
+    n = 256 << 10
+
+    def prog(drv) -> None:
+        src, dst = drv.host.alloc(n + PAGE), drv.host.alloc(n + PAGE)
+        data = bytes((i * 131 + (i >> 9)) & 0xFF for i in range(n))
+        src.write(data, 0)
+        drv.write_data(src, n, 0)
+        drv.read_data(0, n, dst)
+        assert dst.read(0, n) == data, "256 KiB round trip differs"
+        drv.host.free(dst)
+        drv.host.free(src)
+    await tb.host(prog)
+    dev = tb.link.dev
+    cocotb.log.info("completion buffer: peak %d headers, %d data credits (of %d, %d); "
+                    "%d completions, %d dropped", *dev.rx_peak, pcie.RC_BUFFER_CPLH,
+                    pcie.RC_BUFFER_CPLD, tb.link.rc.completions, dev.rx_overflows)
+    tb.check()
+    assert tb.monitor.largest["read"] == 4096, tb.monitor.largest
+    assert dev.rx_peak[0] <= pcie.RC_BUFFER_CPLH and dev.rx_peak[1] <= pcie.RC_BUFFER_CPLD
+
+
+async def _error_case(dut, kind: str) -> None:
+    tb = TB(dut, cpl_timeout_ns=20_000 if kind in ("drop", "lose") else None)
+    await tb.reset()
+
+    # where in the source the error is: the first completion of the read at PAGE (MRRS 512);
+    # a lost one there is followed by the rest of the read, so lose also loses the read's last
+    # completion (nothing follows it: the hard IP's completion timeout)
+    ranges = [(PAGE, PAGE + 64)] + ([(PAGE + 448, PAGE + 512)] if kind == "lose" else [])
 
     def prog(drv) -> None:
         src = drv.host.alloc(2 * PAGE)
         src.write(bytes(range(256)) * 32)
-        tb.card.pcie.inject(kind, src.address + PAGE, src.address + PAGE + 64)
-        try:
-            drv.write_data(src, 2 * PAGE, 0)
-        except DmaTransferError as e:
-            assert e.code == DmaError.SRC_READ and e.channel == Channel.H2C, e
-        else:
-            raise AssertionError(f"a {kind} completion did not fail the transfer")
-        tb.card.pcie.clear_errors()
-        drv.write_data(src, 2 * PAGE, 0x1000)      # works again after the error
         out = drv.host.alloc(2 * PAGE)
-        drv.read_data(0x1000, 2 * PAGE, out)
-        assert out.read() == src.read(), "data wrong after recovery"
+        for lo, hi in ranges:
+            tb.card.pcie.inject(kind, src.address + lo, src.address + hi)
+            try:
+                drv.write_data(src, 2 * PAGE, 0)
+            except DmaTransferError as e:
+                assert e.code == DmaError.SRC_READ and e.channel == Channel.H2C, e
+            else:
+                raise AssertionError(f"a {kind} completion at {lo:#x} did not fail the transfer")
+            tb.card.pcie.clear_errors()
+            drv.write_data(src, 2 * PAGE, 0x1000)      # works again after the error
+            drv.read_data(0x1000, 2 * PAGE, out)
+            got, want = out.read(), src.read()
+            bad = [i for i in range(len(want)) if got[i] != want[i]]
+            assert not bad, (f"data wrong after recovery from a {kind} completion at {lo:#x}: "
+                             f"{len(bad)} bytes from {bad[0]:#x} to {bad[-1]:#x}")
+            out.write(bytes(2 * PAGE))
         # a descriptor fetch that fails is DESC_READ
         pool = drv.descriptor_pool(Channel.H2C)
         tb.card.pcie.inject(kind, pool.address, pool.address + 32)
@@ -381,14 +431,21 @@ async def _error_case(dut, kind: str) -> None:
         drv.host.free(src)
 
     await tb.host(prog)
+    dev, rc = tb.link.dev, tb.link.rc
     if kind == "drop":
-        assert tb.link.dev.timeouts >= 2, tb.link.dev.timeouts
+        assert dev.timeouts >= 2, dev.timeouts
+    if kind == "lose":
+        # a lost first completion: the requester finds the next one out of place; a lost last
+        # one: the timeout; the descriptor fetch's: either, as the host splits it
+        assert rc.lost >= 3 and dev.timeouts >= 1, (rc.lost, dev.timeouts)
+    assert dev.rx_overflows == 0, dev.rx_overflows
 
 
 @cocotb.test(timeout_time=200, timeout_unit="ms")
-@cocotb.parametrize(kind=["ur", "ca", "poison", "drop"])
+@cocotb.parametrize(kind=["ur", "ca", "poison", "drop", "lose"])
 async def test_completion_errors(dut, kind: str) -> None:
-    """Unsupported Request, Completer Abort, poisoned data, completion timeout on a DMA read:
-    SRC_READ (data) or DESC_READ (descriptor), and the card works again after the driver's
-    recovery."""
+    """Unsupported Request, Completer Abort, poisoned data, completion timeout (the rest of a
+    read never sent), one completion lost (the rest sent) on a DMA read: SRC_READ (data) or
+    DESC_READ (descriptor), never a hang or a transfer with a hole, and the card works again
+    after the driver's recovery."""
     await _error_case(dut, kind)

@@ -7,16 +7,20 @@ Two classes extend the package (site-packages is never patched):
   coroutines on every user clock (completer request, configuration status, control, interrupt
   and sequence-number logic). Here they wait on events instead (a completer request, a
   configuration write), so no Python runs per clock while the link is idle. It also implements
-  the hard IP's completion timeout, which the package leaves out: a read whose completions do
-  not all arrive within ``pcie.CPL_TIMEOUT_US`` is completed on the RC stream with error code
-  TIMEOUT and its tag released.
+  the hard IP's completion timeout, which the package leaves out: a read whose last completion
+  has not been handed to the card within ``pcie.CPL_TIMEOUT_US`` (never sent, or dropped by the
+  hard IP itself) is completed on the RC stream with error code TIMEOUT and its tag released.
+  It counts what the package only logs: completions dropped because the receive buffer was full
+  (``rx_overflows``), and the buffer's peak occupancy in headers and data credits.
 - :class:`HostRootComplex` (a ``RootComplex``): the package serves each memory read at once and
   in order, all of it before the next. Here reads wait a configurable latency, many are in
   flight, completions of different tags are returned in any order and interleaved, and each
   read is split at the read completion boundary (into ``cpl_split``-byte pieces, or as large as
   the max payload size allows). Host memory is served straight from the HostMemory's numpy array;
-  address ranges can answer Unsupported Request, Completer Abort, poisoned data, or nothing at all
-  (a completion timeout). Writes to the MSI-X message address arrive as vector events.
+  address ranges can answer Unsupported Request, Completer Abort, poisoned data, nothing at all
+  from there on (``drop``: a completion timeout), or lose the one completion that reaches them
+  while the rest of the read is still sent (``lose``). Writes to the MSI-X message address
+  arrive as vector events.
 
 :class:`PcieLink` builds both, enumerates the bus as a host would (BARs, bus mastering, MSI-X,
 max payload and read request sizes in Device Control) and gives RtlCard its MMIO and interrupts.
@@ -41,6 +45,7 @@ from cocotbext.pcie.core.tlp import CplStatus, Tlp, TlpType
 from cocotbext.pcie.core.utils import PcieId
 from cocotbext.pcie.xilinx.us import UltraScalePlusPcieDevice
 from cocotbext.pcie.xilinx.us.tlp import ErrorCode, Tlp_us
+from cocotbext.pcie.xilinx.us.usp_model import LocalError
 
 from pyhost.backend import HostMemory
 from pyhost.spec import pcie
@@ -59,7 +64,13 @@ class CardPcieDevice(UltraScalePlusPcieDevice):
         self._cfg_changed = Event()
         self.cpl_timeout_ns = cpl_timeout_ns or pcie.CPL_TIMEOUT_US * 1000
         self.timeouts = 0
+        self.rx_overflows = 0                # completions dropped: receive buffer full
+        self.rx_peak = (0, 0)                # peak occupancy: headers, data credits
+        self._awaiting: dict[int, object] = {}   # tag -> read whose last completion is due
         super().__init__(*args, **kwargs)
+        assert (self.rx_buf_cplh_fc_limit, self.rx_buf_cpld_fc_limit) == (
+            pcie.RC_BUFFER_CPLH, pcie.RC_BUFFER_CPLD), "pyhost.spec.pcie's buffer is the model's"
+        cocotb.start_soon(self._count_local_errors())
         # hold the user reset from the start (the model raises it two clocks later), so the
         # streams' models never sample what a previous test left in the card's FIFOs
         if self.user_reset is not None:
@@ -81,6 +92,26 @@ class CardPcieDevice(UltraScalePlusPcieDevice):
 
     async def _run_cfg_int_logic(self) -> None:
         return                               # MSI-X is sent by the card as memory writes
+
+    async def _count_local_errors(self) -> None:
+        # the package queues local errors for a per-clock status loop; count them as they come
+        while True:
+            err = await self.local_error.get()
+            if err == LocalError.RX_CPL_BUF_OVF_ERR:
+                self.rx_overflows += 1
+
+    async def _run_rc_logic(self) -> None:
+        # the package's loop, plus the peak occupancy and which reads the card has seen end
+        while True:
+            tlp = await self.rc_queue.get()
+            self.rx_peak = (max(self.rx_peak[0], self.rx_buf_cplh_fc_count),
+                            max(self.rx_peak[1], self.rx_buf_cpld_fc_count))
+            await self.rc_source.send(tlp.pack_us_rc())
+            if tlp.request_completed:
+                self._awaiting.pop(tlp.tag, None)
+            self.rx_buf_cplh_fc_count = max(self.rx_buf_cplh_fc_count - 1, 0)
+            self.rx_buf_cpld_fc_count = max(
+                self.rx_buf_cpld_fc_count - (tlp.get_data_credits() + 1), 0)
 
     async def _run_cfg_status_logic(self) -> None:
         # the status the card reads changes only with a configuration write
@@ -110,18 +141,22 @@ class CardPcieDevice(UltraScalePlusPcieDevice):
         if tlp.fmt_type in _READS:
             req = self.active_request[tlp.tag]
             if req is not None:
+                self._awaiting[tlp.tag] = req
                 cocotb.start_soon(self._cpl_timer(tlp.tag, req))
         await super().send(tlp)
 
     async def _cpl_timer(self, tag: int, req) -> None:
         await Timer(self.cpl_timeout_ns, unit="ns")
-        if self.active_request[tag] is not req:
-            return
-        self.active_request[tag] = None
-        self.tag_available_count = self.get_available_tag_count()
-        self.cpld_credit_count = max(self.cpld_credit_count - req.get_data_credits(), 0)
-        self.cpld_credit_released.set()
+        if self._awaiting.get(tag) is not req:
+            return                           # its last completion reached the card
+        if self.active_request[tag] is req:  # (else the model saw it, then dropped it)
+            self.active_request[tag] = None
+            self.tag_available_count = self.get_available_tag_count()
+            self.cpld_credit_count = max(self.cpld_credit_count - req.get_data_credits(), 0)
+            self.cpld_credit_released.set()
         self.timeouts += 1
+        self.rx_buf_cplh_fc_count += 1       # it takes its place in the buffer as any other
+        self.rx_buf_cpld_fc_count += 1
         cpl = Tlp_us(Tlp.create_completion_for_tlp(req, PcieId(0, 0, 0), False, CplStatus.SC))
         cpl.error_code = ErrorCode.TIMEOUT
         cpl.request_completed = True
@@ -157,7 +192,7 @@ class HostRootComplex(RootComplex):
     """A root complex whose host memory has latency, many reads in flight, out-of-order and
     split completions, and error ranges (see module doc)."""
 
-    ERROR_KINDS = ("ur", "ca", "poison", "drop")
+    ERROR_KINDS = ("ur", "ca", "poison", "drop", "lose")
 
     def __init__(self, host: HostMemory, config: HostLinkConfig | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -170,6 +205,7 @@ class HostRootComplex(RootComplex):
         self.reads = 0
         self.completions = 0
         self.reordered = 0
+        self.lost = 0                     # completions the "lose" ranges kept back
         self.max_in_flight = 0
         self.listeners: list = []         # callables(tlp) for every request TLP from the card
         self.register_rx_tlp_handler(TlpType.MEM_READ, self._mem_read)
@@ -269,7 +305,8 @@ class HostRootComplex(RootComplex):
     async def _complete(self, r: _Read) -> None:
         """Send r's next completion. The bytes before an error range complete normally (up to
         the RCB boundary before it); the completion that reaches it is UR / CA (ending the
-        request), poisoned, or never sent (drop: the requester's completion timeout)."""
+        request), poisoned, never sent with nothing after it (drop: the requester's completion
+        timeout), or never sent while the rest of the request is (lose)."""
         tlp = r.tlp
         n = self._piece(r)
         bad = self._first_bad(r.addr, n)
@@ -290,6 +327,12 @@ class HostRootComplex(RootComplex):
             self._reads.remove(r)
             return
         r.first = False
+        if kind == "lose":
+            self.lost += 1
+            r.addr += n
+            if r.addr >= r.end:
+                self._reads.remove(r)
+            return
         cpl = Tlp.create_completion_data_for_tlp(tlp, PcieId(0, 0, 0))
         cpl.byte_count = r.end - r.addr
         cpl.lower_address = r.addr & 0x7F
