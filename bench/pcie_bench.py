@@ -17,6 +17,9 @@ For each link setting (MPS / MRRS in Device Control) and 4 KiB .. 4 MiB transfer
 - targets: at least 90 % of the bound for 64 KiB and up (streaming), and above XDMA's published
   Gen3 x16 figures (about 9.6 GB/s host-to-card and 12.2 GB/s card-to-host, Alveo U200).
 
+``--sizes 64K,256K --settings 0`` runs a subset (the smallest form that gives one figure; the
+streams stay ``STREAM_BYTES`` long unless ``--stream-bytes`` says otherwise).
+
 Prints a summary and writes bench/results/pcie.json. The machine may be shared: the figures are
 simulated time, not wall time, and do not depend on the load.
 """
@@ -64,20 +67,36 @@ def bound(direction: str, mps: int, split: int = 0) -> float:
     return LINK_RATE * mps / (mps + 16 + TLP_OVERHEAD)
 
 
+def _size(text: str) -> int:
+    """A size with an optional K or M suffix (binary)."""
+    t = text.strip().upper().rstrip("IB")
+    mult = {"K": 1 << 10, "M": 1 << 20}.get(t[-1:], 1)
+    return int(t.rstrip("KM")) * mult
+
+
 def _ns() -> float:
     return get_sim_time("ps") / 1000
+
+
+def _sizes() -> list[int]:
+    return json.loads(os.environ.get("BENCH_SIZES", "null")) or SIZES
+
+
+def _stream_bytes() -> int:
+    return int(os.environ.get("BENCH_STREAM_BYTES", STREAM_BYTES))
 
 
 def _throughput(card: RtlCard) -> list[dict]:
     drv = PcieDriver(card, timeout_s=1000)
     host = card.host
-    span = 2 * SIZES[-1]
+    sizes = _sizes()
+    span = 2 * max(max(sizes), _stream_bytes())
     src = host.alloc(span)
     dst = host.alloc(span)
     src.view()[:] = np.resize(np.arange(251, dtype=np.uint8), span)
     clock = bridge_time(card)
     rows = []
-    for size in SIZES:
+    for size in sizes:
         for direction in ("H2C", "C2H"):
             def one(n: int = size, d: str = direction) -> float:
                 t0 = clock()
@@ -87,7 +106,7 @@ def _throughput(card: RtlCard) -> list[dict]:
                     drv.read_data(0, n, dst.address)
                 return clock() - t0
             single = one()
-            count = max(2, STREAM_BYTES // size)
+            count = max(2, _stream_bytes() // size)
             t0 = clock()
             if direction == "H2C":
                 drv.write_batch([(src.address + i * size, size, i * size) for i in range(count)])
@@ -128,22 +147,38 @@ async def bench_throughput(dut, setting: int) -> None:
     start_clock(dut)
     opts = PcieOptions(mps=mps, mrrs=mrrs, host=HostLinkConfig(read_latency_ns=500,
                                                                  out_of_order=True, rcb=64))
-    card = RtlCard(dut, HostMemory(4 * SIZES[-1] + (16 << 20)), link="pcie", pcie=opts,
+    span = max(max(_sizes()), _stream_bytes())
+    card = RtlCard(dut, HostMemory(4 * span + (16 << 20)), link="pcie", pcie=opts,
                    irq_timeout_ns=10**10)
     await reset(dut)
     info = await card.pcie.up()
     rows = await bridge(_throughput)(card)
     rc = card.pcie.link.rc
+    dev = card.pcie.link.dev
     _write(f"{mps}/{mrrs}", {"mps": mps, "mrrs": mrrs, "lspci": info, "rows": rows,
                              "host_reads": rc.reads, "completions": rc.completions,
-                             "reordered": rc.reordered, "max_reads_in_flight": rc.max_in_flight})
+                             "reordered": rc.reordered, "max_reads_in_flight": rc.max_in_flight,
+                             "rc_buffer_peak": list(dev.rx_peak),
+                             "rc_buffer_overflows": dev.rx_overflows})
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(RESULTS / "pcie.json"))
+    ap.add_argument("--sizes", default="",
+                    help="comma-separated transfer sizes (K/M suffix); default 4K..4M")
+    ap.add_argument("--settings", default="",
+                    help="comma-separated indices into SETTINGS " + str(SETTINGS))
+    ap.add_argument("--stream-bytes", default="", help="bytes per streaming run (K/M suffix)")
     args = ap.parse_args(argv)
+    sizes = [_size(s) for s in args.sizes.split(",") if s] or SIZES
+    settings = [int(s) for s in args.settings.split(",") if s] or list(range(len(SETTINGS)))
+    if any(not 0 <= i < len(SETTINGS) for i in settings):
+        ap.error(f"--settings: indices 0..{len(SETTINGS) - 1}")
+    env = {"BENCH_SIZES": json.dumps(sizes)}
+    if args.stream_bytes:
+        env["BENCH_STREAM_BYTES"] = str(_size(args.stream_bytes))
     RESULTS.mkdir(parents=True, exist_ok=True)
     raw = RESULTS / "pcie.raw.json"
     raw.unlink(missing_ok=True)
@@ -157,10 +192,10 @@ def main(argv: list[str] | None = None) -> int:
         part.unlink(missing_ok=True)
         simulator.test(b, "bench.pcie_bench", testcase=f"bench_throughput/setting={i}",
                        run_name=f"bench{i}",
-                       extra_env={"BENCH_OUT": str(part), "COCOTB_LOG_LEVEL": "WARNING"})
+                       extra_env={"BENCH_OUT": str(part), "COCOTB_LOG_LEVEL": "WARNING", **env})
         return json.loads(part.read_text())
-    with ThreadPoolExecutor(len(SETTINGS)) as pool:
-        parts = list(pool.map(run, range(len(SETTINGS))))
+    with ThreadPoolExecutor(len(settings)) as pool:
+        parts = list(pool.map(run, settings))
     raw.write_text(json.dumps({k: v for p in parts for k, v in p.items()}))
     r = json.loads(raw.read_text())
     missed = []

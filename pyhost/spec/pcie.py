@@ -75,6 +75,15 @@ RC_BUFFER_CPLD = (32 << 10) // 16
 CPL_BUDGET_RCB = 64
 
 
+def cpl_reservation(addr: int, n: int) -> tuple[int, int]:
+    """What the requester (rtl/pcie_ep/pcie_rq_adapter.v) reserves of the completion buffer for a
+    read of ``n`` bytes at ``addr``: (headers, data credits). The worst case of any split at
+    CPL_BUDGET_RCB boundaries: one header per block touched, the 16-byte blocks touched plus one
+    credit per header."""
+    headers = (addr % CPL_BUDGET_RCB + n - 1) // CPL_BUDGET_RCB + 1
+    return headers, (addr % 16 + n - 1) // 16 + 1 + headers
+
+
 def payload_code(size: int) -> int:
     """The 3-bit Device Control encoding of a max payload / read request size (128 << code)."""
     if size not in (128, 256, 512, 1024, 2048, 4096):

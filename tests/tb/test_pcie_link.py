@@ -42,6 +42,24 @@ def test_completions_split_at_the_rcb(addr: int, n: int, mps: int, rcb: int, spl
             assert k <= split
 
 
+@given(addr=st.integers(0, 8191), n=st.integers(1, 4096), mps=st.sampled_from([128, 256, 512]),
+       rcb=st.sampled_from([64, 128]), split=st.sampled_from([0, 64, 128, 256]))
+def test_completion_budget_covers_every_split(addr: int, n: int, mps: int, rcb: int,
+                                              split: int) -> None:
+    """However the root splits a read, its completions take no more of the hard IP's buffer
+    (one header each; payload credits of 16 bytes + 1, as cocotbext-pcie's model counts) than
+    the requester reserved for it; and a 4 KiB read fits the empty buffer."""
+    if split and split < rcb:
+        split = rcb
+    headers, data = pcie.cpl_reservation(addr, n)
+    pieces = _pieces(addr, n, mps, rcb, split)
+    used = sum(((a + k + 3) // 4 - a // 4 + 3) // 4 + 1 for a, k in pieces)
+    assert len(pieces) <= headers and used <= data, (pieces, headers, data)
+    worst_h, worst_d = pcie.cpl_reservation(63, 4096)
+    assert worst_h <= pcie.RC_BUFFER_CPLH and worst_d <= pcie.RC_BUFFER_CPLD
+    assert pcie.cpl_reservation(0, 4096) == (64, 320) and pcie.cpl_reservation(0, 512) == (8, 40)
+
+
 def test_payload_codes() -> None:
     assert [pcie.payload_code(s) for s in (128, 256, 512, 1024, 2048, 4096)] == [0, 1, 2, 3, 4, 5]
     with pytest.raises(ValueError):
