@@ -253,9 +253,10 @@ def check_alignment(drv: PcieDriver, *, reduced: bool = False, card_base: int = 
     card_offsets = card_offsets or (CARD_OFFSETS_REDUCED if reduced else EDGE_OFFSETS)
     # A slot: a guard page, the destination starting in the second page, guard to the end.
     slot = PAGE * (2 + math.ceil((max(lengths) + PAGE) / PAGE))
-    window = min(1 << 20, CARD_WINDOW) // slot * slot
-    per_group = window // slot
     cases = [(ho, co, n) for n in lengths for ho in host_offsets for co in card_offsets]
+    # a group of slots fills at most 1 MiB (fewer cases: only their slots are staged and compared)
+    per_group = min(min(1 << 20, CARD_WINDOW) // slot, len(cases))
+    window = per_group * slot
     rng = np.random.default_rng(seed)
     with _scratch(drv) as s:
         src, dst, staging = s.alloc(window), s.alloc(window), s.alloc(window)
