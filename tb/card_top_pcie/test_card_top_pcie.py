@@ -35,10 +35,14 @@ PAGE = 4096
 #: whose multi-descriptor cases are two chunks long (copies, batches) then move 128 KiB instead
 #: of 2 MiB over the link, through the same code paths (the AXI card runs them at 1 MiB).
 CHUNK_BYTES = 64 << 10
-#: check_alignment's card offsets on the link: one aligned, one not (the card side of a
-#: transfer is the engine's, which the AXI card sweeps at every edge offset); the host offsets
-#: and lengths, what the link's byte enables and realignment see, stay the full sweep's.
-LINK_CARD_OFFSETS = (0, 61)
+#: check_alignment on the link: what the link's byte enables and realignment see, the host
+#: offsets at every byte of a DWORD and at the page's end, lengths of one byte, across a line,
+#: across a page and over two pages (odd), with one aligned and one unaligned card offset (the
+#: card side of a transfer is the engine's, which the AXI card sweeps at every edge offset): 48
+#: cases, one staging window. The limits cases add offsets 0 / 3 / 4093 x lengths 1 / 127 /
+#: 1000 / 5000 at six MPS / MRRS settings.
+LINK_ALIGNMENT = {"host_offsets": (0, 1, 2, 3, 4092, 4095), "lengths": (1, 65, 4097, 8191),
+                  "card_offsets": (0, 61)}
 
 HOSTS = {
     "ooo": HostLinkConfig(read_latency_ns=500, jitter_ns=300, out_of_order=True, seed=7),
@@ -263,7 +267,7 @@ async def test_driver_program(dut, check: str) -> None:
         limits = drv.request_limits()[:2]
         assert limits == (256, 512), f"the driver set {limits}, the link negotiated 256/512"
         if check == "check_alignment":
-            fn(drv, reduced=True, card_offsets=LINK_CARD_OFFSETS)
+            fn(drv, **LINK_ALIGNMENT)
         else:
             fn(drv, reduced=True)
     await tb.host(run)
