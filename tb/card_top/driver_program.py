@@ -346,12 +346,13 @@ def check_chains(drv: PcieDriver, *, reduced: bool = False, card_base: int = 0,
             h_off = rng.integers(0, slot - sizes + 1)       # each transfer inside its slot
             c_off = rng.integers(0, slot - sizes + 1)
             k = np.arange(n) * slot
-            data = _random(rng, region)
-            src.view()[:] = data
-            background = _random(rng, 2 * region)
+            reg = n * slot                                  # this chain's slots, each side
+            data = _random(rng, reg)
+            src.view(0, reg)[:] = data
+            background = _random(rng, 2 * reg)
             _card_put(drv, staging, card_base, background)
             card_a = card_base + k + c_off                  # H2C destinations
-            card_b = card_base + region + k + (slot - sizes - c_off)  # C2C destinations
+            card_b = card_base + reg + k + (slot - sizes - c_off)  # C2C destinations
             expected_card = background.copy()
             for i in range(n):
                 h, c, m = int(k[i] + h_off[i]), int(card_a[i] - card_base), int(sizes[i])
@@ -381,19 +382,19 @@ def check_chains(drv: PcieDriver, *, reduced: bool = False, card_base: int = 0,
                     f"{ch.name} batch of {n}: card counted {d1 - d0} descriptors, {b1 - b0} "
                     f"bytes; expected {n}, {int(sizes.sum())}")
             _compare(f"card memory after H2C + C2C chains of {n}",
-                     _card_get(drv, staging, card_base, 2 * region), expected_card)
+                     _card_get(drv, staging, card_base, 2 * reg), expected_card)
 
             # C2H: read the C2C copies back into guarded host slots.
-            guard = _random(rng, region)
-            dst.view()[:] = guard
+            guard = _random(rng, reg)
+            dst.view(0, reg)[:] = guard
             before = drv.stats.copy()
             drv.read_batch([(int(card_b[i]), int(sizes[i]),
                              dst.sub(int(k[i] + h_off[i]), int(sizes[i])) if i % 2
                              else dst.address + int(k[i] + h_off[i])) for i in range(n)])
             assert drv.stats.doorbells - before.doorbells == math.ceil(n / drv.pool_descriptors), (
                 "C2H batch took more doorbells than its pool needs")
-            _compare(f"host memory after a C2H chain of {n}", dst.view(),
-                     np.where(_mask(region, k + h_off, sizes), data, guard))
+            _compare(f"host memory after a C2H chain of {n}", dst.view(0, reg),
+                     np.where(_mask(reg, k + h_off, sizes), data, guard))
 
 
 def _mask(size: int, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
