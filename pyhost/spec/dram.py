@@ -27,8 +27,9 @@ CMD_PRE = 2
 CMD_REF = 3
 CMD_RD = 4
 CMD_WR = 5
+CMD_PREA = 6    # precharge all banks (before a refresh)
 CMD_NAMES = {CMD_NOP: "NOP", CMD_ACT: "ACT", CMD_PRE: "PRE", CMD_REF: "REF", CMD_RD: "RD",
-             CMD_WR: "WR"}
+             CMD_WR: "WR", CMD_PREA: "PREA"}
 
 #: Geometry of one rank of x8 DDR4 devices on a 64-bit channel: 4 bank groups of 4 banks, a
 #: 1 KiB page per device (8 KiB per rank), i.e. 128 BL8 column bursts per row.
@@ -37,6 +38,8 @@ BA_BITS = 2
 COL_BITS = 7
 #: Refreshes that may be postponed (DDR4 allows up to 8).
 REF_POSTPONE_MAX = 8
+#: 1: the row bits are XOR-folded into the bank and bank-group bits (DramGeometry.decode).
+ADDR_HASH = 1
 
 
 @dataclass(frozen=True)
@@ -107,10 +110,17 @@ NONZERO = ("CL", "CWL", "RCD", "RP", "RAS", "RC", "CCD_S", "CCD_L", "BURST", "RF
 
 @dataclass(frozen=True)
 class DramGeometry:
-    """How a byte address maps to bank group, bank, row and column (must match dram_ctrl.v)."""
+    """How a byte address maps to bank group, bank, row and column (must match dram_ctrl.v).
+
+    From the bottom: the byte in the line, bank group, column, bank, row. With ``addr_hash`` the
+    bank is XORed with the row folded to BA_BITS bits (the XOR of its 2-bit groups), the bank
+    group with the same fold of the row shifted down one bit: two rows that differ in one bit
+    never share a bank, so a copy's source and destination rows mostly use different banks.
+    """
 
     mem_size: int
     line_bytes: int = 64
+    addr_hash: bool = bool(ADDR_HASH)
 
     @property
     def row_bits(self) -> int:
@@ -126,4 +136,16 @@ class DramGeometry:
         la >>= COL_BITS
         ba = la & ((1 << BA_BITS) - 1)
         la >>= BA_BITS
+        if self.addr_hash:
+            ba ^= _fold(la, BA_BITS)
+            bg ^= _fold(la >> 1, BG_BITS)
         return bg, ba, la, col
+
+
+def _fold(x: int, bits: int) -> int:
+    """XOR of the ``bits``-bit groups of ``x``."""
+    out = 0
+    while x:
+        out ^= x & ((1 << bits) - 1)
+        x >>= bits
+    return out

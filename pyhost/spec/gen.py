@@ -33,7 +33,7 @@ def dram_defs() -> str:
     for code, name in sorted(dram.CMD_NAMES.items()):
         lines.append(f"`define DRAM_CMD_{name} 3'd{code}")
     lines += ["", "// Geometry of one rank (x8 devices, 64-bit channel)"]
-    for name in ("BG_BITS", "BA_BITS", "COL_BITS", "REF_POSTPONE_MAX"):
+    for name in ("BG_BITS", "BA_BITS", "COL_BITS", "REF_POSTPONE_MAX", "ADDR_HASH"):
         lines.append(f"`define DRAM_{name} {getattr(dram, name)}")
     lines += [
         "",

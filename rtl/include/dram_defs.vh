@@ -9,12 +9,14 @@
 `define DRAM_CMD_REF 3'd3
 `define DRAM_CMD_RD 3'd4
 `define DRAM_CMD_WR 3'd5
+`define DRAM_CMD_PREA 3'd6
 
 // Geometry of one rank (x8 devices, 64-bit channel)
 `define DRAM_BG_BITS 2
 `define DRAM_BA_BITS 2
 `define DRAM_COL_BITS 7
 `define DRAM_REF_POSTPONE_MAX 8
+`define DRAM_ADDR_HASH 1
 
 // Default timings: DDR4-3200AA in controller cycles (1:4 clock ratio, 2.5 ns)
 `define DRAM_T_CL 6

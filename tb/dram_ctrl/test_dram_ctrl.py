@@ -15,12 +15,13 @@ import random
 
 import cocotb
 import numpy as np
-from cocotb.triggers import ClockCycles, Event, FallingEdge
+from cocotb.triggers import ClockCycles, Event
 from cocotbext.axi import AxiBurstType, AxiBus, AxiMaster, AxiResp
 
 from pyhost.spec import dram
 from tb.common.clocking import reset, start_clock
 from tb.dram_ctrl.ddr4_checker import Ddr4Checker
+from tb.dram_ctrl.monitor import Ddr4Monitor
 
 
 def build_params() -> dict[str, int]:
@@ -40,9 +41,10 @@ def resume(channel) -> None:
 
 
 class TB:
-    """Clock, reset, an AxiMaster on s_axi, the memory model and the timing monitor."""
+    """Clock, reset, an AxiMaster on s_axi (or none, for a test that drives the ports with
+    tb.dram_ctrl.traffic), the memory model and the timing monitor."""
 
-    def __init__(self, dut, monitor: bool = True) -> None:
+    def __init__(self, dut, monitor: bool = True, master: bool = True) -> None:
         self.dut = dut
         self.params = build_params()
         p = self.params
@@ -51,6 +53,7 @@ class TB:
         self.timing = dram.Ddr4Timing(**{f: p[f"T_{f}"] for f in
                                          dram.DEFAULT_TIMING.__dataclass_fields__})
         self.checker = Ddr4Checker(self.timing, p["REF_POSTPONE_MAX"])
+        self.monitor = Ddr4Monitor(dut, dut.clk, self.checker)
         # Storage survives between the tests of one simulation: only bytes written by this
         # test are known.
         self.model = np.zeros(self.mem_size, dtype=np.uint8)
@@ -59,13 +62,14 @@ class TB:
         self.monitor_enabled = monitor
         self.stop = Event()
         start_clock(dut)
-        self.axi = AxiMaster(AxiBus.from_prefix(dut, "s_axi"), dut.clk, dut.rst)
-        logging.getLogger("cocotb.dram_ctrl.s_axi").setLevel(logging.WARNING)
+        if master:
+            self.axi = AxiMaster(AxiBus.from_prefix(dut, "s_axi"), dut.clk, dut.rst)
+            logging.getLogger("cocotb.dram_ctrl.s_axi").setLevel(logging.WARNING)
 
     async def reset(self) -> None:
         await reset(self.dut, hold=5, settle=1)
         if self.monitor_enabled:
-            cocotb.start_soon(self._monitor())
+            self.monitor.start()
 
     def set_backpressure(self, on: bool) -> None:
         """Random idle cycles on the master's requests and back-pressure on its responses."""
@@ -78,24 +82,6 @@ class TB:
                 ch.set_pause_generator(itertools.cycle(pat))
             else:
                 resume(ch)
-
-    async def _monitor(self) -> None:
-        """Feed every traced command and every OKAY read beat to the DDR4 checker."""
-        d = self.dut
-        ck = self.checker
-        while True:
-            await FallingEdge(d.clk)
-            t = int(d.trace_cycle.value)
-            if int(d.trace_row_valid.value):
-                ck.command(t, int(d.trace_row_cmd.value), int(d.trace_row_bg.value),
-                           int(d.trace_row_ba.value), int(d.trace_row_row.value))
-            if int(d.trace_col_valid.value):
-                ck.command(t, int(d.trace_col_cmd.value), int(d.trace_col_bg.value),
-                           int(d.trace_col_ba.value), int(d.trace_col_row.value),
-                           int(d.trace_col_col.value))
-            if (int(d.s_axi_rvalid.value) and int(d.s_axi_rready.value)
-                    and int(d.s_axi_rresp.value) == 0):
-                ck.read_data(t + 1)
 
     def stat(self, name: str) -> int:
         return int(getattr(self.dut, f"stat_{name}").value)
@@ -147,7 +133,7 @@ class TB:
 
     async def finish(self) -> None:
         await ClockCycles(self.dut.clk, 4 * self.timing.CL + 20)
-        self.checker.finish(int(self.dut.trace_cycle.value))
+        self.monitor.finish()
 
 
 def _scale() -> int:

@@ -62,6 +62,7 @@ class Stats:
     write_latency: list[int] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)
     trace: dict[str, int] = field(default_factory=dict)
+    chunks_in_flight_max: int = 0   # copies: most chunks outstanding at once (AR to B)
 
     @property
     def bandwidth(self) -> float:
@@ -99,6 +100,8 @@ class Stats:
         out["row_hit_rate"] = round(hits / bursts, 4) if bursts else 0.0
         out["refreshes"] = self.counters.get("refresh", 0)
         out["refresh_stall_cycles"] = self.counters.get("ref_stall", 0)
+        if self.chunks_in_flight_max:
+            out["chunks_in_flight_max"] = self.chunks_in_flight_max
         if self.trace:
             cols = self.trace["RD"] + self.trace["WR"]
             per_k = 1000 / max(cols, 1)
@@ -344,6 +347,8 @@ class AxiTraffic:
                         st.read_latency.append(cyc - rd_t0[ident])
                         st.read_beats += beats
                     data_done.add(k)
+            if t_start >= 0 and t_end < 0:
+                st.chunks_in_flight_max = max(st.chunks_in_flight_max, outstanding)
             if int(s["bvalid"].value):
                 k, t0 = b_fifo.pop(0)
                 outstanding -= 1

@@ -58,9 +58,29 @@ def test_rtl_timing_parameters_come_from_the_spec() -> None:
 
 def test_geometry_decode() -> None:
     """Consecutive lines rotate through the bank groups, then columns, banks and rows."""
-    g = dram.DramGeometry(1 << 30)
+    g = dram.DramGeometry(1 << 30, addr_hash=False)
     assert g.row_bits == 13
     assert [g.decode(64 * i)[0] for i in range(5)] == [0, 1, 2, 3, 0]
     assert g.decode(64 * 4) == (0, 0, 0, 1)
     assert g.decode(64 * 4 * 128) == (0, 1, 0, 0)
     assert g.decode(64 * 4 * 128 * 4) == (0, 0, 1, 0)
+
+
+def test_geometry_hash() -> None:
+    """The XOR mapping: row 0 is the plain mapping; inside a row the lines still spread over
+    all 16 banks, 4 KiB at a time in one bank of each group; two rows that differ in one bit
+    never share a bank index."""
+    g = dram.DramGeometry(1 << 30)
+    plain = dram.DramGeometry(1 << 30, addr_hash=False)
+    row = 64 << (dram.BG_BITS + dram.COL_BITS + dram.BA_BITS)    # 128 KiB per row
+    assert all(g.decode(a) == plain.decode(a) for a in range(0, row, 64))
+    for r in (1, 5, 1000, 8191):
+        banks = [g.decode(r * row + a)[:2] for a in range(0, row, 64)]
+        assert len(set(banks)) == 16 and all(banks.count(b) == 128 for b in set(banks))
+        chunk = {g.decode(r * row + a)[:2] for a in range(0, 4096, 64)}
+        assert len(chunk) == 4 and len({bg for bg, _ in chunk}) == 4
+        assert all(g.decode(r * row + a)[2:] == plain.decode(r * row + a)[2:]
+                   for a in range(0, row, 64 * 37))
+    for r in range(0, 8192, 97):
+        for k in range(13):
+            assert g.decode(r * row)[1] != g.decode((r ^ (1 << k)) * row)[1], (r, k)

@@ -1,0 +1,78 @@
+"""The DDR4 timing monitor: a dram_ctrl instance's command trace, fed to the DDR4 checker.
+
+Every bench with a dram_ctrl in it starts one: the dram_ctrl bench on its top level, the card
+benches on ``card_top.dram``. It samples the trace ports (and the R channel, for tCL) at the
+falling clock edge, but only while a command or a read beat is presented: between them it sleeps
+on the valid signals' rising edges, with a timer that wakes it when the next REF is due, so a card
+computing without memory traffic runs no Python per cycle. Any rule broken raises
+:class:`~tb.dram_ctrl.ddr4_checker.TimingViolation` in the monitor's task, which fails the test.
+"""
+
+from __future__ import annotations
+
+import cocotb
+from cocotb.triggers import FallingEdge, First, RisingEdge, Timer
+
+from pyhost.spec import dram
+from tb.dram_ctrl.ddr4_checker import Ddr4Checker
+
+
+class Ddr4Monitor:
+    """Checks every command ``ctrl`` (a dram_ctrl handle) issues against ``checker``."""
+
+    def __init__(self, ctrl, clk, checker: Ddr4Checker, clk_ns: float = dram.CTRL_CLK_NS) -> None:
+        self.ctrl = ctrl
+        self.clk = clk
+        self.checker = checker
+        self.clk_ns = clk_ns
+        self.task = None
+
+    @classmethod
+    def for_card(cls, dut) -> Ddr4Monitor:
+        """The monitor of card_top's DRAM controller (product timings)."""
+        ctrl = dut.dram
+        ck = Ddr4Checker(dram.DEFAULT_TIMING, int(ctrl.REF_POSTPONE_MAX.value))
+        return cls(ctrl, dut.clk, ck)
+
+    def start(self) -> Ddr4Monitor:
+        """Start checking (call right after reset: trace cycle 0 is the first cycle out of it)."""
+        self.task = cocotb.start_soon(self._run())
+        return self
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            self.task = None
+
+    def finish(self) -> None:
+        """End-of-test check of the refresh debt and distance."""
+        self.checker.finish(int(self.ctrl.trace_cycle.value))
+
+    async def _run(self) -> None:
+        c = self.ctrl
+        ck = self.checker
+        rv, cv, rd = c.trace_row_valid, c.trace_col_valid, c.s_axi_rvalid
+        while True:
+            await FallingEdge(self.clk)
+            t = int(c.trace_cycle.value)
+            busy = False
+            if int(rv.value):
+                busy = True
+                ck.command(t, int(c.trace_row_cmd.value), int(c.trace_row_bg.value),
+                           int(c.trace_row_ba.value), int(c.trace_row_row.value))
+            if int(cv.value):
+                busy = True
+                ck.command(t, int(c.trace_col_cmd.value), int(c.trace_col_bg.value),
+                           int(c.trace_col_ba.value), int(c.trace_col_row.value),
+                           int(c.trace_col_col.value))
+            if int(rd.value):
+                busy = True
+                if int(c.s_axi_rready.value) and int(c.s_axi_rresp.value) == 0:
+                    ck.read_data(t + 1)
+            if busy:
+                continue
+            ck.at(t)
+            # nothing presented: sleep until something is, or the next REF is due
+            wait = max(1, ck.refresh_deadline() - t + 1)
+            await First(RisingEdge(rv), RisingEdge(cv), RisingEdge(rd),
+                        Timer(wait * self.clk_ns, unit="ns"))
