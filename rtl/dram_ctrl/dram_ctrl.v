@@ -633,6 +633,8 @@ wire [LINE_BITS-1:0] rd_line_addr = rd_addr_reg[LINE_SHIFT +: LINE_BITS];
 wire [LINE_BITS-1:0] wr_line_addr = wr_addr_reg[LINE_SHIFT +: LINE_BITS];
 wire col_rd = col_issue && !col_wr;
 wire col_rd_ok = col_rd && rq_ok[col_ridx];
+wire rd_from_wq;                                  // this RD's line has a queued write (observed
+                                                  // by the bench: reads served from the queue)
 
 always @* begin
     have_rfree = 1'b0;
@@ -698,6 +700,7 @@ assign s_axi_bvalid = bf_count != 0;
 assign s_axi_bid = bf_id[bf_rp];
 assign s_axi_bresp = bf_resp[bf_rp];
 
+assign rd_from_wq = col_rd_ok && fwd;
 wire r_pop = s_axi_rvalid && s_axi_rready;
 wire b_pop = s_axi_bvalid && s_axi_bready;
 wire b_push = w_take && w_last;
@@ -904,7 +907,7 @@ always @(posedge clk) begin
     end
     pipe_last <= {pipe_last[T_CL-2:0], rq_last[col_ridx]};
     pipe_data[0] <= rq_ok[col_ridx] ? mem[rq_line[col_ridx]] : {DATA_WIDTH{1'b0}};
-    if (col_rd_ok && fwd)
+    if (rd_from_wq)
         for (sk = 0; sk < LINE_BYTES; sk = sk + 1)
             if (wq_strb[fwd_idx][sk])
                 pipe_data[0][sk*8 +: 8] <= wq_data[fwd_idx][sk*8 +: 8];

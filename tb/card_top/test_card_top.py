@@ -24,6 +24,7 @@ from pyhost.rtl_card import RtlCard
 from tb.card import driver_program
 from tb.common.clocking import reset, start_clock
 from tb.common.host_memory_axi import HostMemoryConfig, HostPortMonitor
+from tb.dram_ctrl.monitor import Ddr4Monitor
 
 MEMORY = {
     "inorder": HostMemoryConfig(read_latency=8, ar_pause=[0, 0, 1], r_pause=[0, 1, 0, 0, 1],
@@ -56,7 +57,8 @@ class LiveLimits(HostPortMonitor):
 
 
 class TB:
-    """Clock, reset, the RTL card backend and the host-port monitor."""
+    """Clock, reset, the RTL card backend, the host-port monitor and the DDR4 timing monitor on
+    the card memory (every DRAM command of every card test is checked)."""
 
     def __init__(self, dut) -> None:
         self.dut = dut
@@ -64,10 +66,12 @@ class TB:
         memory = MEMORY[os.environ.get("CARD_TB_MEMORY", "inorder")]
         self.card = RtlCard(dut, HostMemory(32 << 20), memory)
         self.monitor = LiveLimits(self.card.memory, dut)
+        self.ddr4 = Ddr4Monitor.for_card(dut)
         logging.getLogger("cocotb.card_top.s_axil").setLevel(logging.WARNING)
 
     async def reset(self) -> None:
         await reset(self.dut)
+        self.ddr4.start()
 
     async def host(self, fn, *args, **kwargs):
         """Run blocking host code ``fn(driver, ...)`` against the RTL card."""
@@ -93,6 +97,9 @@ async def test_driver_program(dut, check: str) -> None:
         f"{tb.card.memory.undefined_writes} host write beats carried undefined (X) bytes")
     assert tb.monitor.bursts["read"] > 0 or check in ("check_card_info", "check_validation"), \
         "no host traffic seen by the monitor"
+    dram_cols = tb.ddr4.checker.counts["RD"] + tb.ddr4.checker.counts["WR"]
+    assert dram_cols > 0 or check in ("check_card_info", "check_validation"), \
+        "the DDR4 monitor saw no card memory access"
     if os.environ.get("CARD_TB_MEMORY") == "ooo" and tb.card.memory.reads_served > 8:
         assert tb.card.memory.reordered > 0, "host memory never returned data out of order"
 

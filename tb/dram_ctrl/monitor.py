@@ -26,13 +26,13 @@ class Ddr4Monitor:
         self.checker = checker
         self.clk_ns = clk_ns
         self.task = None
+        #: when a list, every command is appended as (cycle, cmd, bg, ba, row, col)
+        self.log: list[tuple[int, int, int, int, int, int]] | None = None
 
     @classmethod
     def for_card(cls, dut) -> Ddr4Monitor:
         """The monitor of card_top's DRAM controller (product timings)."""
-        ctrl = dut.dram
-        ck = Ddr4Checker(dram.DEFAULT_TIMING, int(ctrl.REF_POSTPONE_MAX.value))
-        return cls(ctrl, dut.clk, ck)
+        return cls(dut.dram, dut.clk, Ddr4Checker(dram.DEFAULT_TIMING))
 
     def start(self) -> Ddr4Monitor:
         """Start checking (call right after reset: trace cycle 0 is the first cycle out of it)."""
@@ -58,13 +58,19 @@ class Ddr4Monitor:
             busy = False
             if int(rv.value):
                 busy = True
-                ck.command(t, int(c.trace_row_cmd.value), int(c.trace_row_bg.value),
-                           int(c.trace_row_ba.value), int(c.trace_row_row.value))
+                cmd = (t, int(c.trace_row_cmd.value), int(c.trace_row_bg.value),
+                       int(c.trace_row_ba.value), int(c.trace_row_row.value), 0)
+                ck.command(*cmd)
+                if self.log is not None:
+                    self.log.append(cmd)
             if int(cv.value):
                 busy = True
-                ck.command(t, int(c.trace_col_cmd.value), int(c.trace_col_bg.value),
-                           int(c.trace_col_ba.value), int(c.trace_col_row.value),
-                           int(c.trace_col_col.value))
+                cmd = (t, int(c.trace_col_cmd.value), int(c.trace_col_bg.value),
+                       int(c.trace_col_ba.value), int(c.trace_col_row.value),
+                       int(c.trace_col_col.value))
+                ck.command(*cmd)
+                if self.log is not None:
+                    self.log.append(cmd)
             if int(rd.value):
                 busy = True
                 if int(c.s_axi_rready.value) and int(c.s_axi_rresp.value) == 0:

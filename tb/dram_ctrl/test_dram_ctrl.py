@@ -15,20 +15,22 @@ import random
 
 import cocotb
 import numpy as np
-from cocotb.triggers import ClockCycles, Event
+from cocotb.triggers import ClockCycles, Event, FallingEdge, Timer
 from cocotbext.axi import AxiBurstType, AxiBus, AxiMaster, AxiResp
 
 from pyhost.spec import dram
 from tb.common.clocking import reset, start_clock
 from tb.dram_ctrl.ddr4_checker import Ddr4Checker
 from tb.dram_ctrl.monitor import Ddr4Monitor
+from tb.dram_ctrl.traffic import AxiTraffic, Pattern
 
 
 def build_params() -> dict[str, int]:
     """The dram_ctrl parameters of this build (defaults where the build did not set one)."""
     raw = json.loads(os.environ.get("DRAM_TB_PARAMS", "{}"))
     params: dict[str, int] = {"DATA_WIDTH": 512, "ID_WIDTH": 8, "MEM_SIZE": 1 << 30,
-                              "REF_POSTPONE_MAX": dram.REF_POSTPONE_MAX}
+                              "REF_POSTPONE_MAX": dram.REF_POSTPONE_MAX,
+                              "ADDR_HASH": dram.ADDR_HASH}
     params.update(dram.DEFAULT_TIMING.parameters())
     params.update({k: int(v) for k, v in raw.items()})
     return params
@@ -65,6 +67,8 @@ class TB:
         if master:
             self.axi = AxiMaster(AxiBus.from_prefix(dut, "s_axi"), dut.clk, dut.rst)
             logging.getLogger("cocotb.dram_ctrl.s_axi").setLevel(logging.WARNING)
+        else:   # the lean generator; it idles the ports at once (before reset)
+            self.traffic = AxiTraffic(dut, seed=self.rng.getrandbits(32))
 
     async def reset(self) -> None:
         await reset(self.dut, hold=5, settle=1)
@@ -130,6 +134,29 @@ class TB:
                 await self.write(addr, data, awid=ident, size=size)
             else:
                 await self.check_read(addr, length, arid=ident, size=size)
+
+    async def reader(self, base: int, span: int, stop: Event, ident: int) -> int:
+        """Random checked reads of 1-4 lines inside [base, base+span) until ``stop``."""
+        rng = random.Random(self.rng.getrandbits(32))
+        n = 0
+        while not stop.is_set():
+            length = rng.randint(1, 4) * self.line
+            addr = base + rng.randrange(0, span - length + 1, self.line)
+            await self.check_read(addr, length, arid=ident)
+            n += 1
+        return n
+
+    async def count(self, names: tuple[str, ...], out: dict[str, int], stop: Event) -> None:
+        """Count the cycles each of the DUT's 1-bit signals ``names`` is high, until ``stop``."""
+        sigs = [getattr(self.dut, n) for n in names]
+        while not stop.is_set():
+            await FallingEdge(self.dut.clk)
+            for n, sg in zip(names, sigs, strict=True):
+                out[n] += int(sg.value)
+
+    async def wait_cycles(self, n: int) -> None:
+        """Let ``n`` cycles pass without a Python callback per cycle."""
+        await Timer(n * dram.CTRL_CLK_NS, unit="ns")
 
     async def finish(self) -> None:
         await ClockCycles(self.dut.clk, 4 * self.timing.CL + 20)
@@ -330,3 +357,117 @@ async def test_sequential_row_hits(dut) -> None:
     assert reads == n // tb.line, f"stat_rd counted {reads} bursts, expected {n // tb.line}"
     assert hits >= reads - 8, f"sequential read: {hits} row hits of {reads}"
     await tb.finish()
+
+
+@cocotb.test(timeout_time=2000, timeout_unit="us")
+@cocotb.parametrize(backpressure=[False, True])
+async def test_mixed_queued_writes(dut, backpressure: bool) -> None:
+    """Random reads and writes (lengths, offsets, sizes, IDs) over a few lines while a stream
+    of reads elsewhere keeps the write queue from draining: reads of lines whose writes are
+    still queued, beats merging into queued lines, partial and narrow writes; every byte
+    checked, every DRAM command timed."""
+    tb = TB(dut)
+    await tb.reset()
+    ln = tb.line
+    far = tb.mem_size // 2
+    far_span = min(tb.mem_size // 4, 64 * ln)
+    await tb.write(far, tb.rng.randbytes(far_span))
+    tb.set_backpressure(backpressure)
+    stop = Event()
+    seen = {"rd_from_wq": 0, "w_merge": 0}
+    probe = cocotb.start_soon(tb.count(tuple(seen), seen, stop))
+    readers = [cocotb.start_soon(tb.reader(far, far_span, stop, 3)) for _ in range(2)]
+    span = 32 * ln
+    workers = [cocotb.start_soon(tb.worker(w * 4 * span, span, 16 * _scale(), 4 * ln))
+               for w in range(3)]
+    await cocotb.triggers.gather(*workers)
+    stop.set()
+    reads = await cocotb.triggers.gather(*readers)
+    await probe
+    for w in range(3):
+        await tb.check_read(w * 4 * span, span)
+    await tb.finish()
+    assert sum(reads) > 0, "the background readers never read"
+    assert seen["rd_from_wq"] > 0, "no read found its line's write still queued"
+    assert seen["w_merge"] > 0, "no write beat merged into a queued line"
+    issued = tb.checker.counts
+    assert issued["WR"] == tb.stat("wr") and issued["RD"] == tb.stat("rd"), (
+        f"trace {issued} disagrees with stat_rd/stat_wr")
+
+
+@cocotb.test(timeout_time=400, timeout_unit="us")
+async def test_address_mapping(dut) -> None:
+    """Every RD lands on the bank group, bank, row and column that pyhost.spec.dram's
+    DramGeometry gives for its address (with or without ADDR_HASH, as the build has it)."""
+    tb = TB(dut)
+    await tb.reset()
+    ln = tb.line
+    geom = dram.DramGeometry(tb.mem_size, ln, bool(tb.params["ADDR_HASH"]))
+    row = ln << (dram.BG_BITS + dram.COL_BITS + dram.BA_BITS)
+    addrs = [0, ln, 2 * ln, 3 * ln, 4 * ln, 4 * ln * 128, 4 * ln * 128 * 3]
+    addrs += [r * row + o for r in (1, 2, 3, 5, 6, 9, 12, 16, 31) for o in (0, 7 * ln)
+              if r * row + o < tb.mem_size]
+    addrs += [tb.rng.randrange(tb.mem_size // ln) * ln for _ in range(24)]
+    log: list = []
+    tb.monitor.log = log
+    for a in addrs:
+        log.clear()
+        res = await tb.axi.read(a, ln)
+        assert res.resp == AxiResp.OKAY
+        rds = [c for c in log if c[1] == dram.CMD_RD]
+        assert len(rds) == 1, f"read 0x{a:x}: {len(rds)} RD commands"
+        bg, ba, r, col = geom.decode(a)
+        assert rds[0][2:] == (bg, ba, r, col), (
+            f"read 0x{a:x}: RD at bg {rds[0][2]} ba {rds[0][3]} row {rds[0][4]} col "
+            f"{rds[0][5]}, the spec maps it to bg {bg} ba {ba} row {r} col {col}")
+    await tb.finish()
+
+
+def _saturate(tb: TB, cycles: int, copy: bool) -> Pattern:
+    """Traffic that keeps the controller busy for ``cycles``: sequential reads, or a chunked
+    copy (reads and writes, the write queue draining in batches)."""
+    span = min(tb.mem_size // 4, 64 << 10)
+    if copy:
+        return Pattern("copy", 0.5, True, span=span, copy_dst=tb.mem_size // 2,
+                       chunk=min(4096, 256 * tb.line), in_flight=4, warmup=cycles)
+    return Pattern("reads", 1.0, True, span=span, warmup=1, cycles=cycles)
+
+
+@cocotb.test(timeout_time=4000, timeout_unit="us")
+async def test_refresh_idle_then_saturate(dut) -> None:
+    """Idle until the first REF (paid as soon as it is due), then saturating reads: refresh is
+    postponed, but the next REF comes at most (REF_POSTPONE_MAX + 1) x tREFI after the idle
+    one, and so on (the checker measures every REF-to-REF distance)."""
+    tb = TB(dut, master=False)
+    await tb.reset()
+    t = tb.timing
+    await tb.wait_cycles(t.REFI + t.RFC)
+    assert tb.stat("refresh") == 1, f"idle controller: {tb.stat('refresh')} REFs after one tREFI"
+    ck = tb.checker
+    idle_ref = ck.prev_ref
+    await tb.traffic.run(
+        _saturate(tb, ck.ref_gap_limit + 2 * t.REFI, copy=False))
+    await tb.finish()
+    assert ck.refs >= 3, f"only {ck.refs} REFs"
+    assert ck.max_ref_gap <= ck.ref_gap_limit
+    assert ck.max_ref_gap > ck.ref_gap_limit - t.REFI, (
+        f"REF-to-REF at most {ck.max_ref_gap} cycles: refresh was not postponed under load")
+    assert idle_ref < t.REFI + 2 * t.RFC
+
+
+@cocotb.test(timeout_time=4000, timeout_unit="us")
+async def test_refresh_saturated_from_reset(dut) -> None:
+    """Saturating reads and writes from reset on: the first REF comes at most
+    (REF_POSTPONE_MAX + 1) x tREFI after reset, each later one at most that after the one
+    before, and the refresh debt stays within the limit."""
+    tb = TB(dut, master=False)
+    await tb.reset()
+    t = tb.timing
+    ck = tb.checker
+    st = await tb.traffic.run(
+        _saturate(tb, ck.ref_gap_limit + 2 * t.REFI, copy=True))
+    await tb.finish()
+    assert st.read_beats and st.write_beats, "the copy did not run"
+    assert ck.refs >= 3, f"only {ck.refs} REFs"
+    assert ck.max_ref_gap > ck.ref_gap_limit - t.REFI, (
+        f"REF-to-REF at most {ck.max_ref_gap} cycles: refresh was not postponed under load")

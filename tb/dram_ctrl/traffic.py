@@ -339,6 +339,9 @@ class AxiTraffic:
                 w_left -= 1
             if int(s["rvalid"].value):
                 ident = int(s["rid"].value)
+                if ident not in rd_left:
+                    raise AssertionError(f"{p.name}: read data for ID {ident}, which has no "
+                                         "read outstanding")
                 rd_left[ident] -= 1
                 if rd_left[ident] == 0:
                     k = rd_chunk.pop(ident)

@@ -1,8 +1,9 @@
 """RTL regression for dram_ctrl: the cocotb bench on each simulator and configuration.
 
 Configurations: DDR4-3200 defaults on a 1 MiB memory; a stress build with stretched timings, a
-128-bit bus and tiny queues (catches off-by-one errors in every timing counter and in the
-credit logic); a build with a short refresh interval so refresh lands inside traffic; and the
+128-bit bus, tiny queues (a 4-line write queue) and the plain bank-row-column address map
+(catches off-by-one errors in every timing counter, in the credit logic and in the write-queue
+watermarks); a build with a short refresh interval so refresh lands inside traffic; and the
 product default (1 GiB) under Verilator.
 """
 
@@ -20,6 +21,7 @@ CONFIGS: dict[str, dict[str, object]] = {
     "ddr4": {"MEM_SIZE": MIB},
     "stretched": {
         "MEM_SIZE": MIB // 2, "DATA_WIDTH": 128, "ID_WIDTH": 4, "QUEUE_DEPTH": 8,
+        "WQ_DEPTH": 4, "WQ_HIGH": 3, "WQ_LOW": 1, "ADDR_HASH": 0,
         "RESP_DEPTH": 4, "B_DEPTH": 2,
         "T_CL": 9, "T_CWL": 5, "T_RCD": 7, "T_RP": 8, "T_RAS": 17, "T_RC": 25, "T_WR": 5,
         "T_RTP": 4, "T_CCD_S": 2, "T_CCD_L": 4, "T_RRD_S": 3, "T_RRD_L": 5, "T_FAW": 20,
@@ -34,8 +36,10 @@ TESTS: dict[str, list[str] | None] = {
     "ddr4": None,
     "stretched": ["test_random_traffic", "test_out_of_range_decerr", "test_wrap_fixed_and_illegal",
                   "test_same_id_ordering", "test_refresh_during_traffic",
-                  "test_long_response_stall"],
-    "refresh": ["test_refresh_during_traffic", "test_random_traffic"],
+                  "test_long_response_stall", "test_mixed_queued_writes", "test_address_mapping",
+                  "test_refresh_idle_then_saturate", "test_refresh_saturated_from_reset"],
+    "refresh": ["test_refresh_during_traffic", "test_random_traffic", "test_mixed_queued_writes",
+                "test_refresh_idle_then_saturate", "test_refresh_saturated_from_reset"],
 }
 
 
