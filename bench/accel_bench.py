@@ -2,7 +2,7 @@
 
 ``python -m bench accel`` runs two layers on card_top (16 MiB card memory) under Verilator:
 a 256 x 256 x 256 int8 GEMM and a 3 x 3, 64 -> 64 channel convolution on 56 x 56, both generated
-by pyhost.accel.kernels with random quantizer parameters.
+by compiler.plugins.accel.kernels with random quantizer parameters.
 
 - Co-simulation (bench/accel_cosim.py): the real host software, PcieDriver on RtlCard under
   cocotb, uploads program, constants and input by DMA, binds the slots, starts, waits for the
@@ -10,7 +10,7 @@ by pyhost.accel.kernels with random quantizer parameters.
   ACC_MACS / (N*N*ACC_CYCLES). The speed is simulated cycles per wall second from the START
   write to the interrupt, measured on the cocotb side, with the Python wakeups in that window
   counted (every GPI trigger that entered Python). It runs on two Verilator builds of card_top:
-  `lean` (tb/common/runner.py's ``public=[], cxx_opt="-O3"``: no --public-flat-rw, only
+  `lean` (tb/common/simulator.py's ``public=[], cxx_opt="-O3"``: no --public-flat-rw, only
   card_top's own ports and signals public, C++ at -O3; the benchmark's figure) and `full`
   (cocotb's default: every signal public, verilated.mk's -Os).
 - C++ harness (tb/accel/harness/accel_harness.cpp): the same card_top RTL, Verilator version and
@@ -47,18 +47,19 @@ from typing import Any
 
 import numpy as np
 
-from compiler.quantize.kernels import qconv, qgemm
-from pyhost.accel import kernels as K
-from pyhost.accel import layout
-from pyhost.accel.model import AccelConfig, AccelModel
-from pyhost.accel.randprog import random_conv_quant, random_gemm_quant
+from compiler.plugins.accel import kernels as K
+from compiler.quantize.reference import qconv, qgemm
+from pyhost.accel import layout, timing
+from pyhost.accel.model import AccelModel
 from pyhost.spec import dram, isa, regs
-from tb.common import runner
+from pyhost.spec.accel import AccelConfig
+from tb.accel.randprog import random_conv_quant, random_gemm_quant
+from tb.common import simulator
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 #: Job directories (memory images, register scripts, outputs of both simulations).
-WORK = runner.BUILD_ROOT / "accel_bench"
+WORK = simulator.BUILD_ROOT / "accel_bench"
 HARNESS_CPP = ROOT / "tb" / "accel" / "harness" / "accel_harness.cpp"
 CARD_MEM = 16 << 20
 PARAMS = {"MEM_SIZE": f"64'd{CARD_MEM}"}
@@ -172,7 +173,7 @@ def make_job(layer: Layer, seed: int = SEED) -> dict[str, Any]:
         "regions": regions, "slots": slots, "insn_base": PROG_ADDR, "insn_count": count,
         "tiling": {k: v for k, v in kern.tiling.items() if isinstance(v, int | bool | str)},
         "layer_macs": layer_macs, "model_counters": res.counters,
-        "estimate_cycles": K.estimate(K.join([kern]), CFG).cycles,
+        "estimate_cycles": timing.estimate(K.join([kern]), CFG).cycles,
         "max_cycles": MAX_CYCLES, "n2": n2,
     }
     d = WORK / layer.name
@@ -221,20 +222,20 @@ def harness_script(job: dict[str, Any], dump: str) -> str:
 #: The Verilator builds of card_top, each run by cocotb and by a C++ harness with its flags:
 #: `lean` (no --public-flat-rw, -O3; the benchmark's figure) and `full` (cocotb's default).
 BUILDS = ("lean", "full")
-#: runner.build's ``public`` (None: every signal public) and ``cxx_opt`` of each build.
+#: simulator.build's ``public`` (None: every signal public) and ``cxx_opt`` of each build.
 BUILD_OPTS: dict[str, dict[str, Any]] = {"lean": {"public": [], "cxx_opt": "-O3"},
                                          "full": {"public": None, "cxx_opt": None}}
 
 
-def cocotb_build(variant: str) -> runner.Build:
+def cocotb_build(variant: str) -> simulator.Build:
     """The cocotb model of one build (built once, then reused by the runner's stamp)."""
-    return runner.build("verilator", "card_top", runner.card_sources(), PARAMS,
+    return simulator.build("verilator", "card_top", simulator.card_sources(), PARAMS,
                         **BUILD_OPTS[variant])
 
 
 def cocotb_verilator_flags(variant: str = "full") -> list[str]:
     """The Verilator options of a cocotb build that shape the model (cocotb_tools.runner's
-    Verilator command plus tb/common/runner.py's arguments), without cocotb's VPI library and
+    Verilator command plus tb/common/simulator.py's arguments), without cocotb's VPI library and
     main: the C++ harness is built with exactly these. A lean build has no --public-flat-rw and
     the runner's control file instead (passed separately: its path is the build's), and its
     C++ optimization level as make variables (the runner's ``cxx_opt``)."""
@@ -242,8 +243,8 @@ def cocotb_verilator_flags(variant: str = "full") -> list[str]:
         raise ValueError(f"build {variant!r}: expected one of {BUILDS}")
     opt = BUILD_OPTS[variant]["cxx_opt"]
     return ["--vpi", *(["--public-flat-rw"] if BUILD_OPTS[variant]["public"] is None else []),
-            "--prefix", "Vtop", str(runner.RTL / "lint.vlt"), "--timescale", "1ns/1ps",
-            f"-I{runner.INCLUDE}", *[f"-G{k}={v}" for k, v in PARAMS.items()],
+            "--prefix", "Vtop", str(simulator.RTL / "lint.vlt"), "--timescale", "1ns/1ps",
+            f"-I{simulator.INCLUDE}", *[f"-G{k}={v}" for k, v in PARAMS.items()],
             *(["-MAKEFLAGS", f"OPT_FAST={opt} OPT_GLOBAL={opt}"] if opt else [])]
 
 
@@ -268,24 +269,24 @@ HARNESS_VARIANTS = BUILDS
 def build_harness(variant: str = "full") -> Harness:
     """Build (or reuse) the C++ harness with `verilator --cc --exe --build` into
     sim_build/verilator/accel_harness[-lean]; a stamp of the sources, flags and Verilator
-    version decides, like tb/common/runner.py."""
+    version decides, like tb/common/simulator.py."""
     if variant not in HARNESS_VARIANTS:
         raise ValueError(f"harness variant {variant!r}: expected one of {HARNESS_VARIANTS}")
-    sources = runner.card_sources()
+    sources = simulator.card_sources()
     name = "accel_harness" + ("" if variant == "full" else f"-{variant}")
-    bdir = runner.BUILD_ROOT / "verilator" / name
+    bdir = simulator.BUILD_ROOT / "verilator" / name
     flags = cocotb_verilator_flags(variant)
     extra: dict[str, str] = {}
     if variant == "lean":
         module, var = "dram_ctrl", DRAM_ARRAY.rsplit(".", 1)[1]
-        extra[runner.PUBLIC_VLT] = runner.lean_control(
-            "card_top", sources, PARAMS, [f"{module}:{var}:rw"], [str(runner.RTL / "lint.vlt")])
-        flags.append(str(bdir / runner.PUBLIC_VLT))
+        extra[simulator.PUBLIC_VLT] = simulator.lean_control(
+            "card_top", sources, PARAMS, [f"{module}:{var}:rw"], [str(simulator.RTL / "lint.vlt")])
+        flags.append(str(bdir / simulator.PUBLIC_VLT))
     h = hashlib.sha1(json.dumps([flags, extra]).encode())
     h.update(subprocess.run(["verilator", "--version"], capture_output=True,
                             text=True).stdout.encode())
-    for src in [*sources, HARNESS_CPP, *sorted(runner.INCLUDE.glob("*.vh")),
-                *sorted(runner.RTL.glob("*.vlt"))]:
+    for src in [*sources, HARNESS_CPP, *sorted(simulator.INCLUDE.glob("*.vh")),
+                *sorted(simulator.RTL.glob("*.vlt"))]:
         h.update(str(src).encode())
         h.update(src.read_bytes())
     stamp = h.hexdigest()
@@ -401,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     for la in layers:     # one simulator process per layer: each starts with zeroed memory
         for v, b in builds.items():
             (WORK / la.name / f"cosim-{v}.json").unlink(missing_ok=True)
-            runner.test(b, "bench.accel_cosim", testcase=f"bench_{la.name}",
+            simulator.test(b, "bench.accel_cosim", testcase=f"bench_{la.name}",
                         run_name=f"accel_bench_{la.name}",
                         extra_env={"ACCEL_BENCH_WORK": str(WORK), "ACCEL_BENCH_BUILD": v,
                                    "COCOTB_LOG_LEVEL": "WARNING"})
@@ -453,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "accel", "seed": SEED, "card_mem": CARD_MEM, "accel": vars(CFG),
         "verilator": _verilator_version(),
         "verilator_flags": {**{f"cocotb_{v}": cocotb_verilator_flags(v)
-                               + ([str(b.build_dir / runner.PUBLIC_VLT)] if v == "lean" else [])
+                               + ([str(b.build_dir / simulator.PUBLIC_VLT)] if v == "lean" else [])
                                for v, b in builds.items()},
                             **{f"harness_{v}": list(h.flags) for v, h in harnesses.items()}},
         "cxx_compile": {**{f"cocotb_{v}": compile_command(b.build_dir)

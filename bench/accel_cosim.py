@@ -30,9 +30,9 @@ from cocotb.utils import get_sim_time
 
 from pyhost.backend import HostMemory
 from pyhost.driver import PcieDriver
-from pyhost.rtl_card import RtlCard
 from pyhost.spec import dram, regs
 from tb.common.clocking import reset, start_clock
+from tb.common.rtl_card import RtlCard
 
 CLK_PS = round(dram.CTRL_CLK_NS * 1000)
 #: Simulated-time bound on the interrupt wait (a hung accelerator fails the test, not hangs it).

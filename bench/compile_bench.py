@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 
 from compiler import __version__
-from compiler.driver import compile_file
+from compiler.pipeline import compile_file
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"

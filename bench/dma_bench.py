@@ -1,7 +1,7 @@
 """DMA benchmark: host-to-card and card-to-host throughput, co-simulation speed, small transfers.
 
 ``python -m bench dma`` builds card_top (64 MiB card memory) under Verilator, a lean -O3 build
-(see tb/common/runner.py: the bench uses only card_top's ports), and runs the real driver on it
+(see tb/common/simulator.py: the bench uses only card_top's ports), and runs the real driver on it
 through RtlCard, with the host memory answering reads after 200 cycles (500 ns):
 - throughput for 4 KiB .. 4 MiB transfers as a fraction of the host port's peak (one 64-byte
   beat per 2.5 ns cycle, 25.6 GB/s), for one transfer on its own (doorbell to interrupt, so
@@ -32,11 +32,11 @@ from cocotb.task import bridge
 
 from pyhost.backend import HostMemory
 from pyhost.driver import PcieDriver
-from pyhost.rtl_card import RtlCard
 from pyhost.spec import dram
-from tb.common import runner
+from tb.common import simulator
 from tb.common.clocking import reset, start_clock
 from tb.common.host_memory_axi import HostMemoryConfig
+from tb.common.rtl_card import RtlCard
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -196,9 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     raw = RESULTS / "dma.raw.json"
     raw.unlink(missing_ok=True)
     # lean build: the bench drives and reads only card_top's ports
-    b = runner.build("verilator", "card_top", runner.card_sources(),
+    b = simulator.build("verilator", "card_top", simulator.card_sources(),
                      {"MEM_SIZE": f"64'd{CARD_MEM}"}, public=[], cxx_opt="-O3")
-    runner.test(b, "bench.dma_bench", run_name="bench",
+    simulator.test(b, "bench.dma_bench", run_name="bench",
                 extra_env={"BENCH_OUT": str(raw), "COCOTB_LOG_LEVEL": "WARNING"})
     r = json.loads(raw.read_text())
     missed = []

@@ -34,7 +34,7 @@ from pathlib import Path
 import cocotb
 
 from pyhost.spec import dram
-from tb.common import runner
+from tb.common import simulator
 from tb.common.clocking import reset, start_clock
 from tb.dram_ctrl.traffic import AxiTraffic, Pattern
 
@@ -148,8 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     raw = RESULTS / "dram.raw.json"
     raw.unlink(missing_ok=True)
-    b = runner.build("verilator", "dram_ctrl", runner.rtl_sources("dram_ctrl"))
-    runner.test(b, "bench.dram_bench", run_name="bench",
+    b = simulator.build("verilator", "dram_ctrl", simulator.rtl_sources("dram_ctrl"))
+    simulator.test(b, "bench.dram_bench", run_name="bench",
                 extra_env={"BENCH_OUT": str(raw), "BENCH_PATTERNS": args.patterns,
                            "COCOTB_LOG_LEVEL": "WARNING"})
     rows = json.loads(raw.read_text())

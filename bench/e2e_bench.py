@@ -8,7 +8,7 @@ time on both simulators.
   seeded random input image. References: onnxruntime in fp32, and the same compiled model on
   the functional card (``ModelCard``, 64 MiB, the same runtime and memory manager).
 - The RTL run: card_top (64 MiB card memory) under Verilator, a lean -O3 build
-  (tb/common/runner.py ``public=[], cxx_opt="-O3"``: the runtime touches only card_top's
+  (tb/common/simulator.py ``public=[], cxx_opt="-O3"``: the runtime touches only card_top's
   ports), host memory answering reads after
   500 ns; the cocotb test ``e2e_resnet50`` below runs ``CardExecutor`` + ``CardSession`` on
   ``PcieDriver(RtlCard(dut))`` in a ``cocotb.task.bridge`` thread, with the memory manager's
@@ -47,13 +47,13 @@ from typing import Any
 import cocotb
 import numpy as np
 
-from tb.common import runner
+from tb.common import simulator
 from tb.demo import run_with_progress
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 #: Model, inputs, traces and the RTL run's outputs.
-WORK = runner.BUILD_ROOT / "e2e_bench"
+WORK = simulator.BUILD_ROOT / "e2e_bench"
 MODEL = "resnet50"
 OPTIONS: dict[str, Any] = {"plugin": "accel", "quantize": {"samples": 1, "seed": 0}}
 CARD_MEM = 64 << 20
@@ -137,7 +137,7 @@ def _install_trigger_timer() -> None:
 
 def _profiled_card(dut: Any, **kw: Any) -> Any:
     """An RtlCard whose blocking calls (each a ``resume`` into the simulation) are timed."""
-    from pyhost.rtl_card import RtlCard
+    from tb.common.rtl_card import RtlCard
 
     class ProfiledCard(RtlCard):
         def _timed(self, fn: Callable[..., Any], *a: Any) -> Any:
@@ -285,8 +285,8 @@ def prepare() -> dict[str, Any]:
     from onnx import helper
 
     from compiler import xmodel, zoo
-    from compiler.driver import compile_model
-    from compiler.runtime.card import AccelImage, CardExecutor, CardSession
+    from compiler.pipeline import compile_model
+    from compiler.runtime.card import CardExecutor, CardSession, accel_image
     from pyhost.driver import PcieDriver
     from pyhost.model_card import ModelCard
 
@@ -300,7 +300,7 @@ def prepare() -> dict[str, Any]:
     compile_s = time.perf_counter() - t0
     xmodel.save(graph, WORK / "model.xmodel")
     subs = graph.root_subgraph.children_topological_sort()
-    images = [AccelImage.from_subgraph(s) for s in subs if s.get_attr("device") == "ACCEL"]
+    images = [accel_image(s) for s in subs if s.get_attr("device") == "ACCEL"]
     name = graph.inputs[0].name
     x = np.random.default_rng(INPUT_SEED).standard_normal(
         tuple(graph.inputs[0].output.shape)).astype(np.float32)
@@ -333,7 +333,7 @@ def run_rtl(work: Path = WORK) -> tuple[dict[str, Any], dict[str, np.ndarray], f
     """Build (or reuse) the lean card_top and run e2e_resnet50 on work/model.xmodel and
     work/inputs.npz; (result, outputs, build wall, RTL run wall, run directory)."""
     t0 = time.perf_counter()
-    b = runner.build("verilator", "card_top", runner.card_sources(), PARAMS, public=[],
+    b = simulator.build("verilator", "card_top", simulator.card_sources(), PARAMS, public=[],
                      cxx_opt="-O3")
     build_s = time.perf_counter() - t0
     files = {k: work / f"rtl_{k}" for k in ("out.json", "outputs.npz", "memtrace.jsonl",
@@ -427,12 +427,12 @@ def run_demos(sims: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for sim in sims:
         opts = DemoOptions(sim=sim, waves=False, quiet=True, out=WORK / f"demo-{sim}")
-        if not runner.simulator_available(sim):
+        if not simulator.simulator_available(sim):
             out[sim] = {"skipped": f"{sim} is not installed"}
             continue
         # the build first (cached after one run), so the timed run is the demo's own work
         t0 = time.perf_counter()
-        b = runner.build(sim, "card_top", runner.card_sources(),
+        b = simulator.build(sim, "card_top", simulator.card_sources(),
                          {"MEM_SIZE": f"64'd{opts.card_mem}"}, waves=False)
         build_s = time.perf_counter() - t0
         t0, t_wall0 = time.perf_counter(), time.time()

@@ -16,10 +16,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.memory_traces import many_small_trace, onnx_trace
+from compiler.zoo import LIGHT
 from pyhost.memory import DEFAULT_POLICY, MemoryManager
 from pyhost.memory.bound import lower_bound
-from pyhost.memory.trace import Trace, replay
-from pyhost.memory.traces import LIGHT_MODELS, many_small_trace, onnx_trace
+from pyhost.memory.trace import Trace
+from tb.memory.replay import replay
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -81,7 +83,7 @@ def run_policy(tr: Trace, cap: int, policy: str, schedule: bool,
 
 def cases(quick: bool) -> list[Case]:
     out = []
-    models = LIGHT_MODELS[:3] if quick else LIGHT_MODELS
+    models = LIGHT[:3] if quick else LIGHT
     for name in models:
         for training, batch in ((False, INFER_BATCH), (True, TRAIN_BATCH)):
             tr = onnx_trace(name, batch=batch, training=training)

@@ -2,8 +2,8 @@
 
 Flow: :func:`compiler.frontend.import_onnx` -> passes (:mod:`compiler.passes`) -> optional int8
 quantization (:mod:`compiler.quantize`) -> plugins then the CPU target
-(:mod:`compiler.plugin`) -> :mod:`compiler.xmodel`. :func:`compiler.driver.compile_model` runs it
-all; :mod:`compiler.runtime` executes the result.
+(:mod:`compiler.plugin_api`) -> :mod:`compiler.xmodel`. :func:`compiler.pipeline.compile_model`
+runs it all; :mod:`compiler.runtime` executes the result.
 """
 
 __version__ = "0.1.0"

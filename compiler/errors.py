@@ -62,3 +62,16 @@ class XmodelError(CompilerError):
 
 class RunnerError(CompilerError):
     """A compiled model cannot be executed (missing runner, bad inputs, failing subgraph)."""
+
+
+class UntrustedRunnerError(RunnerError):
+    """A model names a runner that is neither built in nor installed, and was not trusted."""
+
+
+class CalibrationFileError(OptionsError, QuantizationError):
+    """The calibration file the options name cannot be used (missing arrays, wrong shapes,
+    non-finite samples, not an .npz): an options error, found when calibration reads it."""
+
+
+class InputShapesError(OptionsError, FrontendError):
+    """The ``input_shapes`` option names inputs the model does not have."""

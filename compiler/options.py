@@ -15,7 +15,7 @@ from typing import Any
 
 from compiler.errors import OptionsError, PassError
 from compiler.passes import check_switches
-from compiler.plugin.loader import plugin_names
+from compiler.plugin_api.loader import plugin_names
 
 KEYS = ("plugin", "plugins", "plugin_options", "passes", "input_shapes", "quantize", "name")
 
@@ -47,16 +47,42 @@ class QuantizeOptions:
         unknown = sorted(set(v) - names)
         if unknown:
             raise OptionsError(f'unknown "quantize" option(s) {unknown}; valid: {sorted(names)}')
-        q = cls(**dict(v))
-        if not isinstance(q.samples, int) or q.samples < 1:
-            raise OptionsError(f'"quantize.samples" must be a positive int, got {q.samples!r}')
+        d = dict(v)
+        _typed(d, "calibration", str, 'a string: "random" or a path to an .npz file')
+        _typed(d, "samples", int, "a positive integer", lo=1)
+        _typed(d, "seed", int, "an integer >= 0", lo=0)
+        _typed(d, "method", str, '"minmax" or "percentile"')
+        _typed(d, "percentile", (int, float), "a number in (50, 100]")
+        _typed(d, "symmetric_activations", bool, "true or false")
+        q = cls(**d)
         if q.method not in ("minmax", "percentile"):
             raise OptionsError(f'"quantize.method" must be "minmax" or "percentile", got '
                                f"{q.method!r}")
         if not 50.0 < float(q.percentile) <= 100.0:
             raise OptionsError(f'"quantize.percentile" must be in (50, 100], got '
                                f"{q.percentile!r}")
+        if q.calibration != "random":
+            path = Path(q.calibration)
+            if not path.is_file():
+                raise OptionsError(f'"quantize.calibration" {q.calibration!r} is not a file '
+                                   "(it does not exist); give an .npz holding one (samples, "
+                                   '*shape) array per model input, or "random"')
         return q
+
+
+def _typed(d: Mapping[str, Any], key: str, kind: type | tuple[type, ...], expected: str,
+           lo: int | None = None) -> None:
+    """OptionsError unless ``d[key]`` (if given) has the JSON type ``kind``: a bool is not a
+    number, a number is not a bool, a string is neither."""
+    if key not in d:
+        return
+    v = d[key]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    ok = isinstance(v, kinds) and (bool in kinds or not isinstance(v, bool))
+    if ok and lo is not None and v < lo:
+        ok = False
+    if not ok:
+        raise OptionsError(f'"quantize.{key}" must be {expected}, got {json.dumps(v)}')
 
 
 @dataclass(frozen=True)
@@ -91,7 +117,8 @@ class CompileOptions:
             raise OptionsError(str(e)) from None
         shapes = options.get("input_shapes", {})
         if not isinstance(shapes, Mapping) or not all(
-                isinstance(s, list) and all(isinstance(d, int) and d >= 0 for d in s)
+                isinstance(s, list) and all(isinstance(d, int) and not isinstance(d, bool)
+                                            and d >= 0 for d in s)
                 for s in shapes.values()):
             raise OptionsError('"input_shapes" must map input names to lists of non-negative '
                                'ints, e.g. {"data": [1, 3, 224, 224]}')
@@ -116,9 +143,11 @@ def _load_json(text: str) -> Any:
     if text.startswith("@"):
         path = Path(text[1:])
         try:
-            text = path.read_text()
+            text = path.read_text(encoding="utf-8")
         except OSError as e:
             raise OptionsError(f"cannot read options file {str(path)!r}: {e}") from None
+        except UnicodeDecodeError as e:
+            raise OptionsError(f"options file {str(path)!r} is not UTF-8 text ({e})") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:

@@ -14,6 +14,21 @@ PALETTE = ["#8dd3c7", "#bebada", "#fb8072", "#b3de69", "#fccde5", "#bc80bd", "#c
 UNASSIGNED = "#ffffff"
 
 
+def printable(s: object) -> str:
+    """``s`` with every control, format, surrogate or unassigned character shown as an escape
+    (``\\x1b``, ``\\u202e``): names come from model files, and a name must not move the
+    terminal's cursor, reorder a line or break the file it is written into."""
+    text = str(s)
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else _escape(ord(ch)) for ch in text)
+
+
+def _escape(code: int) -> str:
+    return f"\\x{code:02x}" if code < 0x100 else \
+        f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
 def _tensor(t: Tensor) -> dict[str, Any]:
     return {"name": t.name, "shape": None if t.shape is None else list(t.shape),
             "dtype": t.dtype}
@@ -64,25 +79,29 @@ def _short(v: Any) -> Any:
 
 
 def format_summary(s: dict[str, Any]) -> str:
-    def shp(t: dict[str, Any]) -> str:
-        return f"{t['name']} {t['dtype']}{tuple(t['shape']) if t['shape'] is not None else '?'}"
+    """The summary as text; every name from the model is shown through `printable`."""
+    p = printable
 
-    lines = [f"model {s['name']}: {s['ops']} ops, {s['weight_bytes'] / 1e6:.1f} MB of "
+    def shp(t: dict[str, Any]) -> str:
+        shape = tuple(t["shape"]) if t["shape"] is not None else "?"
+        return f"{p(t['name'])} {p(t['dtype'])}{shape}"
+
+    lines = [f"model {p(s['name'])}: {s['ops']} ops, {s['weight_bytes'] / 1e6:.1f} MB of "
              f"constants{', int8-quantized' if s['quantized'] else ''}"]
     lines += [f"  input   {shp(t)}" for t in s["inputs"]]
     lines += [f"  output  {shp(t)}" for t in s["outputs"]]
     lines.append(f"{len(s['subgraphs'])} subgraphs in execution order "
-                 f"({', '.join(f'{k}: {v}' for k, v in s['devices'].items())}):")
+                 f"({', '.join(f'{p(k)}: {v}' for k, v in s['devices'].items())}):")
     for i, sub in enumerate(s["subgraphs"]):
-        kinds = ", ".join(f"{k} x{v}" for k, v in sub["op_types"].items() if k != CONST)
-        lines.append(f"  [{i}] {sub['name']}  device={sub['device']}  runner={sub['runner']}  "
-                     f"{sub['ops']} ops ({kinds})")
+        kinds = ", ".join(f"{p(k)} x{v}" for k, v in sub["op_types"].items() if k != CONST)
+        lines.append(f"  [{i}] {p(sub['name'])}  device={p(sub['device'])}  "
+                     f"runner={p(sub['runner'])}  {sub['ops']} ops ({kinds})")
         for t in sub["inputs"]:
             lines.append(f"        in   {shp(t)}")
         for t in sub["outputs"]:
             lines.append(f"        out  {shp(t)}")
         for k, v in sub["attrs"].items():
-            lines.append(f"        attr {k} = {v}")
+            lines.append(f"        attr {p(k)} = {p(v)}")
     return "\n".join(lines)
 
 
@@ -94,8 +113,19 @@ def device_colours(devices: list[str]) -> dict[str, str]:
     return out
 
 
-def _q(s: str) -> str:
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+def _esc(s: object) -> str:
+    """Text for inside a DOT double-quoted string: shown as written (escapes included), never
+    closing the string, never a DOT escape sequence such as \\l or \\N."""
+    return printable(s).replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _q(s: object) -> str:
+    return f'"{_esc(s)}"'
+
+
+def _label(*lines: object) -> str:
+    """A quoted DOT label of several lines."""
+    return '"' + "\\n".join(_esc(x) for x in lines) + '"'
 
 
 def to_dot(graph: Graph, show_consts: bool = False) -> str:
@@ -117,10 +147,10 @@ def to_dot(graph: Graph, show_consts: bool = False) -> str:
             if op not in shown:
                 continue
             shape = op.output.shape
-            label = f"{op.name}\n{op.type}\n{list(shape) if shape is not None else '?'}"
+            label = _label(op.name, op.type, list(shape) if shape is not None else "?")
             extra = ', shape=ellipse, fillcolor="#ffffff"' if op.type == DATA else \
                 ', fillcolor="#ffffff"'
-            lines.append(f"    {_q(op.name)} [label={_q(label)}{extra}];")
+            lines.append(f"    {_q(op.name)} [label={label}{extra}];")
         lines.append("  }")
     for op in graph.topological_sort():
         if op not in shown:
@@ -129,7 +159,7 @@ def to_dot(graph: Graph, show_consts: bool = False) -> str:
             for t in ts:
                 if t.producer in shown:
                     lines.append(f"  {_q(t.producer.name)} -> {_q(op.name)} [label={_q(arg)}];")
-    legend = "\\n".join(f"{d or 'unassigned'}: {c}" for d, c in colours.items())
-    lines.append(f'  label="{legend}"; labelloc=b; fontname="Helvetica"; fontsize=9;')
+    legend = _label(*(f"{d or 'unassigned'}: {c}" for d, c in colours.items()))
+    lines.append(f'  label={legend}; labelloc=b; fontname="Helvetica"; fontsize=9;')
     lines.append("}")
     return "\n".join(lines) + "\n"

@@ -1,5 +1,6 @@
 """PcieDriver: host-to-card, card-to-host and card-to-card DMA over any CardBackend, and the
-accelerator: program upload, slot binding, start, completion and counters.
+accelerator: program upload, slot binding, start, completion and counters (those calls are
+`pyhost.accel.control.AccelControl`, which PcieDriver derives from).
 
 The driver builds scatter-gather descriptor chains in host memory it owns, rings one doorbell
 (a RUN write) per chain, waits for the interrupt and checks the channel status against the
@@ -14,17 +15,54 @@ import dataclasses
 import struct
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from numbers import Integral
 
 import numpy as np
 
-from pyhost.accel.model import AccelConfig
+from pyhost.accel.control import (
+    AccelBusyError,
+    AccelControl,
+    AccelIdleError,
+    AccelProgram,
+    AccelProgramError,
+    AccelProtocolError,
+    AccelRunError,
+    AccelRunResult,
+    AccelSlotError,
+    AccelTimeout,
+    AccelUnavailable,
+    describe_accel_status,
+)
 from pyhost.backend import CardBackend, HostBuffer, HostRangeError
-from pyhost.spec import isa, regs
-from pyhost.spec.isa import AccelError, Insn, Opcode
+from pyhost.errors import (
+    CardInfoError,
+    CardNotFound,
+    CardRangeError,
+    CardVersionError,
+    DmaProtocolError,
+    DmaTimeout,
+    DmaTransferError,
+    DriverError,
+    RegisterValueError,
+    RequestLimitError,
+    TransferSizeError,
+    cleanup_note,
+)
+from pyhost.spec import regs
+from pyhost.spec.accel import AccelConfig
 from pyhost.spec.regs import Channel, DmaError
+
+__all__ = ["DEFAULT_CHUNK_BYTES", "DEFAULT_POOL_DESCRIPTORS", "DEFAULT_TIMEOUT_S", "DESC_DTYPE",
+           "AccelBusyError", "AccelIdleError", "AccelProgram", "AccelProgramError",
+           "AccelProtocolError", "RegisterValueError",
+           "AccelRunError", "AccelRunResult", "AccelSlotError", "AccelTimeout",
+           "AccelUnavailable", "CardInfoError", "CardNotFound", "CardRangeError",
+           "CardVersionError", "DmaProtocolError", "DmaTimeout", "DmaTransferError",
+           "DriverError", "DriverStats", "HostRef", "PcieDriver", "Piece", "RawDescriptor",
+           "RequestLimitError", "TransferSizeError", "check_card_range", "check_size",
+           "describe_accel_status", "describe_status", "plan_chains", "split_transfer"]
 
 #: A host memory location: a buffer from HostMemory.alloc (its start) or a bus address.
 HostRef = HostBuffer | int
@@ -44,12 +82,7 @@ _IRQ = {f.name: f for f in regs.IRQ_FIELDS}
 _VERSION = {f.name: f for f in regs.BY_NAME["VERSION"].fields}
 _CAPS = {f.name: f for f in regs.BY_NAME["CAPS"].fields}
 _IRQ_ALL = sum(f.mask for f in regs.IRQ_FIELDS)
-_ACC_CTRL = {f.name: f for f in regs.BY_NAME["ACC_CTRL"].fields}
 _ACC_STATUS = {f.name: f for f in regs.BY_NAME["ACC_STATUS"].fields}
-_IRQ_ACCEL_DONE = _IRQ["ACCEL_DONE"].mask
-_IRQ_ACCEL_ERR = _IRQ["ACCEL_ERR"].mask
-#: The accelerator addresses card memory with 32 bits.
-_ACCEL_SPACE = 1 << 32
 
 # The descriptor image as a numpy record, derived from the spec's struct format so a whole chain
 # is built with a few vector operations instead of one struct.pack per descriptor.
@@ -58,108 +91,6 @@ DESC_DTYPE = np.dtype([
     (f.name, regs.DESC_FORMAT[0] + _NP_CODES[code])
     for f, code in zip(dataclasses.fields(regs.Descriptor), regs.DESC_FORMAT[1:], strict=True)])
 assert DESC_DTYPE.itemsize == regs.DESC_SIZE, "descriptor dtype does not match DESC_SIZE"
-
-
-# --- errors -----------------------------------------------------------------------------------
-
-class DriverError(Exception):
-    """Base class of PcieDriver errors."""
-
-
-class CardInfoError(DriverError):
-    """The card's identification registers do not describe a card this driver can drive."""
-
-
-class CardNotFound(CardInfoError):
-    """CARD_ID does not read as this card's ID (wrong device, or BAR0 not mapped)."""
-
-
-class CardVersionError(CardInfoError):
-    """The card's register map has a major version this driver does not know."""
-
-
-class TransferSizeError(DriverError, ValueError):
-    """A transfer size is not a positive integer."""
-
-
-class CardRangeError(DriverError, ValueError):
-    """A card memory range is negative or reaches beyond the card's capacity."""
-
-
-class DmaTimeout(DriverError, TimeoutError):
-    """No interrupt arrived for a chain within the driver's timeout."""
-
-    def __init__(self, message: str, channel: Channel, descriptors: int, completed: int) -> None:
-        super().__init__(message)
-        self.channel = channel
-        self.descriptors = descriptors
-        self.completed = completed
-
-
-class DmaTransferError(DriverError):
-    """A DMA chain stopped on an error (not the spec's DmaError enum, which is `code`)."""
-
-    def __init__(self, message: str, channel: Channel, descriptor: int, code: DmaError,
-                 transfer: int | None) -> None:
-        super().__init__(message)
-        self.channel = channel
-        #: Index of the failing descriptor among the descriptors of the call.
-        self.descriptor = descriptor
-        self.code = code
-        #: Index of the failing transfer in the call's transfer list (None: the write-back).
-        self.transfer = transfer
-
-
-class DmaProtocolError(DriverError):
-    """The card broke the DMA contract (status, write-back and interrupt disagree)."""
-
-
-class RequestLimitError(DriverError, ValueError):
-    """A max payload / read request size or tag count outside what the engine accepts."""
-
-
-class AccelUnavailable(DriverError):
-    """The card has no accelerator (CAPS.ACCEL = 0) or one of another ISA version."""
-
-
-class AccelProgramError(DriverError, ValueError):
-    """A program the driver will not upload: not END-terminated, misaligned, illegal."""
-
-
-class AccelSlotError(DriverError, ValueError):
-    """A slot number outside 0..15 or a slot address that is not 32 bits."""
-
-
-class AccelBusyError(DriverError):
-    """START while the accelerator still runs a program (the card would ignore it)."""
-
-
-class AccelProtocolError(DriverError):
-    """The card broke the accelerator's contract (status and interrupt disagree)."""
-
-
-class AccelTimeout(DriverError, TimeoutError):
-    """No accelerator interrupt within the timeout; the driver has aborted the program."""
-
-    def __init__(self, message: str, counters: dict[str, int]) -> None:
-        super().__init__(message)
-        #: The counters after the abort (how far the program got).
-        self.counters = counters
-
-
-class AccelRunError(DriverError):
-    """The accelerator stopped on an error: `code` (the spec's AccelError), its `name`, the
-    instruction index `pc` (ACC_ERR_PC), that instruction's text if the driver loaded the program,
-    and the counters at the stop."""
-
-    def __init__(self, message: str, code: AccelError | int, pc: int,
-                 instruction: str | None, counters: dict[str, int]) -> None:
-        super().__init__(message)
-        self.code = code
-        self.name = code.name if isinstance(code, AccelError) else f"code {code}"
-        self.pc = pc
-        self.instruction = instruction
-        self.counters = counters
 
 
 # --- value objects ----------------------------------------------------------------------------
@@ -217,37 +148,7 @@ class RawDescriptor:
 
 
 @dataclass(frozen=True)
-class AccelProgram:
-    """A program in card memory: INSN_BASE and INSN_COUNT (END included).
-
-    `accel_load_program` makes them; tests may build one by hand (any address and count) to
-    reach the card's own checks (BAD_CONFIG, NO_END). `listing` is the disassembly, one line per
-    instruction, when the driver uploaded the program (error messages quote it).
-    """
-
-    card_addr: int
-    count: int
-    listing: tuple[str, ...] = field(default=(), compare=False, repr=False)
-
-    @property
-    def nbytes(self) -> int:
-        return self.count * isa.INSN_BYTES
-
-
-@dataclass(frozen=True)
-class AccelRunResult:
-    """A program that reached END: the accelerator's counters for the run (regs.ACCEL_COUNTERS;
-    on ModelCard the cycle counters are the functional model's estimate)."""
-
-    counters: dict[str, int]
-
-    @property
-    def cycles(self) -> int:
-        return self.counters["cycles"]
-
-
-@dataclass(frozen=True)
-class _Piece:
+class Piece:
     """One descriptor of a call: what it moves and which transfer of the call it belongs to."""
 
     src: int
@@ -294,51 +195,16 @@ _HINTS = {
 }
 
 
+def _reg_name(offset: int) -> str:
+    names = [r.name for r in regs.REGISTERS if r.offset == offset]
+    return f"{names[0]} ({offset:#x})" if names else f"{offset:#x}"
+
+
 def describe_status(status: int) -> str:
     """A STATUS word in words, for messages."""
     flags = [n for n in ("BUSY", "DONE", "ERROR") if status & _STATUS[n].mask]
-    code = (status & _STATUS["ERR_CODE"].mask) >> _STATUS["ERR_CODE"].lsb
+    code = _STATUS["ERR_CODE"].get(status)
     name = DmaError(code).name if code in DmaError._value2member_map_ else f"code {code}"
-    return f"{status:#x} ({'|'.join(flags) or 'idle'}, {name})"
-
-
-_ACCEL_HINTS = {
-    AccelError.ILLEGAL_OPCODE: "opcode 0 or above END: INSN_BASE / INSN_COUNT do not match the "
-                               "program, or its memory was overwritten",
-    AccelError.ILLEGAL_FIELD: "a dependency flag the unit has no queue for, STORE from INP/WGT "
-                              "or with padding, ALU op 7, REQ with use_imm, or END with flags "
-                              "(pyhost.spec.isa.check_static)",
-    AccelError.SP_RANGE: "the instruction touches a scratchpad row beyond the depth the card "
-                         "reports (PcieDriver.accel_config)",
-    AccelError.MISALIGNED: "slot address + offset is not a multiple of the element size "
-                           "(INP N, WGT N*N, ACC 4N, ACC8 N bytes)",
-    AccelError.FETCH_BUS: "the program lies (partly) outside card memory",
-    AccelError.LOAD_BUS: "a LOAD row lies outside card memory: check the slot bindings and "
-                         "offsets",
-    AccelError.STORE_BUS: "a STORE row lies outside card memory: check the slot bindings and "
-                          "offsets",
-    AccelError.DEADLOCK: "every unit waits for a token no instruction can push, or the fetcher "
-                         "is blocked on a full queue (ERR_PC counts the instructions "
-                         "dispatched)",
-    AccelError.NO_END: "INSN_COUNT instructions ran without END",
-    AccelError.TOKEN_OVERFLOW: f"more than {isa.TOKEN_MAX} tokens pushed and not yet popped in "
-                               "one queue",
-    AccelError.ABORTED: "the program was aborted (ACC_CTRL.ABORT)",
-    AccelError.BAD_CONFIG: "INSN_BASE must be 16-byte aligned and INSN_COUNT > 0 (upload "
-                           "programs with PcieDriver.accel_load_program)",
-}
-
-
-#: Errors whose ERR_PC does not name a failing instruction.
-_PROGRAM_ERRORS = (AccelError.DEADLOCK, AccelError.TOKEN_OVERFLOW, AccelError.NO_END,
-                   AccelError.ABORTED, AccelError.BAD_CONFIG)
-
-
-def describe_accel_status(status: int) -> str:
-    """An ACC_STATUS word in words, for messages."""
-    flags = [n for n in ("BUSY", "DONE", "ERROR") if status & _ACC_STATUS[n].mask]
-    code = _field(status, _ACC_STATUS["ERR_CODE"])
-    name = AccelError(code).name if code in AccelError._value2member_map_ else f"code {code}"
     return f"{status:#x} ({'|'.join(flags) or 'idle'}, {name})"
 
 
@@ -346,13 +212,59 @@ def _irq_bits(ch: Channel) -> tuple[int, int]:
     return _IRQ[f"{ch.name}_DONE"].mask, _IRQ[f"{ch.name}_ERR"].mask
 
 
-def _field(value: int, f: regs.Field) -> int:
-    return (value & f.mask) >> f.lsb
+# --- descriptors and chains: shared with the memory manager's dry run -------------------------
+
+def check_size(size: int, i: int) -> int:
+    """A transfer size as an int; TransferSizeError unless it is a positive integer."""
+    if not isinstance(size, Integral) or isinstance(size, bool) or size <= 0:
+        raise TransferSizeError(f"transfer {i}: size {size!r} is not a positive integer; "
+                                "every transfer must move at least one byte")
+    return int(size)
+
+
+def check_card_range(addr: int, size: int, mem_size: int, i: int, what: str) -> int:
+    """A card address as an int; CardRangeError unless [addr, addr + size) is card memory."""
+    if not isinstance(addr, Integral) or isinstance(addr, bool):
+        raise CardRangeError(f"transfer {i}: card {what} {addr!r} is not an integer address")
+    if addr < 0 or addr + size > mem_size:
+        raise CardRangeError(
+            f"transfer {i}: card {what} [{addr:#x}, +{size:#x}) is outside card memory "
+            f"[0, {mem_size:#x}) (the capacity the card reports in MEM_SIZE)")
+    return int(addr)
+
+
+def split_transfer(src: int, dst: int, size: int, i: int, chunk: int) -> list[Piece]:
+    """Transfer `i` as descriptors of at most `chunk` bytes (the last one ends the packet)."""
+    return [Piece(src + o, dst + o, min(chunk, size - o), i, o + chunk >= size)
+            for o in range(0, size, chunk)]
+
+
+def plan_chains(ch: Channel, pieces: Sequence[Piece], pool_descriptors: int
+                ) -> Iterator[tuple[int, int]]:
+    """(start, end) of each chain the pieces take: at most `pool_descriptors` per chain, and a
+    C2C chain ends before a piece that reads card bytes an earlier piece of it writes.
+
+    The engine pipelines descriptors (docs/dma.md): a later descriptor's source may be read
+    before an earlier one's data is written, so such a pair must be in separate chains.
+    """
+    start = 0
+    while start < len(pieces):
+        end = min(len(pieces), start + pool_descriptors)
+        if ch == Channel.C2C:
+            written = _IntervalSet()
+            for k in range(start, end):
+                p = pieces[k]
+                if k > start and written.overlaps(p.src, p.src + p.length):
+                    end = k
+                    break
+                written.add(p.dst, p.dst + p.length)
+        yield start, end
+        start = end
 
 
 # --- the driver -------------------------------------------------------------------------------
 
-class PcieDriver:
+class PcieDriver(AccelControl):
     """DMA transfers between host memory and card memory through a `CardBackend`.
 
     Calls are blocking and serialised (one chain on the card at a time). Every single-transfer
@@ -381,10 +293,10 @@ class PcieDriver:
             raise CardNotFound(f"CARD_ID reads {card_id:#010x}, expected {regs.CARD_ID:#010x}: "
                                "the backend is not this card (or its BAR0 is not mapped)")
         self.version = self._rd(regs.offset("VERSION"))
-        major = _field(self.version, _VERSION["MAJOR"])
+        major = _VERSION["MAJOR"].get(self.version)
         if major != regs.VERSION_MAJOR:
             raise CardVersionError(
-                f"card register map version {major}.{_field(self.version, _VERSION['MINOR'])} "
+                f"card register map version {major}.{_VERSION['MINOR'].get(self.version)} "
                 f"is not major version {regs.VERSION_MAJOR}; use a driver built from the "
                 "card's pyhost.spec")
         self.mem_size = self._rd64("MEM_SIZE_LO")
@@ -392,8 +304,8 @@ class PcieDriver:
             raise CardInfoError("the card reports 0 bytes of memory (MEM_SIZE); check the card's "
                                 "memory size parameter")
         caps = self._rd(regs.offset("CAPS"))
-        if _field(caps, _CAPS["CHANNELS"]) < len(Channel):
-            raise CardInfoError(f"the card has {_field(caps, _CAPS['CHANNELS'])} DMA channels, "
+        if _CAPS["CHANNELS"].get(caps) < len(Channel):
+            raise CardInfoError(f"the card has {_CAPS['CHANNELS'].get(caps)} DMA channels, "
                                 f"the driver needs {len(Channel)}")
 
         # Host memory the driver owns: a descriptor pool per channel and one write-back page.
@@ -403,9 +315,10 @@ class PcieDriver:
 
         for ch in Channel:
             self.reset_channel(ch)    # a previous user may have left a chain running
-        self.has_accel = bool(_field(caps, _CAPS["ACCEL"]))
+        self.has_accel = bool(_CAPS["ACCEL"].get(caps))
         self._accel_cfg: AccelConfig | None = None
         self._accel_prog: AccelProgram | None = None   # the program started last
+        self._accel_started = False                    # started and not yet waited for
         if self.has_accel and self._rd(regs.offset("ACC_STATUS")) & _ACC_STATUS["BUSY"].mask:
             self.accel_abort()        # ... or a program
         self._wr(regs.offset("IRQ_STATUS"), _IRQ_ALL)    # W1C: drop anything stale
@@ -487,9 +400,9 @@ class PcieDriver:
         """Many (host, size, card_addr) uploads as one chain: one doorbell, one interrupt."""
         checked = []
         for i, (host, size, card) in enumerate(transfers):
-            size = self._check_size(size, i)
+            size = check_size(size, i)
             checked.append((self._host_addr(host, size, i), size,
-                            self._check_card(card, size, i, "destination")))
+                            check_card_range(card, size, self.mem_size, i, "destination")))
         self._transfer(Channel.H2C, [p for i, (h, n, c) in enumerate(checked)
                                      for p in self._split(h, c, n, i)])
 
@@ -497,19 +410,19 @@ class PcieDriver:
         """Many (card_addr, size, host) downloads as one chain: one doorbell, one interrupt."""
         checked = []
         for i, (card, size, host) in enumerate(transfers):
-            size = self._check_size(size, i)
-            checked.append((self._check_card(card, size, i, "source"), size,
+            size = check_size(size, i)
+            checked.append((check_card_range(card, size, self.mem_size, i, "source"), size,
                             self._host_addr(host, size, i)))
         self._transfer(Channel.C2H, [p for i, (c, n, h) in enumerate(checked)
                                      for p in self._split(c, h, n, i)])
 
     def copy_batch(self, transfers: Sequence[tuple[int, int, int]]) -> None:
         """Many (src, size, dst) card-to-card copies, in list order, each like memmove."""
-        pieces: list[_Piece] = []
+        pieces: list[Piece] = []
         for i, (src, size, dst) in enumerate(transfers):
-            size = self._check_size(size, i)
-            self._check_card(src, size, i, "source")
-            self._check_card(dst, size, i, "destination")
+            size = check_size(size, i)
+            check_card_range(src, size, self.mem_size, i, "source")
+            check_card_range(dst, size, self.mem_size, i, "destination")
             if src < dst < src + size:
                 # Moving up over itself: descending pieces no longer than the distance, so no
                 # piece reads what an earlier one wrote.
@@ -518,7 +431,7 @@ class PcieDriver:
                 while off > 0:
                     n = min(step, off)
                     off -= n
-                    pieces.append(_Piece(src + off, dst + off, n, i, off == 0))
+                    pieces.append(Piece(src + off, dst + off, n, i, off == 0))
             else:
                 # Moving down (or disjoint): ascending pieces; a byte is read before any write
                 # can reach it.
@@ -537,6 +450,12 @@ class PcieDriver:
         pool = self._pools[ch]
         arr = np.zeros(n, DESC_DTYPE)
         for i, d in enumerate(descriptors):
+            for name, v, bits in (("magic", d.magic, 16), ("length", d.length, 32),
+                                  ("src", d.src, 64), ("dst", d.dst, 64),
+                                  ("next", 0 if d.next is None else d.next, 64)):
+                if isinstance(v, bool) or not isinstance(v, Integral) or not 0 <= v < 1 << bits:
+                    raise ValueError(f"raw descriptor {i}: {name} = {v!r} does not fit the "
+                                     f"descriptor's {bits}-bit field")
             last = i == n - 1
             stop = last if d.stop is None else d.stop
             done = last if d.completed is None else d.completed
@@ -573,7 +492,7 @@ class PcieDriver:
                         f"{describe_status(status)}); the card does not drain an aborted chain")
                 status = self._rd(regs.channel_reg(ch, "STATUS"))
             _, err_bit = _irq_bits(ch)
-            if _field(status, _STATUS["ERR_CODE"]) == DmaError.ABORTED:
+            if _STATUS["ERR_CODE"].get(status) == DmaError.ABORTED:
                 # This RESET aborted a chain (an idle RESET clears the code): its ERR bit
                 # follows BUSY = 0 by a cycle or so.
                 while not self._rd(regs.offset("IRQ_STATUS")) & err_bit:
@@ -583,226 +502,6 @@ class PcieDriver:
                             f"{ch.name}_ERR")
             self._wr(regs.offset("IRQ_STATUS"), sum(_irq_bits(ch)))
 
-    # --- the accelerator ------------------------------------------------------------------------
-
-    def accel_config(self) -> AccelConfig:
-        """The accelerator's configuration from ACC_CFG_*; AccelUnavailable without one."""
-        with self._lock:
-            if self._accel_cfg is None:
-                if not self.has_accel:
-                    raise AccelUnavailable("the card has no accelerator (CAPS.ACCEL = 0); use a "
-                                           "card built with one (ModelCard(accel=AccelConfig()))")
-                version = self._rd(regs.offset("ACC_CFG_ISA"))
-                if version != isa.ISA_VERSION:
-                    raise AccelUnavailable(
-                        f"the accelerator implements ISA version {version}, the driver "
-                        f"version {isa.ISA_VERSION}; use a driver built from the card's "
-                        "pyhost.spec")
-                vals = {k: self._rd(regs.offset(f"ACC_CFG_{k.upper()}")) for k in
-                        ("n", "inp_depth", "wgt_depth", "acc_depth", "queue_depth")}
-                try:
-                    self._accel_cfg = AccelConfig(**vals)
-                except ValueError as e:
-                    raise AccelUnavailable(f"the accelerator reports an impossible "
-                                           f"configuration {vals}: {e}") from None
-            return self._accel_cfg
-
-    def accel_load_program(self, program: bytes | bytearray | memoryview | Sequence[Insn],
-                           card_addr: int, *, check: bool = True) -> AccelProgram:
-        """Upload `program` (Insn list or its 16-byte images) to card memory at `card_addr`.
-
-        Everything is checked before the card is touched: the program is a non-empty whole
-        number of instructions ending with END, `card_addr` is 16-byte aligned and the program
-        fits card memory below 4 GiB (the accelerator's address space). With `check` (the
-        default) every instruction must also pass `isa.check_static` and END may only come last;
-        `check=False` uploads illegal instructions, for tests of the card's own checks.
-        """
-        if isinstance(program, bytes | bytearray | memoryview):
-            raw = bytes(program)
-        else:
-            parts = []
-            for i, insn in enumerate(program):
-                try:
-                    parts.append(isa.encode(insn))
-                except (isa.IsaError, AttributeError) as e:
-                    raise AccelProgramError(f"instruction {i} ({insn!r}) cannot be encoded: "
-                                            f"{e}") from None
-            raw = b"".join(parts)
-        if not raw or len(raw) % isa.INSN_BYTES:
-            raise AccelProgramError(f"a program is a non-empty multiple of {isa.INSN_BYTES} "
-                                    f"bytes, got {len(raw)}")
-        count = len(raw) // isa.INSN_BYTES
-        if not isinstance(card_addr, Integral) or card_addr < 0 \
-                or card_addr % isa.INSN_BYTES:
-            raise AccelProgramError(f"program address {card_addr!r} is not a non-negative "
-                                    f"multiple of {isa.INSN_BYTES} (INSN_BASE)")
-        limit = min(self.mem_size, _ACCEL_SPACE)
-        if card_addr + len(raw) > limit:
-            raise CardRangeError(f"program [{card_addr:#x}, +{len(raw):#x}) does not fit card "
-                                 f"memory the accelerator can address [0, {limit:#x})")
-        listing = []
-        for i in range(count):
-            img = raw[isa.INSN_BYTES * i:isa.INSN_BYTES * (i + 1)]
-            try:
-                insn = isa.decode(img)
-            except isa.IsaError as e:
-                if check:
-                    raise AccelProgramError(f"instruction {i}: {e}") from None
-                listing.append(f"<{e}>")
-                continue
-            listing.append(str(insn))
-            if check:
-                err = isa.check_static(insn)
-                if err != AccelError.NONE:
-                    raise AccelProgramError(f"instruction {i} ({insn}) is {err.name}: "
-                                            f"{_ACCEL_HINTS[err]}")
-                if insn.op == Opcode.END and i != count - 1:
-                    raise AccelProgramError(f"END at instruction {i} of {count}: the "
-                                            "instructions after it would never run")
-        if not listing[-1].startswith("END"):
-            raise AccelProgramError(f"the program does not end with END (last instruction: "
-                                    f"{listing[-1]}); the accelerator would stop with NO_END")
-        with self._lock:
-            buf = self.host.alloc(len(raw))
-            try:
-                buf.write(raw)
-                self.write_data(buf, len(raw), int(card_addr))
-            finally:
-                self.host.free(buf)
-        return AccelProgram(int(card_addr), count, tuple(listing))
-
-    def accel_bind(self, slots: Mapping[int, int]) -> None:
-        """Set slot registers: {slot: card address}; other slots keep their values."""
-        checked = []
-        for slot, addr in slots.items():
-            if not isinstance(slot, Integral) or isinstance(slot, bool) \
-                    or not 0 <= slot < isa.NUM_SLOTS:
-                raise AccelSlotError(f"slot {slot!r} does not exist; slots are 0.."
-                                     f"{isa.NUM_SLOTS - 1}")
-            if not isinstance(addr, Integral) or isinstance(addr, bool) \
-                    or not 0 <= addr < _ACCEL_SPACE:
-                raise AccelSlotError(f"slot {slot}: address {addr!r} is not a 32-bit card "
-                                     "address")
-            checked.append((int(slot), int(addr)))
-        with self._lock:
-            self.accel_config()
-            for slot, addr in checked:
-                self._wr(regs.offset(f"ACC_SLOT{slot}"), addr)
-
-    def accel_start(self, prog: AccelProgram) -> None:
-        """Start `prog` (INSN_BASE, INSN_COUNT, ACC_CTRL.START); stale accelerator interrupts are
-        cleared first. AccelBusyError if a program still runs."""
-        with self._lock:
-            self.accel_config()
-            status = self._rd(regs.offset("ACC_STATUS"))
-            if status & _ACC_STATUS["BUSY"].mask:
-                raise AccelBusyError(f"the accelerator is still running (ACC_STATUS "
-                                     f"{describe_accel_status(status)}); accel_wait for it or "
-                                     "accel_abort it first")
-            self._wr(regs.offset("IRQ_STATUS"), _IRQ_ACCEL_DONE | _IRQ_ACCEL_ERR)
-            self._wr(regs.offset("ACC_INSN_BASE"), prog.card_addr & 0xFFFF_FFFF)
-            self._wr(regs.offset("ACC_INSN_COUNT"), prog.count & 0xFFFF_FFFF)
-            self._wr(regs.offset("ACC_CTRL"), _ACC_CTRL["START"].mask)
-            self._accel_prog = prog
-            self.stats.accel_runs += 1
-
-    def accel_wait(self, timeout_s: float | None = None) -> AccelRunResult:
-        """Wait for the program started last: its counters, or AccelRunError / AccelTimeout.
-
-        Waits for the interrupt like the DMA calls (`backend.wait_irq`; None: the driver's
-        timeout), reads IRQ_STATUS, ACC_STATUS, ACC_ERR_PC and the counters, then clears the
-        accelerator's interrupt bits. On a timeout the program is aborted first.
-        """
-        timeout = self.timeout_s if timeout_s is None else timeout_s
-        with self._lock:
-            t0 = time.monotonic()
-            if not self.backend.wait_irq(timeout):
-                status = self._rd(regs.offset("ACC_STATUS"))
-                self.accel_abort()
-                self.stats.timeouts += 1
-                self.stats.accel_timeouts += 1
-                raise AccelTimeout(
-                    f"accelerator: no interrupt after {time.monotonic() - t0:.3g} s (timeout_s="
-                    f"{timeout}), ACC_STATUS {describe_accel_status(status)}; the program has "
-                    "been aborted. A slow simulation needs a larger timeout; a program that "
-                    "never ends waits for tokens in a loop it cannot leave",
-                    self.accel_counters())
-            irq = self._rd(regs.offset("IRQ_STATUS"))
-            bits = irq & (_IRQ_ACCEL_DONE | _IRQ_ACCEL_ERR)
-            if not bits:
-                raise AccelProtocolError(
-                    f"accelerator: the interrupt is up but IRQ_STATUS {irq:#x} has no ACCEL bit; "
-                    "another user of the card left interrupts pending")
-            status = self._rd(regs.offset("ACC_STATUS"))
-            pc = self._rd(regs.offset("ACC_ERR_PC"))
-            counters = self.accel_counters()
-            self._wr(regs.offset("IRQ_STATUS"), bits)
-            self.stats.interrupts += 1
-            if status & _ACC_STATUS["ERROR"].mask:
-                self.stats.errors += 1
-                self.stats.accel_errors += 1
-                value = _field(status, _ACC_STATUS["ERR_CODE"])
-                code: AccelError | int = AccelError(value) \
-                    if value in AccelError._value2member_map_ else value
-                # ERR_PC names the failing instruction, except for the errors of the whole
-                # program, where it counts the instructions dispatched (or is 0).
-                prog = self._accel_prog
-                names_insn = code not in _PROGRAM_ERRORS and prog is not None \
-                    and pc < min(prog.count, len(prog.listing))
-                insn = prog.listing[pc] if names_insn and prog is not None else None
-                where = f"instruction {pc}" + (f" ({insn})" if insn else "") \
-                    if code not in _PROGRAM_ERRORS else f"ERR_PC {pc}"
-                name = code.name if isinstance(code, AccelError) else f"code {code}"
-                raise AccelRunError(
-                    f"accelerator stopped with {name} at {where}: "
-                    f"{_ACCEL_HINTS.get(code, 'unknown error code')}", code, pc, insn, counters)
-            if (status & (_ACC_STATUS["BUSY"].mask | _ACC_STATUS["DONE"].mask)) \
-                    != _ACC_STATUS["DONE"].mask or bits != _IRQ_ACCEL_DONE:
-                raise AccelProtocolError(
-                    f"accelerator: after the interrupt ACC_STATUS is "
-                    f"{describe_accel_status(status)} and IRQ_STATUS {irq:#x}; expected DONE "
-                    "and only the ACCEL_DONE interrupt")
-            return AccelRunResult(counters)
-
-    def accel_run(self, prog: AccelProgram, slots: Mapping[int, int] | None = None,
-                  timeout_s: float | None = None) -> AccelRunResult:
-        """accel_bind(slots) (if given), accel_start(prog), accel_wait(timeout_s)."""
-        with self._lock:
-            if slots:
-                self.accel_bind(slots)
-            self.accel_start(prog)
-            return self.accel_wait(timeout_s)
-
-    def accel_counters(self) -> dict[str, int]:
-        """The accelerator's counters (regs.ACCEL_COUNTERS; they restart at START)."""
-        with self._lock:
-            return {c: self._rd64(f"ACC_{c.upper()}_LO") for c, _ in regs.ACCEL_COUNTERS}
-
-    def accel_abort(self) -> bool:
-        """ACC_CTRL.ABORT: stop a running program, wait until the accelerator is idle, clear
-        its interrupt bits. True if a program was running (it then reads ABORTED)."""
-        with self._lock:
-            if not self.has_accel:
-                raise AccelUnavailable("the card has no accelerator (CAPS.ACCEL = 0)")
-            busy = bool(self._rd(regs.offset("ACC_STATUS")) & _ACC_STATUS["BUSY"].mask)
-            self._wr(regs.offset("ACC_CTRL"), _ACC_CTRL["ABORT"].mask)
-            deadline = time.monotonic() + self.timeout_s
-            status = self._rd(regs.offset("ACC_STATUS"))
-            while status & _ACC_STATUS["BUSY"].mask:
-                if time.monotonic() > deadline:
-                    raise AccelProtocolError(
-                        f"the accelerator is still BUSY {self.timeout_s} s after ABORT "
-                        f"(ACC_STATUS {describe_accel_status(status)}); it does not drain")
-                status = self._rd(regs.offset("ACC_STATUS"))
-            if busy and status & _ACC_STATUS["ERROR"].mask:
-                # The stop raises ACCEL_ERR with (or a cycle after) BUSY falling.
-                while not self._rd(regs.offset("IRQ_STATUS")) & _IRQ_ACCEL_ERR:
-                    if time.monotonic() > deadline:
-                        raise AccelProtocolError("the accelerator stopped after ABORT but "
-                                                 "IRQ_STATUS never showed ACCEL_ERR")
-            self._wr(regs.offset("IRQ_STATUS"), _IRQ_ACCEL_DONE | _IRQ_ACCEL_ERR)
-            return busy
-
     # --- internals ----------------------------------------------------------------------------
 
     def _rd(self, offset: int) -> int:
@@ -810,8 +509,12 @@ class PcieDriver:
         return self.backend.mmio_read(offset)
 
     def _wr(self, offset: int, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, Integral) \
+                or not 0 <= value <= 0xFFFF_FFFF:
+            raise RegisterValueError(f"register {_reg_name(offset)}: {value!r} is not a 32-bit "
+                                     "value; the driver does not truncate register values")
         self.stats.mmio_writes += 1
-        self.backend.mmio_write(offset, value)
+        self.backend.mmio_write(offset, int(value))
 
     def _rd64(self, lo_name: str) -> int:
         """A LO/HI register pair; HI is read twice so a carry between the reads is not torn."""
@@ -821,20 +524,6 @@ class PcieDriver:
             lo = self._rd(lo_off)
             if self._rd(hi_off) == hi:
                 return (hi << 32) | lo
-
-    @staticmethod
-    def _check_size(size: int, i: int) -> int:
-        if not isinstance(size, Integral) or isinstance(size, bool) or size <= 0:
-            raise TransferSizeError(f"transfer {i}: size {size!r} is not a positive integer; "
-                                    "every transfer must move at least one byte")
-        return int(size)
-
-    def _check_card(self, addr: int, size: int, i: int, what: str) -> int:
-        if not isinstance(addr, Integral) or addr < 0 or addr + size > self.mem_size:
-            raise CardRangeError(
-                f"transfer {i}: card {what} [{addr:#x}, +{size:#x}) is outside card memory "
-                f"[0, {self.mem_size:#x}) (the capacity the card reports in MEM_SIZE)")
-        return int(addr)
 
     def _host_addr(self, host: HostRef, size: int, i: int) -> int:
         if isinstance(host, HostBuffer):
@@ -861,20 +550,14 @@ class PcieDriver:
                     "with backend.host.alloc")
         return addr
 
-    def _split(self, src: int, dst: int, size: int, i: int) -> list[_Piece]:
-        c = self.chunk_bytes
-        return [_Piece(src + o, dst + o, min(c, size - o), i, o + c >= size)
-                for o in range(0, size, c)]
+    def _split(self, src: int, dst: int, size: int, i: int) -> list[Piece]:
+        return split_transfer(src, dst, size, i, self.chunk_bytes)
 
-    def _transfer(self, ch: Channel, pieces: list[_Piece]) -> None:
+    def _transfer(self, ch: Channel, pieces: list[Piece]) -> None:
         """Run the pieces as few chains as the pool and the C2C data hazards allow."""
         with self._lock:
             self.stats.calls += 1
-            start = 0
-            while start < len(pieces):
-                end = min(len(pieces), start + self.pool_descriptors)
-                if ch == Channel.C2C:
-                    end = self._hazard_free_end(pieces, start, end)
+            for start, end in self._plan(ch, pieces):
                 chain = pieces[start:end]
                 arr = np.zeros(len(chain), DESC_DTYPE)
                 arr["control"] = (regs.DESC_MAGIC << regs.DESC_MAGIC_SHIFT) | np.array(
@@ -891,22 +574,10 @@ class PcieDriver:
                     return p.transfer, (f"transfer {p.transfer}: {p.src:#x} -> {p.dst:#x}, "
                                         f"{p.length} bytes")
                 self._run_chain(ch, arr, start, describe, sum(p.length for p in chain))
-                start = end
 
-    @staticmethod
-    def _hazard_free_end(pieces: list[_Piece], start: int, end: int) -> int:
-        """End a C2C chain before a piece that reads card bytes an earlier piece writes.
-
-        The engine pipelines descriptors (docs/dma.md): a later descriptor's source may be read
-        before an earlier one's data is written, so such a pair must be in separate chains.
-        """
-        written = _IntervalSet()
-        for k in range(start, end):
-            p = pieces[k]
-            if k > start and written.overlaps(p.src, p.src + p.length):
-                return k
-            written.add(p.dst, p.dst + p.length)
-        return end
+    def _plan(self, ch: Channel, pieces: Sequence[Piece]) -> Iterator[tuple[int, int]]:
+        """The chains of one call (`plan_chains`)."""
+        return plan_chains(ch, pieces, self.pool_descriptors)
 
     def _run_chain(self, ch: Channel, arr: np.ndarray, first: int,
                    describe: Callable[[int], tuple[int | None, str]], nbytes: int) -> None:
@@ -930,14 +601,19 @@ class PcieDriver:
         if not self.backend.wait_irq(self.timeout_s):
             status = self._rd(regs.channel_reg(ch, "STATUS"))
             completed = self._rd(regs.channel_reg(ch, "COMPLETED"))
-            self.reset_channel(ch)
+            note = cleanup_note("resetting the channel", lambda: self.reset_channel(ch))
             self.stats.timeouts += 1
+            progress = (f"{completed} of {n} descriptors ({nbytes} bytes) had completed"
+                        if completed <= n else
+                        f"COMPLETED reads {completed} for a chain of {n} descriptor"
+                        f"{'s' if n != 1 else ''}: the engine ran past the chain's end, which "
+                        "means it has no STOP or links back to itself")
             raise DmaTimeout(
                 f"{ch.name} DMA: no interrupt after {time.monotonic() - t0:.3g} s "
-                f"(timeout_s={self.timeout_s}); {completed} of {n} descriptors ({nbytes} bytes) "
-                f"had completed, STATUS {describe_status(status)}. The channel has been reset. "
-                "A slow simulation needs a larger PcieDriver(timeout_s=...); a chain that never "
-                "ends has no STOP", ch, n, completed)
+                f"(timeout_s={self.timeout_s}); {progress}, STATUS {describe_status(status)}. "
+                f"The channel has been reset{note}. A slow simulation needs a larger "
+                "PcieDriver(timeout_s=...); a chain that never ends has no STOP", ch, n,
+                completed)
         irq = self._rd(regs.offset("IRQ_STATUS"))
         if not irq & (done_bit | err_bit):
             raise DmaProtocolError(
@@ -952,8 +628,8 @@ class PcieDriver:
 
         if status & _STATUS["ERROR"].mask:
             self.stats.errors += 1
-            self.reset_channel(ch)
-            code_value = _field(status, _STATUS["ERR_CODE"])
+            reset_note = cleanup_note("resetting the channel", lambda: self.reset_channel(ch))
+            code_value = _STATUS["ERR_CODE"].get(status)
             code = DmaError(code_value) if code_value in DmaError._value2member_map_ \
                 else DmaError.NONE
             if code == DmaError.BAD_CONFIG:
@@ -969,14 +645,15 @@ class PcieDriver:
             raise DmaTransferError(
                 f"{ch.name} DMA failed at {where}: {code.name} (STATUS "
                 f"{describe_status(status)}): {_HINTS.get(code, 'unknown error code')}. The "
-                f"channel has been reset.{note}", ch, first + completed, code, transfer)
+                f"channel has been reset{reset_note}.{note}", ch, first + completed, code,
+                transfer)
         if (status & (_STATUS["BUSY"].mask | _STATUS["DONE"].mask)) != _STATUS["DONE"].mask \
                 or not irq & done_bit or irq & err_bit or completed != n:
-            self.reset_channel(ch)
+            reset_note = cleanup_note("resetting the channel", lambda: self.reset_channel(ch))
             raise DmaProtocolError(
                 f"{ch.name} DMA: after the interrupt STATUS is {describe_status(status)}, "
-                f"COMPLETED {completed} of {n}, IRQ_STATUS {irq:#x}; expected DONE, {n} "
-                "completed and only the DONE interrupt")
+                f"COMPLETED {completed} for {n} descriptors, IRQ_STATUS {irq:#x}; expected "
+                f"DONE, {n} completed and only the DONE interrupt{reset_note}")
         if not writeback_ok:
             raise DmaProtocolError(
                 f"{ch.name} DMA: the status write-back at {wb:#x} reads completed="

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pyhost.accel.model import AccelConfig, AccelModel
+from pyhost.accel.model import AccelModel
 from pyhost.backend import (
     DEFAULT_HOST_BASE,
     DEFAULT_HOST_SIZE,
@@ -24,6 +24,7 @@ from pyhost.backend import (
     check_mmio,
 )
 from pyhost.spec import isa, regs
+from pyhost.spec.accel import AccelConfig
 from pyhost.spec.dram import DramGeometry
 from pyhost.spec.isa import AccelError
 from pyhost.spec.regs import Access, Channel, DmaError
@@ -43,7 +44,7 @@ _CAPS = {f.name: f for f in regs.BY_NAME["CAPS"].fields}
 _ACC_CTRL = {f.name: f for f in regs.BY_NAME["ACC_CTRL"].fields}
 _ACC_STATUS = {f.name: f for f in regs.BY_NAME["ACC_STATUS"].fields}
 #: The accelerator sees card memory through 32-bit addresses.
-_ACCEL_SPACE = 1 << 32
+_ACCEL_SPACE = isa.ADDR_SPACE
 #: Every defined IRQ_STATUS bit; IRQ_MASK holds only these, like the generated CSR.
 IRQ_ALL = sum(f.mask for f in regs.IRQ_FIELDS)
 

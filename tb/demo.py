@@ -98,10 +98,10 @@ async def e2e_demo(dut) -> None:
     from cocotb.triggers import Timer
 
     from pyhost.backend import HostMemory
-    from pyhost.rtl_card import RtlCard
     from pyhost.spec import dram
     from tb.common.clocking import reset, start_clock
     from tb.common.host_memory_axi import HostMemoryConfig
+    from tb.common.rtl_card import RtlCard
 
     env = dict(os.environ)
     start_clock(dut)
@@ -148,6 +148,28 @@ class DemoOptions:
 
 class DemoError(Exception):
     """Bad input found before any simulation starts (message says what and what to do)."""
+
+
+def check_demo_options(opts: DemoOptions) -> None:
+    """DemoError unless every option has its type and range (tb.sim checks the strings a user
+    types; this guards callers that build DemoOptions themselves)."""
+    from tb.common import simulator
+
+    def whole(v: Any, lo: int, hi: int) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+
+    if not isinstance(opts.model, str) or not opts.model:
+        raise DemoError(f"model {opts.model!r}: give 'demo', a light model name or an .onnx path")
+    if opts.sim not in simulator.SIMULATORS:
+        raise DemoError(f"sim {opts.sim!r} is not one of {', '.join(simulator.SIMULATORS)}")
+    if opts.backend not in ("rtl", "model"):
+        raise DemoError(f"backend {opts.backend!r} is not rtl or model")
+    if not whole(opts.card_mem, 4096, 1 << 30) or opts.card_mem % 4096:
+        raise DemoError(f"card_mem {opts.card_mem!r}: a multiple of 4 KiB up to 1 GiB")
+    if not whole(opts.images, 1, 1000):
+        raise DemoError(f"images {opts.images!r}: a whole number from 1 to 1000")
+    if opts.max_layers is not None and not whole(opts.max_layers, 1, 1 << 20):
+        raise DemoError(f"max_layers {opts.max_layers!r}: a positive whole number or None")
 
 
 def _say(opts: DemoOptions, *a: Any) -> None:
@@ -206,12 +228,13 @@ def run_demo(opts: DemoOptions) -> int:
     import onnxruntime as ort
 
     from compiler import xmodel
-    from compiler.driver import compile_model
     from compiler.errors import CompilerError
+    from compiler.pipeline import compile_model
     from compiler.runtime.card import CardExecutor, CardRuntimeError, CardSession
     from pyhost.driver import PcieDriver
     from pyhost.model_card import ModelCard
 
+    check_demo_options(opts)
     out = opts.out
     t_start = time.perf_counter()
     # 1. the model and the compiler: every input error is caught here, before any simulation
@@ -242,8 +265,15 @@ def run_demo(opts: DemoOptions) -> int:
 
     # 2. references: onnxruntime (fp32) and the functional card of the same size; the executor's
     #    construction checks every step against the card memory before anything runs
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    ort_out = [sess.run(None, {k: v[i] for k, v in feeds.items()}) for i in range(opts.images)]
+    try:
+        sess = ort.InferenceSession(model.SerializeToString(),
+                                    providers=["CPUExecutionProvider"])
+        ort_out = [sess.run(None, {k: v[i] for k, v in feeds.items()})
+                   for i in range(opts.images)]
+    except Exception as e:  # onnxruntime raises its own classes by cause
+        raise DemoError(f"onnxruntime cannot run {path.name} as the reference: "
+                        f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                        ) from None
     out_names = [o.name for o in sess.get_outputs()]
     try:
         with PcieDriver(ModelCard(opts.card_mem)) as drv:
@@ -252,7 +282,7 @@ def run_demo(opts: DemoOptions) -> int:
             model_out = [ex.run({k: v[i] for k, v in feeds.items()}) for i in range(opts.images)]
             model_s = time.perf_counter() - t0
             model_stats = ex.stats
-    except CardRuntimeError as e:
+    except (CardRuntimeError, CompilerError) as e:
         raise DemoError(f"{type(e).__name__}: {e}") from None
     _say(opts, f"functional card ({opts.card_mem >> 10} KiB): {opts.images} image(s) in "
          f"{model_s:.2f} s")
@@ -262,12 +292,12 @@ def run_demo(opts: DemoOptions) -> int:
         return _verdict(opts, model_out, None, ort_out, out_names)
 
     # 3. the RTL card
-    from tb.common import runner, waves
+    from tb.common import simulator, waves
 
     params = {"MEM_SIZE": f"64'd{opts.card_mem}"}
     _say(opts, f"RTL card   card_top on {opts.sim}, {opts.card_mem >> 10} KiB card memory "
          f"(building the model if needed)")
-    b = runner.build(opts.sim, "card_top", runner.card_sources(), params, waves=opts.waves)
+    b = simulator.build(opts.sim, "card_top", simulator.card_sources(), params, waves=opts.waves)
     files = {k: out / f"rtl_{k}" for k in ("out.json", "outputs.npz", "trace.json",
                                             "progress.txt")}
     for f in files.values():
@@ -302,13 +332,13 @@ def run_with_progress(build: Any, module: str, testcase: str, env: dict[str, str
     """Run one cocotb test of ``module`` on ``build`` (check=False) in a thread and echo the lines
     the simulation appends to ``progress`` through ``say`` as they come, prefixed with the wall
     time. Returns (the runner's RunResult, wall seconds); re-raises what the runner raised."""
-    from tb.common import runner
+    from tb.common import simulator
 
     result: dict[str, Any] = {}
 
     def sim() -> None:
         try:
-            result["res"] = runner.test(build, module, testcase=testcase, run_name=testcase,
+            result["res"] = simulator.test(build, module, testcase=testcase, run_name=testcase,
                                         extra_env=env, check=False)
         except BaseException as e:  # re-raised below, after the progress loop
             result["error"] = e

@@ -7,7 +7,10 @@ the memory manager must evict; the summary compares it with onnxruntime and with
 card, and the run leaves an FST with its GTKWave save file and a Perfetto timeline.
 
 Options (environment or flags): MODEL=demo|<light model>|<file.onnx>, SIM=verilator|icarus,
-CARD_MEM=<bytes, K/M/G suffix>, BACKEND=rtl|model, IMAGES=<n>.
+CARD_MEM=<bytes, K/M/G suffix>, BACKEND=rtl|model, IMAGES=<n>. Every value, whether a flag or
+a variable (``make sim SIM=...`` or the environment), is checked before anything is built
+(`check_options`): an unknown or out-of-range value is a one-line error and exit status 2,
+never run as something else.
 
 ``DEMO=card`` runs the earlier hardware demos instead:
 1. Builds dram_ctrl (product size under Verilator; a smaller card under Icarus, whose 4-state
@@ -33,7 +36,7 @@ import cocotb
 import numpy as np
 
 from pyhost.spec import dram
-from tb.common import runner, waves
+from tb.common import simulator, waves
 from tb.common.clocking import reset, start_clock
 from tb.common.host_memory_axi import HostMemoryConfig
 from tb.dram_ctrl.traffic import AxiTraffic, Pattern
@@ -41,19 +44,68 @@ from tb.dram_ctrl.traffic import AxiTraffic, Pattern
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def parse_size(text: str) -> int:
-    """'1G', '64M', '1048576' -> bytes."""
+#: The card's memory: the product card has 1 GiB (the RTL's storage and ModelCard's array are
+#: that large at most), in whole 4 KiB pages.
+MAX_CARD_MEM = 1 << 30
+#: Icarus keeps four-state storage (about 10 bytes per card byte): a larger card would not fit
+#: the machine.
+MAX_ICARUS_MEM = 256 << 20
+MAX_IMAGES = 1000
+MAX_CYCLES = 1 << 30
+
+
+class UsageError(Exception):
+    """A make sim value that is not valid (exit status 2)."""
+
+
+def parse_size(text: str, what: str = "CARD_MEM") -> int:
+    """'1G', '64M', '80K', '1048576' -> bytes; a positive multiple of 4 KiB up to 1 GiB."""
     t = text.strip().upper().removesuffix("B").removesuffix("I")
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
-    try:
-        n = int(t[:-1] if mult > 1 else t) * mult
-    except ValueError:
-        raise SystemExit(
-            f"CARD_MEM={text!r}: expected a byte count such as 1G, 64M or 1048576") from None
+    digits = t[:-1] if mult > 1 else t
+    if not digits.isdigit():
+        raise UsageError(f"{what}={text!r}: expected a byte count such as 80K, 64M, 1G or "
+                         "1048576")
+    n = int(digits) * mult
     if n <= 0 or n % 4096:
-        raise SystemExit(f"CARD_MEM={text!r}: the card memory size must be a positive multiple "
+        raise UsageError(f"{what}={text!r}: the card memory size must be a positive multiple "
                          "of 4 KiB")
+    if n > MAX_CARD_MEM:
+        raise UsageError(f"{what}={text!r}: the card has at most 1 GiB of memory (CARD_MEM=1G)")
     return n
+
+
+def _count(text: str, what: str, hi: int) -> int:
+    t = text.strip()
+    if not t.isdigit() or not 1 <= int(t) <= hi:
+        raise UsageError(f"{what}={text!r}: expected a whole number from 1 to {hi}")
+    return int(t)
+
+
+def _choice(text: str, what: str, choices: tuple[str, ...]) -> str:
+    if text not in choices:
+        raise UsageError(f"{what}={text!r} is not one of {', '.join(choices)}; set {what}="
+                         f"{choices[0]} (the default) or another of them")
+    return text
+
+
+def check_options(args: argparse.Namespace) -> argparse.Namespace:
+    """Every make sim value checked and converted in one place (flags and variables alike):
+    DEMO, SIM, BACKEND from their lists, IMAGES and CYCLES whole numbers in range, CARD_MEM a
+    size (`parse_size`), MODEL a non-empty name. UsageError names the first bad one."""
+    args.demo = _choice(args.demo, "DEMO", ("e2e", "card"))
+    args.sim = _choice(args.sim, "SIM", tuple(simulator.SIMULATORS))
+    args.backend = _choice(args.backend, "BACKEND", ("rtl", "model"))
+    args.images = _count(str(args.images), "IMAGES", MAX_IMAGES)
+    args.cycles = _count(str(args.cycles), "CYCLES", MAX_CYCLES)
+    args.card_mem = parse_size(args.card_mem) if args.card_mem else None
+    if args.sim == "icarus" and (args.card_mem or 0) > MAX_ICARUS_MEM:
+        raise UsageError(f"CARD_MEM={args.card_mem >> 20}M with SIM=icarus: Icarus stores about "
+                         "10 bytes per card byte; give at most CARD_MEM=256M, or use "
+                         "SIM=verilator")
+    if not args.model.strip() or "\x00" in args.model:
+        raise UsageError(f"MODEL={args.model!r}: give demo, a light model name or an .onnx file")
+    return args
 
 
 @cocotb.test()
@@ -98,7 +150,7 @@ async def card_round_trip(dut) -> None:
     from cocotb.task import bridge
 
     from pyhost.backend import HostMemory
-    from pyhost.rtl_card import RtlCard
+    from tb.common.rtl_card import RtlCard
 
     start_clock(dut)
     card = RtlCard(dut, HostMemory(4 << 20), HostMemoryConfig(read_latency=200))
@@ -110,11 +162,11 @@ async def card_round_trip(dut) -> None:
 
 def card_demo(sim: str, mem: int) -> int:
     params = {"MEM_SIZE": f"64'd{mem}"}
-    sources = runner.card_sources()
-    b = runner.build(sim, "card_top", sources, params, waves=True)
+    sources = simulator.card_sources()
+    b = simulator.build(sim, "card_top", sources, params, waves=True)
     out = b.build_dir / "demo.json"
     out.unlink(missing_ok=True)
-    res = runner.test(b, "tb.sim", testcase="card_round_trip", run_name="sim",
+    res = simulator.test(b, "tb.sim", testcase="card_round_trip", run_name="sim",
                       extra_env={"DEMO_OUT": str(out), "COCOTB_LOG_LEVEL": "WARNING"})
     r = json.loads(out.read_text())
     peak = 64 / dram.CTRL_CLK_NS
@@ -129,7 +181,7 @@ def card_demo(sim: str, mem: int) -> int:
     return 0 if r["ok"] else 1
 
 
-def _report_waves(res: runner.RunResult, note: str = "") -> bool:
+def _report_waves(res: simulator.RunResult, note: str = "") -> bool:
     """Print the run's FST and its GTKWave save file; False when the simulator wrote none."""
     if res.waves is None:
         print("error: the simulator wrote no waveform", file=sys.stderr)
@@ -143,16 +195,18 @@ def _report_waves(res: runner.RunResult, note: str = "") -> bool:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--demo", default=os.environ.get("DEMO") or "e2e", choices=["e2e", "card"])
+    ap.add_argument("--demo", default=os.environ.get("DEMO") or "e2e")
     ap.add_argument("--model", default=os.environ.get("MODEL") or "demo")
-    ap.add_argument("--sim", default=os.environ.get("SIM") or "verilator",
-                    choices=runner.SIMULATORS)
+    ap.add_argument("--sim", default=os.environ.get("SIM") or "verilator")
     ap.add_argument("--card-mem", default=os.environ.get("CARD_MEM") or "")
-    ap.add_argument("--backend", default=os.environ.get("BACKEND") or "rtl",
-                    choices=["rtl", "model"])
-    ap.add_argument("--images", type=int, default=int(os.environ.get("IMAGES") or 2))
-    ap.add_argument("--cycles", type=int, default=int(os.environ.get("CYCLES") or 40000))
-    args = ap.parse_args(argv)
+    ap.add_argument("--backend", default=os.environ.get("BACKEND") or "rtl")
+    ap.add_argument("--images", default=os.environ.get("IMAGES") or "2")
+    ap.add_argument("--cycles", default=os.environ.get("CYCLES") or "40000")
+    try:
+        args = check_options(ap.parse_args(argv))
+    except UsageError as e:
+        print(f"make sim: error: {e}", file=sys.stderr)
+        return 2
     if args.demo == "e2e":
         return e2e(args)
     return card_demos(args)
@@ -164,7 +218,7 @@ def e2e(args: argparse.Namespace) -> int:
     opts = DemoOptions(model=args.model, sim=args.sim, backend=args.backend,
                        images=args.images)
     if args.card_mem:
-        opts.card_mem = parse_size(args.card_mem)
+        opts.card_mem = args.card_mem
     elif args.model != "demo":
         opts.card_mem = 64 << 20
     if args.model != "demo":
@@ -177,26 +231,26 @@ def e2e(args: argparse.Namespace) -> int:
     except DemoError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except runner.SimulatorMissing as e:
+    except simulator.SimulatorMissing as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
 
 def card_demos(args: argparse.Namespace) -> int:
     default_mem = (1 << 30) if args.sim == "verilator" else (16 << 20)
-    mem = parse_size(args.card_mem) if args.card_mem else default_mem
+    mem = args.card_mem or default_mem
     params = {} if mem == 1 << 30 else {"MEM_SIZE": f"64'd{mem}"}
     print(f"make sim: card memory demo on {args.sim}, {mem >> 20} MiB card memory, "
           f"{args.cycles} measured cycles")
     try:
-        b = runner.build(args.sim, "dram_ctrl", runner.rtl_sources("dram_ctrl"), params,
+        b = simulator.build(args.sim, "dram_ctrl", simulator.rtl_sources("dram_ctrl"), params,
                          waves=True)
-    except runner.SimulatorMissing as e:
+    except simulator.SimulatorMissing as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     out = b.build_dir / "demo.json"
     out.unlink(missing_ok=True)
-    res = runner.test(b, "tb.sim", testcase="card_memory_demo", run_name="sim",
+    res = simulator.test(b, "tb.sim", testcase="card_memory_demo", run_name="sim",
                       extra_env={"DEMO_OUT": str(out), "DEMO_MEM_SIZE": str(mem),
                                  "DEMO_CYCLES": str(args.cycles), "COCOTB_LOG_LEVEL": "WARNING"})
     r = json.loads(out.read_text())

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from tb.common.runner import SIMULATORS
+from tb.common.simulator import SIMULATORS
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -26,7 +26,13 @@ import onnx
 from onnx import AttributeProto, helper, numpy_helper, version_converter
 from onnx.defs import OpSchema
 
-from compiler.errors import FrontendError, ShapeInferenceError, UnsupportedOpError
+from compiler.errors import (
+    CompilerError,
+    FrontendError,
+    InputShapesError,
+    ShapeInferenceError,
+    UnsupportedOpError,
+)
 from compiler.ops.infer import cpu_can_run, infer_op
 from compiler.ops.onnx_bridge import CANONICAL_OPSET
 from compiler.xir import Graph, Op, Tensor
@@ -56,8 +62,18 @@ def import_onnx(model: str | Path | onnx.ModelProto, *,
     if name is None:
         name = Path(model).stem if not isinstance(model, onnx.ModelProto) else (
             proto.graph.name or "model")
-    proto, detached = _upgrade(proto)
-    return _Importer(proto, detached, input_shapes or {}, name).run()
+    try:
+        proto, detached = _upgrade(proto)
+        return _Importer(proto, detached, input_shapes or {}, name).run()
+    except CompilerError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, UnicodeError,
+            OverflowError, RecursionError) as e:
+        # what onnx's helpers raise on a malformed proto (an unknown tensor type, a field that
+        # is not UTF-8, data that does not fit its dims): the model's defect, said as such
+        raise FrontendError(f"model {name!r} is malformed and cannot be imported "
+                            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+                            "; check it with onnx.checker.check_model") from e
 
 
 def default_opset(proto: onnx.ModelProto) -> int:
@@ -208,8 +224,8 @@ class _Importer:
         inits = {i.name: i for i in g.initializer}
         unknown = set(self.input_shapes) - {i.name for i in g.input}
         if unknown:
-            raise FrontendError(f"input_shapes names {sorted(unknown)}, which are not model "
-                                f"inputs; the inputs are {[i.name for i in g.input]}")
+            raise InputShapesError(f"input_shapes names {sorted(unknown)}, which are not model "
+                                   f"inputs; the inputs are {[i.name for i in g.input]}")
         for vi in g.input:
             if vi.name in inits:
                 continue

@@ -8,6 +8,7 @@ from functools import partial
 import numpy as np
 
 from compiler.errors import ShapeInferenceError
+from compiler.limits import check_tensor_size
 from compiler.ops.base import TensorType, Types, Values, describe
 from compiler.ops.onnx_bridge import ReferenceKernel, fallback_infer, reference_supports
 from compiler.ops.registry import get_opdef
@@ -40,7 +41,15 @@ def known_value(t: Tensor | None, extra: Mapping[Tensor, np.ndarray] | None = No
 
 
 def infer_op(op: Op, extra: Mapping[Tensor, np.ndarray] | None = None) -> TensorType:
-    """Output type of ``op`` from its inputs' types and known values."""
+    """Output type of ``op`` from its inputs' types and known values; ShapeInferenceError
+    naming the op when the shape is invalid or above `compiler.limits.MAX_TENSOR_BYTES`."""
+    t = _infer_op(op, extra)
+    if t.shape is not None:
+        check_tensor_size(t.shape, t.dtype, describe(op), ShapeInferenceError)
+    return t
+
+
+def _infer_op(op: Op, extra: Mapping[Tensor, np.ndarray] | None = None) -> TensorType:
     if op.type == DATA:
         if op.output.shape is None:
             raise ShapeInferenceError(f"model input {op.name!r} has no static shape; give one "

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from compiler.ops._common_pool import canonicalize_pool, pool_out_shape, pool_windows
 from compiler.ops.base import OpDef, TensorType, Types, Values, need
 from compiler.ops.geometry import windows
-from compiler.ops.op_max_pool import canonicalize_pool, pool_out_shape, pool_windows
 from compiler.xir import Op
 
 

@@ -3,12 +3,17 @@
 Each folded op becomes a ``const`` op in place (same name, so readers and graph outputs are
 untouched); ``Shape`` folds whenever its input's shape is static. This is what turns the light
 models' ``ConstantOfShape`` weight generators into weights. Ops with randomness never fold.
+A constant above `compiler.limits.MAX_CONST_BYTES`, or folding more than `MAX_FOLDED_BYTES` in
+all, is refused (PassError naming the op) before it is computed: the .xmodel would store it.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from compiler.errors import PassError
+from compiler.limits import MAX_CONST_BYTES, MAX_FOLDED_BYTES, check_tensor_size, fmt_bytes
+from compiler.ops.base import describe
 from compiler.ops.infer import evaluate
 from compiler.ops.op_shape import shape_slice
 from compiler.ops.registry import get_opdef
@@ -30,7 +35,7 @@ class FoldConstants(Pass):
     description = "evaluate ops whose inputs are all constants; fold Shape of static shapes"
 
     def run(self, graph: Graph) -> PassResult:
-        folded = 0
+        folded = total = 0
         for op in graph.topological_sort():
             if not foldable(op):
                 continue
@@ -41,8 +46,28 @@ class FoldConstants(Pass):
                 continue
             if any(t is not None and t.producer.type != CONST for t in ins):
                 continue
+            total += self._check_size(op, total)
             xs = [None if t is None else t.producer.attrs["data"] for t in ins]
             value = np.array(evaluate(op, xs), order="C", copy=None)
+            if op.output.shape is None:
+                total += check_tensor_size(value.shape, value.dtype, f"folding {describe(op)}",
+                                           PassError, MAX_CONST_BYTES)
             graph.make_const(op, value)
             folded += 1
         return PassResult(folded, {"folded": folded})
+
+    @staticmethod
+    def _check_size(op: Op, total: int) -> int:
+        """Bytes folding ``op`` will materialize (its inferred type), refused above the
+        limits before it is computed."""
+        t = op.output
+        if t.shape is None:
+            return 0  # infer_shapes switched off: the value is checked after evaluation
+        nbytes = check_tensor_size(t.shape, t.dtype, f"folding {describe(op)}", PassError,
+                                   MAX_CONST_BYTES)
+        if total + nbytes > MAX_FOLDED_BYTES:
+            raise PassError(f"folding {describe(op)} would bring the model's folded constants "
+                            f"to {fmt_bytes(total + nbytes)}, above the limit of "
+                            f"{fmt_bytes(MAX_FOLDED_BYTES)}; the model generates more weights "
+                            "than a card can hold")
+        return nbytes

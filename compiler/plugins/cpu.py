@@ -10,8 +10,8 @@ from __future__ import annotations
 from compiler.errors import PartitionError
 from compiler.ops.infer import cpu_can_run
 from compiler.ops.registry import get_opdef
-from compiler.plugin.base import Plugin
-from compiler.plugin.helpers import filter, merge_subgraph
+from compiler.plugin_api.base import Plugin
+from compiler.plugin_api.helpers import filter, merge_subgraph
 from compiler.xir import CONST, DATA, Graph, Subgraph
 
 DEVICE = "CPU"

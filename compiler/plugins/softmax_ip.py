@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from compiler.errors import OptionsError, RunnerError
-from compiler.plugin import Plugin, filter_by_type
-from compiler.runtime.runner import Runner
+from compiler.plugin_api import Plugin, filter_by_type
+from compiler.runtime.base import Runner
 from compiler.xir import Graph, Subgraph
 
 DEVICE = "SOFTMAX_IP"

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import zipfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
 
-from compiler.errors import QuantizationError
+from compiler.errors import CalibrationFileError, QuantizationError
 from compiler.options import QuantizeOptions
 from compiler.runtime.cpu import CpuRunner
 from compiler.xir import Graph, Tensor
@@ -31,21 +32,39 @@ def calibration_samples(graph: Graph, opts: QuantizeOptions) -> list[dict[str, n
         return samples
     path = Path(opts.calibration)
     if not path.is_file():
-        raise QuantizationError(f"calibration file {str(path)!r} does not exist; give an .npz "
+        raise CalibrationFileError(f"calibration file {str(path)!r} does not exist; give an .npz "
                                 'with one array per input, or "random"')
-    with np.load(path, allow_pickle=False) as data:
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+        raise CalibrationFileError(f"calibration file {str(path)!r} is not a readable .npz ({e}); "
+                                "save one with numpy.savez, one array per input") from None
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise CalibrationFileError(f"calibration file {str(path)!r} is a single .npy array; save "
+                                "an .npz with numpy.savez, one array per input")
+    with data:
         arrays = {}
         for op in inputs:
-            if op.name not in data:
-                raise QuantizationError(f"calibration file {str(path)!r} has no array for "
+            if op.name not in data.files:
+                raise CalibrationFileError(f"calibration file {str(path)!r} has no array for "
                                         f"input {op.name!r} (it has {sorted(data.files)})")
-            a = data[op.name]
+            try:
+                a = data[op.name]
+            except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+                raise CalibrationFileError(f"calibration file {str(path)!r}: array {op.name!r} "
+                                        f"cannot be read ({e})") from None
             shape = op.output.shape
             if a.shape == shape:
                 a = a[None]
-            if a.shape[1:] != shape:
-                raise QuantizationError(f"calibration array {op.name!r} is {a.shape}; expected "
-                                        f"(samples, *{shape})")
+            if a.shape[1:] != shape or a.shape[0] == 0:
+                raise CalibrationFileError(f"calibration array {op.name!r} is {a.shape}; expected "
+                                        f"(samples, *{shape}) with at least one sample")
+            if a.dtype.kind not in "biuf":
+                raise CalibrationFileError(f"calibration array {op.name!r} is {a.dtype}; expected "
+                                        f"numbers ({op.output.dtype})")
+            if a.dtype.kind == "f" and not np.isfinite(a).all():
+                raise CalibrationFileError(f"calibration array {op.name!r} holds NaN or Inf; "
+                                        "calibrate with finite samples")
             arrays[op.name] = a.astype(op.output.dtype)
     count = min(min(a.shape[0] for a in arrays.values()), opts.samples)
     return [{k: v[i] for k, v in arrays.items()} for i in range(count)]
@@ -84,4 +103,9 @@ def collect_ranges(graph: Graph, samples: Iterable[Mapping[str, np.ndarray]],
             out[t] = (min(r[0] for r in rs), max(r[1] for r in rs))
         else:
             out[t] = (float(np.mean([r[0] for r in rs])), float(np.mean([r[1] for r in rs])))
+        if not all(np.isfinite(out[t])):
+            raise QuantizationError(f"calibration: tensor {t.name!r} ({t.producer.type}) took "
+                                    f"the range {out[t]}, not finite; the float model overflows "
+                                    "or divides by zero on these samples, so it has no int8 "
+                                    "scale")
     return out

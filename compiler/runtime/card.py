@@ -35,37 +35,26 @@ from typing import IO, Any
 import numpy as np
 
 from compiler.errors import RunnerError
+from compiler.runtime.base import Runner
 from compiler.runtime.cpu import CpuRunner
-from compiler.runtime.executor import check_feeds
-from compiler.runtime.loader import create_runner
-from compiler.runtime.runner import Runner
+from compiler.runtime.executor import Lifetimes, check_feeds
+from compiler.runtime.loader import check_runners, create_runner
 from compiler.xir import Graph, Subgraph
-from pyhost.accel import layout
-from pyhost.accel.model import AccelConfig
+from pyhost.accel.abi import (
+    ACCEL_SPACE,
+    CONST_SLOT,
+    PROGRAM_ATTR,
+    SCRATCH_SLOT,
+    AbiError,
+    AccelImage,
+    IoSpec,
+    align_up,
+    card_align,
+)
+from pyhost.accel.control import instruction_text
 from pyhost.driver import AccelProgram, AccelRunError, PcieDriver
-from pyhost.memory import MemoryManager
-from pyhost.memory import Tensor as MTensor
+from pyhost.memory import MemoryManager, TensorHandle
 from pyhost.spec import isa
-
-#: Slot registers of an accelerator subgraph: constants, scratch, then inputs and outputs.
-CONST_SLOT, SCRATCH_SLOT, FIRST_IO_SLOT = 0, 1, 2
-MAX_IO = isa.NUM_SLOTS - FIRST_IO_SLOT
-#: The memory manager's allocation unit: one 512-bit beat, or a whole weight tile when N*N is
-#: larger (a slot base must be a multiple of the largest element a LOAD reads through it).
-MIN_ALIGN = 64
-#: The accelerator addresses card memory with 32 bits.
-ACCEL_SPACE = 1 << 32
-#: The attribute that marks a subgraph compiled for the accelerator.
-PROGRAM_ATTR = "accel_program"
-
-
-def align_up(x: int, a: int) -> int:
-    return -(-int(x) // a) * a
-
-
-def card_align(n: int) -> int:
-    """Alignment of every accelerator tensor in card memory for an array of size N."""
-    return max(MIN_ALIGN, n * n)
 
 
 class CardRuntimeError(RunnerError):
@@ -86,115 +75,21 @@ class AccelStepError(CardRuntimeError):
 
 # --- what the plugin compiled -------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class IoSpec:
-    """An external tensor of an accelerator subgraph (one entry of ``accel_io``).
-
-    Its bytes are the blocked int8 layout of `pyhost.accel.layout` ("nchwc": channel blocks of
-    N lanes; a (M, K) matrix is (M, K, 1, 1)) with real = scale * (q - zero_point); padding lanes
-    hold `fill`.
-    """
-
-    name: str
-    role: str                 # "in" | "out"
-    slot: int
-    nbytes: int
-    shape: tuple[int, ...]
-    scale: float
-    zero_point: int
-    n: int
-    fill: int
-    layout: str = "nchwc"
-
-    def to_attr(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["shape"] = list(self.shape)
-        return d
-
-    @classmethod
-    def from_attr(cls, d: Mapping[str, Any]) -> IoSpec:
-        names = {f.name for f in dataclasses.fields(cls)}
-        missing = sorted(names - set(d) - {"layout"})
-        if missing:
-            raise CardRuntimeError(f"accel_io entry {dict(d)!r} lacks {missing}; recompile")
-        spec = cls(**{k: d[k] for k in names if k in d})
-        spec = dataclasses.replace(spec, shape=tuple(int(v) for v in spec.shape))
-        if spec.layout != "nchwc" or spec.role not in ("in", "out"):
-            raise CardRuntimeError(f"accel_io entry {spec.name!r}: layout {spec.layout!r} / "
-                                   f"role {spec.role!r} unknown to this runtime; recompile")
-        return spec
-
-    @property
-    def nchw(self) -> tuple[int, int, int, int]:
-        s = self.shape
-        return (s[0], s[1], s[2], s[3]) if len(s) == 4 else (s[0], s[1], 1, 1)
-
-    def pack(self, x: np.ndarray) -> np.ndarray:
-        """Float array -> quantized blocked bytes (uint8 array of `nbytes`)."""
-        x = np.asarray(x)
-        if x.shape != self.shape:
-            raise CardRuntimeError(f"tensor {self.name!r} is {x.shape}, expected {self.shape}")
-        q = np.clip(np.rint(x.astype(np.float64) / self.scale) + self.zero_point, -128, 127)
-        raw = layout.pack_act(q.astype(np.int8).reshape(self.nchw), self.n, self.zero_point)
-        return np.frombuffer(raw, np.uint8)
-
-    def unpack(self, raw: np.ndarray | bytes) -> np.ndarray:
-        """Blocked bytes -> the dequantized float32 array of `shape`."""
-        q = layout.unpack_act(raw, self.nchw, self.n).reshape(self.shape)
-        return ((q.astype(np.int64) - self.zero_point) * self.scale).astype(np.float32)
+def accel_image(sub: Subgraph) -> AccelImage:
+    """The accelerator image of a subgraph compiled by the ``accel`` plugin (`pyhost.accel.abi`);
+    CardRuntimeError when its attributes are missing or malformed."""
+    try:
+        return AccelImage.from_attrs(sub.name, sub.attrs)
+    except AbiError as e:
+        raise CardRuntimeError(str(e)) from None
 
 
-@dataclass(frozen=True)
-class AccelImage:
-    """The ``accel_*`` attributes of one accelerator subgraph, checked."""
-
-    name: str
-    program: bytes
-    consts: bytes
-    scratch_bytes: int
-    io: tuple[IoSpec, ...]
-    config: AccelConfig
-    stats: Mapping[str, Any]
-
-    @classmethod
-    def from_subgraph(cls, sub: Subgraph) -> AccelImage:
-        a = sub.attrs
-        need = ("accel_program", "accel_consts", "accel_scratch_bytes", "accel_io",
-                "accel_config")
-        missing = [k for k in need if k not in a]
-        if missing:
-            raise CardRuntimeError(f"subgraph {sub.name!r} lacks {missing}: it was not compiled "
-                                   "by the accel plugin (or by an older one); recompile")
-        prog = a["accel_program"]
-        if not isinstance(prog, bytes) or not prog or len(prog) % isa.INSN_BYTES:
-            raise CardRuntimeError(f"subgraph {sub.name!r}: accel_program is not a whole number "
-                                   f"of {isa.INSN_BYTES}-byte instructions")
-        try:
-            cfg = AccelConfig(**a["accel_config"])
-        except (TypeError, ValueError) as e:
-            raise CardRuntimeError(f"subgraph {sub.name!r}: bad accel_config "
-                                   f"{a['accel_config']!r}: {e}") from None
-        io = tuple(IoSpec.from_attr(d) for d in a["accel_io"])
-        return cls(sub.name, prog, bytes(a["accel_consts"]), int(a["accel_scratch_bytes"]), io,
-                   cfg, dict(a.get("accel_stats") or {}))
-
-    @property
-    def inputs(self) -> list[IoSpec]:
-        return [s for s in self.io if s.role == "in"]
-
-    @property
-    def outputs(self) -> list[IoSpec]:
-        return [s for s in self.io if s.role == "out"]
-
-    @property
-    def insns(self) -> int:
-        return len(self.program) // isa.INSN_BYTES
-
-    def card_bytes(self, align: int) -> int:
-        """Card bytes of one launch: program, constants, scratch, inputs, outputs."""
-        return sum(align_up(x, align) for x in (len(self.program), len(self.consts),
-                                                self.scratch_bytes,
-                                                *(s.nbytes for s in self.io)))
+def _pack(spec: IoSpec, x: np.ndarray) -> np.ndarray:
+    """`IoSpec.pack` with the runtime's error."""
+    try:
+        return spec.pack(x)
+    except AbiError as e:
+        raise CardRuntimeError(str(e)) from None
 
 
 def is_accel_subgraph(sub: Subgraph) -> bool:
@@ -349,7 +244,7 @@ class CardSession:
 
     def prepare(self, subgraph: Subgraph) -> AccelStep:
         """The step of one accelerator subgraph, after the config and memory checks."""
-        image = AccelImage.from_subgraph(subgraph)
+        image = accel_image(subgraph)
         self.check_config(image)
         self.check_fits(image)
         return AccelStep(self, image)
@@ -377,24 +272,26 @@ class AccelStep:
         self.resident = [t for t in (self.program, self.consts, self.scratch) if t is not None]
         self.last_counters: dict[str, int] = {}
 
-    def _tensor(self, what: str, data: bytes) -> MTensor:
+    def _tensor(self, what: str, data: bytes) -> TensorHandle:
         mgr = self.session.manager
         t = mgr.allocate_tensor(align_up(len(data), self.session.align),
                                 name=self.session.unique(f"{self.image.name}/{what}"))
         mgr.write_tensor(t, len(data), data)
         return t
 
-    def allocate(self, spec: IoSpec, name: str | None = None) -> MTensor:
+    def allocate(self, spec: IoSpec, name: str | None = None) -> TensorHandle:
         """A manager tensor for one input or output of this step."""
         return self.session.manager.allocate_tensor(
             align_up(spec.nbytes, self.session.align),
             name=name or self.session.unique(f"{self.image.name}/{spec.name}"))
 
-    def need_list(self, inputs: Sequence[MTensor], outputs: Sequence[MTensor]) -> list[MTensor]:
+    def need_list(self, inputs: Sequence[TensorHandle], outputs: Sequence[TensorHandle]
+                  ) -> list[TensorHandle]:
         """The tensors of one launch, in the order of its need_in_device call."""
         return [*self.resident, *inputs, *outputs]
 
-    def launch(self, inputs: Sequence[MTensor], outputs: Sequence[MTensor]) -> dict[str, int]:
+    def launch(self, inputs: Sequence[TensorHandle], outputs: Sequence[TensorHandle]
+               ) -> dict[str, int]:
         """Run the program on the card with these input and output tensors (in accel_io order);
         returns the accelerator's counters. The outputs are marked updated.
 
@@ -428,9 +325,9 @@ class AccelStep:
                 res = drv.accel_wait(s.timeout_s)
             except AccelRunError as e:
                 at = ""
-                if 0 <= e.pc < img.insns:
+                if e.names_instruction and 0 <= e.pc < img.insns:
                     raw = img.program[e.pc * isa.INSN_BYTES:(e.pc + 1) * isa.INSN_BYTES]
-                    at = f"; instruction {e.pc}: {isa.decode(raw)}"
+                    at = f"; instruction {e.pc}: {instruction_text(raw)}"
                 raise AccelStepError(f"accelerator step {img.name!r} failed: {e}{at}") from e
             args.update(res.counters)
         for t in outputs:
@@ -447,7 +344,7 @@ class AccelStep:
                 for spec in self.image.inputs:
                     t = self.allocate(spec)
                     ins.append(t)
-                    mgr.write_tensor(t, spec.nbytes, spec.pack(arrays[spec.name]))
+                    mgr.write_tensor(t, spec.nbytes, _pack(spec, arrays[spec.name]))
             outs = [self.allocate(spec) for spec in self.image.outputs]
             self.last_counters = self.launch(ins, outs)
             result = {}
@@ -566,7 +463,7 @@ class _Value:
     """A tensor value of a run: on the host, on the card (a manager tensor), or both."""
 
     host: np.ndarray | None = None
-    dev: MTensor | None = None
+    dev: TensorHandle | None = None
     spec: IoSpec | None = None
 
 
@@ -577,16 +474,20 @@ class CardExecutor:
     Construction checks every accelerator subgraph against the card (configuration, memory)
     before anything is uploaded, then creates each step's program, constant and scratch tensors.
     ``options`` go to the host runners (``options["card"]`` is set to the session, so any
-    AccelRunner created by name shares it). `stats` is the last run's `RunStats`.
+    AccelRunner created by name shares it). `stats` is the last run's `RunStats`. Runner names
+    are checked against the allow-list first (``trust_runners``: `compiler.runtime.loader`).
     """
 
     def __init__(self, graph: Graph, session: CardSession,
-                 options: Mapping[str, Any] | None = None) -> None:
+                 options: Mapping[str, Any] | None = None, *,
+                 trust_runners: bool = False) -> None:
         self.graph = graph
         self.session = session
         root = graph.root_subgraph
         children = [root] if root.is_leaf else root.children_topological_sort()
-        images = {c: AccelImage.from_subgraph(c) for c in children if is_accel_subgraph(c)}
+        if not root.is_leaf:
+            check_runners(children, trust_runners=trust_runners)
+        images = {c: accel_image(c) for c in children if is_accel_subgraph(c)}
         for img in images.values():
             session.check_config(img)
         for img in images.values():
@@ -599,13 +500,11 @@ class CardExecutor:
             elif c is root:
                 self.steps.append((c, CpuRunner(c, opts)))
             else:
-                self.steps.append((c, create_runner(c, opts)))
+                self.steps.append((c, create_runner(c, opts, trust_runners=trust_runners)))
         self.input_names = [op.name for op in graph.inputs]
         self.output_names = [t.name for t in graph.outputs]
-        self._readers: dict[str, int] = {}
-        for _, st in self.steps:
-            for name in self._input_names(st):
-                self._readers[name] = self._readers.get(name, 0) + 1
+        self._lifetimes = Lifetimes((self._input_names(st) for _, st in self.steps),
+                                    self.output_names)
         self._tag = session.unique("run")
         self._runs = 0
         self.stats = RunStats()
@@ -653,8 +552,7 @@ class CardExecutor:
         stats = RunStats()
         t_run = time.perf_counter()
         env: dict[str, _Value] = {k: _Value(host=np.asarray(v)) for k, v in feeds.items()}
-        left = dict(self._readers)
-        outputs = set(self.output_names)
+        live = self._lifetimes.start()
         try:
             for sub, st in self.steps:
                 t0 = time.perf_counter()
@@ -680,21 +578,26 @@ class CardExecutor:
                         env[t.name] = _Value(host=got[t.name])
                     stats.steps.append(StepStats(sub.name, str(sub.get_attr("device", "CPU")),
                                                  time.perf_counter() - t0))
-                for n in self._input_names(st):
-                    left[n] -= 1
-                    if left[n] == 0 and n not in outputs:
-                        self._drop(env.pop(n, None))
+                for n in live.read(self._input_names(st)):
+                    self._drop(env.pop(n, None))
             result = {n: self._on_host(env, n) for n in self.output_names}
-        finally:
+        except BaseException:
+            # free what this run holds without letting a failure there replace the error
             for v in env.values():
-                self._drop(v)
+                try:
+                    self._drop(v)
+                except Exception:  # noqa: BLE001, S110 - the original error is reported
+                    pass
+            raise
+        for v in env.values():
+            self._drop(v)
         stats.wall_s = time.perf_counter() - t_run
         after = _memory_counters(s)
         stats.memory = {k: after[k] - before[k] for k in after}
         self.stats = stats
         return result
 
-    def _on_card(self, env: dict[str, _Value], spec: IoSpec, step: AccelStep) -> MTensor:
+    def _on_card(self, env: dict[str, _Value], spec: IoSpec, step: AccelStep) -> TensorHandle:
         v = env.get(spec.name)
         if v is None:
             raise RunnerError(f"step {step.image.name!r} needs {spec.name!r}, which no earlier "
@@ -708,7 +611,7 @@ class CardExecutor:
             return v.dev
         assert v.host is not None
         with self.session.span(f"pack {spec.name}", "host"):
-            raw = spec.pack(v.host)
+            raw = _pack(spec, v.host)
         t = step.allocate(spec, self._name(spec.name))
         self.session.manager.write_tensor(t, spec.nbytes, raw)
         v.dev, v.spec = t, spec

@@ -11,7 +11,7 @@ import numpy as np
 from compiler.errors import CompilerError, RunnerError
 from compiler.ops.base import describe
 from compiler.ops.infer import Kernel, op_kernel
-from compiler.runtime.runner import Runner
+from compiler.runtime.base import Runner
 from compiler.xir import CONST, DATA, Op, Subgraph, Tensor
 
 Observer = Callable[[Tensor, np.ndarray], None]

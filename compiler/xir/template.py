@@ -4,8 +4,9 @@ After ``xir::GraphTemplate``: ``add_op(name, types, inputs)`` adds a template op
 op whose type is in ``types``; ``inputs`` maps an earlier template op to the input argument name
 it must feed (``"X"`` for ``Relu(X)``, ``None`` for any argument). Matching is a monomorphism on
 op types and named input edges: each template edge must exist in the graph with that argument;
-the matched ops may have further edges among themselves and to the rest of the graph (whether the
-match is usable as a subgraph is the caller's business, see ``compiler.plugin.filter_by_template``).
+the matched ops may have further edges among themselves and to the rest of the graph (whether
+the match is usable as a subgraph is the caller's business, see
+``compiler.plugin_api.filter_by_template``).
 An optional ``where`` predicate per template op narrows the match (e.g. only ``group == 1`` convs).
 """
 

@@ -16,27 +16,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pyhost.accel.timing import field_cycles
+from pyhost.fixedpoint import requantize_lanes, rounding_shift
 from pyhost.spec import isa, regs
-from pyhost.spec.isa import AccelError, AluOp, Buffer, Insn, Opcode, Unit
+from pyhost.spec.accel import DEFAULT_CONFIG, AccelConfig
+from pyhost.spec.isa import TOKEN_QUEUES, AccelError, AluOp, Buffer, Insn, Opcode
 
-_MASK32 = (1 << 32) - 1
-_ADDR_SPACE = 1 << 32
+_ADDR_SPACE = isa.ADDR_SPACE
+_MASK32 = _ADDR_SPACE - 1
 #: Iterations of one GEMM / ALU instruction computed per numpy pass (bounds temporary memory).
 _BLOCK = 1 << 16
 #: Instructions the fetcher reads from memory per `read` call.
 _FETCH_CHUNK = 64
-
-# Token counters: (producer, consumer).
-L2C, C2L, C2S, S2C = range(4)
-TOKEN_QUEUES = ((Unit.LOAD, Unit.COMPUTE), (Unit.COMPUTE, Unit.LOAD),
-                (Unit.COMPUTE, Unit.STORE), (Unit.STORE, Unit.COMPUTE))
-#: Which counter each legal dependency flag of a unit pops from / pushes to.
-_POPS = {Unit.LOAD: {"pop_next": C2L},
-         Unit.COMPUTE: {"pop_prev": L2C, "pop_next": S2C},
-         Unit.STORE: {"pop_prev": C2S}}
-_PUSHES = {Unit.LOAD: {"push_next": L2C},
-           Unit.COMPUTE: {"push_prev": C2L, "push_next": C2S},
-           Unit.STORE: {"push_prev": S2C}}
 
 COUNTER_NAMES = tuple(name for name, _ in regs.ACCEL_COUNTERS)
 
@@ -45,31 +36,6 @@ _RANGES = {op: tuple((f.name, -(1 << (f.width - 1)) if f.signed else 0,
                       (1 << (f.width - 1)) - 1 if f.signed else (1 << f.width) - 1)
                      for f in fmt if f.name != "opcode")
            for op, fmt in isa.FORMATS.items()}
-
-
-@dataclass(frozen=True)
-class AccelConfig:
-    """The accelerator's build parameters (the RTL's parameters, reported in ACC_CFG_*)."""
-
-    n: int = isa.DEFAULT_N
-    inp_depth: int = isa.DEFAULT_INP_DEPTH
-    wgt_depth: int = isa.DEFAULT_WGT_DEPTH
-    acc_depth: int = isa.DEFAULT_ACC_DEPTH
-    queue_depth: int = isa.DEFAULT_QUEUE_DEPTH
-
-    def __post_init__(self) -> None:
-        for name in ("n", "inp_depth", "wgt_depth", "acc_depth", "queue_depth"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"AccelConfig.{name} must be a positive integer, got {v!r}")
-
-    def depth(self, buf: Buffer) -> int:
-        """Rows of the scratchpad a LOAD/STORE buffer names."""
-        return {Buffer.INP: self.inp_depth, Buffer.WGT: self.wgt_depth,
-                Buffer.ACC: self.acc_depth, Buffer.ACC8: self.acc_depth}[Buffer(buf)]
-
-    def element_bytes(self, buf: Buffer) -> int:
-        return isa.element_bytes(buf, self.n)
 
 
 @dataclass
@@ -95,12 +61,7 @@ class _Op:
         self.op = insn.op
         self.unit = insn.unit
         self.f = f
-        if self.unit is None:
-            self.pops: tuple[int, ...] = ()
-            self.pushes: tuple[int, ...] = ()
-        else:
-            self.pops = tuple(q for flag, q in _POPS[self.unit].items() if f[flag])
-            self.pushes = tuple(q for flag, q in _PUSHES[self.unit].items() if f[flag])
+        self.pops, self.pushes = isa.token_counters(self.unit, f)
         self.dispatch_t = 0
 
 
@@ -299,14 +260,15 @@ class AccelModel:
 
     Counters: `insns`, `macs`, `bytes_loaded` and `bytes_stored` are exact (the RTL's values for
     a run without error; after an error they depend on timing, in the RTL too).
-    The cycle counters are an estimate, not cycle-accurate: an instruction of the load unit is
-    busy max(scratchpad rows written, 64-byte beats) + 1 cycles, a store the same with rows read,
-    a GEMM or ALU outer*inner + 1; the fetcher dispatches one instruction per cycle, no sooner than
-    the unit frees a queue entry; an instruction starts when its unit is free and its tokens have
-    been pushed (the wait is `*_stall`); `cycles` is the time the last unit finishes.
+    The cycle counters are an estimate, not cycle-accurate (the rules of `timing.field_cycles`):
+    an instruction of the load unit is busy max(scratchpad rows written, 64-byte beats) + 1
+    cycles, a store the same with rows read, a GEMM or ALU outer*inner + 1; the fetcher
+    dispatches one instruction per cycle, no sooner than the unit frees a queue entry; an
+    instruction starts when its unit is free and its tokens have been pushed (the wait is
+    `*_stall`); `cycles` is the time the last unit finishes.
     """
 
-    def __init__(self, cfg: AccelConfig = AccelConfig()) -> None:
+    def __init__(self, cfg: AccelConfig = DEFAULT_CONFIG) -> None:
         self.cfg = cfg
         n = cfg.n
         self.inp = np.zeros((cfg.inp_depth, n), np.int8)
@@ -533,23 +495,14 @@ def alu_op(op: AluOp, a: np.ndarray, b: np.ndarray | np.int64, shift: np.ndarray
     elif op == AluOp.MUL:
         r = a * b                                      # |a*b| <= 2**62: exact in int64
     elif op == AluOp.SHR:
-        s = np.asarray(b, np.int64) & 31
-        half = np.where(s > 0, np.left_shift(np.int64(1), np.maximum(s - 1, 0)), 0)
-        r = np.right_shift(a + half, s)                # 33-bit sum: exact in int64
+        r = rounding_shift(a, np.asarray(b, np.int64) & 31)    # 33-bit sum: exact in int64
     elif op == AluOp.MOV:
         r = np.broadcast_to(b, a.shape)
     elif op == AluOp.REQ:
         assert shift is not None
         zp, lo, hi = isa.req_fields(imm)
-        s = shift & 63
-        half = np.where(s > 0, np.left_shift(np.int64(1), np.maximum(s - 1, 0)), 0)
-        p = a * b                                      # |p| <= 2**62: exact in int64
-        with np.errstate(over="ignore"):
-            y = np.right_shift(p + half, s)
-        # The rounding sum is exact (65 bits): only p = 2**62 with s = 63 leaves int64, where
-        # (2**62 + 2**62) >> 63 = 1.
-        y = np.where((p == 1 << 62) & (s == 63), 1, y) + zp
-        r = np.minimum(np.maximum(y, lo), hi)          # max first: lo > hi gives hi
+        # exact 65-bit rounding sum; max first: lo > hi gives hi
+        r = requantize_lanes(a, b, shift & 63, zp, lo, hi)
     else:
         raise ValueError(f"ALU op {op} does not exist")
     return _wrap32(r)
@@ -725,13 +678,7 @@ class _Run:
         start = ready
         for t in op.pops:
             start = max(start, self.token_t[t].popleft())
-        if op.op in (Opcode.LOAD, Opcode.STORE):
-            e = self.model.cfg.element_bytes(Buffer(f["buf"]))
-            y, x = f["y_size"], f["x_size"]
-            rows = (f["pad_top"] + y + f["pad_bottom"]) * (f["pad_left"] + x + f["pad_right"])
-            dur = max(rows, y * (-(-x * e // 64))) + 1
-        else:
-            dur = f["outer"] * f["inner"] + 1
+        dur = field_cycles(op.op, f, self.model.cfg.n)
         finish = start + dur
         c[("load", "compute", "store")[u] + "_busy"] += dur
         c[("load", "compute", "store")[u] + "_stall"] += start - ready

@@ -20,6 +20,7 @@ from pyhost.memory.errors import (
     TraceError,
     UnknownTensorError,
 )
+from pyhost.memory.handle import TensorHandle
 from pyhost.memory.manager import DEFAULT_POLICY, ManagerStats, MemoryManager
 from pyhost.memory.policies import (
     POLICIES,
@@ -29,7 +30,6 @@ from pyhost.memory.policies import (
     LruPolicy,
     NaivePolicy,
 )
-from pyhost.memory.tensor import Tensor
 from pyhost.memory.transport import DryRunDriver
 
 __all__ = [
@@ -37,6 +37,6 @@ __all__ = [
     "DoubleFreeError", "DryRunDriver", "EvictionPolicy", "Fp16", "FreedTensorError",
     "GreedyDualSizePolicy", "HostAllocationError", "Int8Affine", "LruPolicy", "ManagerStats",
     "MemoryManager", "MemoryManagerError", "NaivePolicy", "NeverWrittenError", "NotOnCardError",
-    "OutOfMemoryError", "PrecisionError", "PrecisionReport", "ScheduleError", "Tensor",
+    "OutOfMemoryError", "PrecisionError", "PrecisionReport", "ScheduleError", "TensorHandle",
     "TensorHandleError", "TensorSizeError", "TraceError", "UnknownTensorError",
 ]

@@ -15,8 +15,8 @@ host-written version, and the write-back of every card-updated version the host 
 where `i spans k` means a < k < b, need_k is the bytes of the distinct tensors of step k and v
 ranges over dirty versions that the host never reads. With d, y integer this is the exact
 optimum over managers that move whole tensors (`interval_milp`); the LP relaxation
-(`lower_bound`, HiGHS through scipy) is a lower bound on it. `exact_optimum` finds the optimum
-by exhaustive search for small traces, to test both.
+(`lower_bound`, HiGHS through scipy) is a lower bound on it. The tests check both against an
+exhaustive search on small traces (tb.memory.optimum.exact_optimum).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import cache
 
 import numpy as np
 from scipy import sparse
@@ -262,67 +261,3 @@ def plan_drops(trace: Trace, capacity: int, *, time_limit: float = 5.0) -> set[t
         return set()
     drop = long[np.flatnonzero(r.x[:n_d] > 0.5)]
     return {(int(m.tensor[i]), int(m.start[i])) for i in drop}
-
-
-def exact_optimum(trace: Trace, capacity: int) -> int:
-    """The fewest bytes any whole-tensor manager moves, by exhaustive search (small traces only).
-
-    Independent of the interval model: it simulates residency and dirtiness call by call, lets
-    the manager evict any subset of resident tensors before each need, and knows the future (a
-    dirty tensor whose bytes are never needed again is dropped without a write-back).
-    """
-    recs = trace.records
-    sizes = trace.sizes()
-    n = len(recs)
-
-    def bytes_needed_later(t: int, i: int) -> bool:
-        for op, x, size, _ in recs[i + 1:]:
-            ids = x if op == "need" else (x,)
-            if t not in ids:
-                continue
-            if op in ("need", "read"):
-                return True
-            if op == "write":
-                return size < sizes[t]
-            if op == "free":
-                return False
-        return False
-
-    inf = float("inf")
-
-    @cache
-    def best(i: int, res: frozenset[int], dirty: frozenset[int], content: frozenset[int]
-             ) -> float:
-        if i == n:
-            return 0
-        op, t, size, _ = recs[i]
-        if op == "alloc":
-            return best(i + 1, res, dirty, content)
-        if op == "updated":
-            return best(i + 1, res, dirty | {t} if sizes[t] else dirty, content | {t})
-        if op == "read":
-            cost = sizes[t] if t in dirty else 0
-            return cost + best(i + 1, res, dirty - {t}, content)
-        if op == "write":
-            cost = sizes[t] if t in dirty and size < sizes[t] else 0
-            return cost + best(i + 1, res - {t}, dirty - {t}, content | {t})
-        if op == "free":
-            return best(i + 1, res - {t}, dirty - {t}, content - {t})
-        need = {x for x in t if sizes[x]}
-        load = sum(sizes[x] for x in need - res if x in content)
-        others = sorted(res - need)
-        out = inf
-        for mask in range(1 << len(others)):
-            evict = {others[j] for j in range(len(others)) if mask >> j & 1}
-            keep = res - evict
-            if sum(sizes[x] for x in keep | need) > capacity:
-                continue
-            wb = sum(sizes[x] for x in evict & dirty if bytes_needed_later(x, i))
-            out = min(out, load + wb + best(i + 1, frozenset(keep | need), dirty - evict,
-                                            content))
-        return out
-
-    r = best(0, frozenset(), frozenset(), frozenset())
-    if r == inf:
-        raise BoundError("the trace cannot run at this capacity")
-    return int(r)

@@ -29,7 +29,7 @@ class TensorHandleError(MemoryManagerError, ValueError):
 
 
 class UnknownTensorError(TensorHandleError):
-    """Not a handle this manager returned (another manager's, or not a Tensor at all)."""
+    """Not a handle this manager returned (another manager's, or not a TensorHandle at all)."""
 
 
 class FreedTensorError(TensorHandleError):

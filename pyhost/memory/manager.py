@@ -45,9 +45,9 @@ from pyhost.memory.errors import (
     TensorSizeError,
     UnknownTensorError,
 )
+from pyhost.memory.handle import TensorHandle, _Entry
 from pyhost.memory.hoststore import HostArena, HostProvider, RealHost, VirtualHost
 from pyhost.memory.policies import INF, EvictionPolicy, make_policy
-from pyhost.memory.tensor import Tensor, _Entry
 from pyhost.memory.transport import Driver, DryRunDriver, Transport
 
 if TYPE_CHECKING:
@@ -142,7 +142,7 @@ class MemoryManager:
     # --- the API ----------------------------------------------------------------------------
 
     def allocate_tensor(self, host_buffer_or_size: HostBuffer | int, size: int | None = None,
-                        *, precision: Codec | None = None, name: str | None = None) -> Tensor:
+                        *, precision: Codec | None = None, name: str | None = None) -> TensorHandle:
         """A new tensor of `size` bytes (or the size of the given host buffer).
 
         With a HostBuffer, that buffer is the tensor's host copy (the manager reads and writes it
@@ -176,7 +176,7 @@ class MemoryManager:
             home = self.arena.adopt(buf)
         else:
             home = self.arena.alloc(nbytes) if nbytes else None
-        handle = Tensor(self._next_id, nbytes, name, self._token)
+        handle = TensorHandle(self._next_id, nbytes, name, self._token)
         self._next_id += 1
         key = name if name is not None else f"#{handle.id}"
         e = _Entry(handle, key, card_size, home, precision)
@@ -192,7 +192,7 @@ class MemoryManager:
         self._account("alloc", t0, self.transport.stats.driver_time_s)
         return handle
 
-    def write_tensor(self, tensor: Tensor, size: int, host_src: HostData | None) -> None:
+    def write_tensor(self, tensor: TensorHandle, size: int, host_src: HostData | None) -> None:
         """Write the first `size` bytes of the tensor from `host_src` (lazily: host copy only).
 
         In a dry run `host_src` may be None.
@@ -220,7 +220,7 @@ class MemoryManager:
             self._rec({"op": "write", "t": e.id, "size": size})
         self._account("write", t0, d0)
 
-    def read_tensor(self, tensor: Tensor, size: int, host_dst: HostData | None) -> None:
+    def read_tensor(self, tensor: TensorHandle, size: int, host_dst: HostData | None) -> None:
         """Copy the first `size` bytes of the tensor to `host_dst` (a transfer only if dirty)."""
         t0, d0 = time.perf_counter(), self.transport.stats.driver_time_s
         e = self._entry(tensor)
@@ -247,8 +247,9 @@ class MemoryManager:
             self._rec({"op": "read", "t": e.id, "size": size})
         self._account("read", t0, d0)
 
-    def need_in_device(self, t1: Tensor, t2: Tensor | None = None, t3: Tensor | None = None,
-                       *more: Tensor | None) -> tuple[int, ...]:
+    def need_in_device(self, t1: TensorHandle, t2: TensorHandle | None = None,
+                       t3: TensorHandle | None = None, *more: TensorHandle | None
+                       ) -> tuple[int, ...]:
         """Make the tensors resident on the card; their card addresses, in argument order.
 
         The addresses hold until the next manager call. The tensors of one call never evict each
@@ -305,7 +306,7 @@ class MemoryManager:
         self._account("need", t0, d0, need=True)
         return out  # type: ignore[return-value]
 
-    def tensor_updated(self, tensor: Tensor) -> None:
+    def tensor_updated(self, tensor: TensorHandle) -> None:
         """The card changed the tensor: its card copy is now the only current one."""
         t0, d0 = time.perf_counter(), self.transport.stats.driver_time_s
         e = self._entry(tensor)
@@ -324,10 +325,10 @@ class MemoryManager:
             self._rec({"op": "updated", "t": e.id})
         self._account("updated", t0, d0)
 
-    def free_tensor(self, tensor: Tensor) -> None:
+    def free_tensor(self, tensor: TensorHandle) -> None:
         """Forget the tensor: its card space and host copy are released, nothing is written."""
         t0, d0 = time.perf_counter(), self.transport.stats.driver_time_s
-        if isinstance(tensor, Tensor) and tensor._owner is self._token \
+        if isinstance(tensor, TensorHandle) and tensor._owner is self._token \
                 and tensor.id not in self._entries and tensor.id < self._next_id:
             raise DoubleFreeError(f"{tensor!r} was already freed; free each tensor once")
         e = self._entry(tensor)
@@ -344,7 +345,7 @@ class MemoryManager:
 
     # the seed's names
     def allocateTensorOnDevice(self, pointer: HostBuffer | int | None,  # noqa: N802
-                               size: int | None = None) -> Tensor:
+                               size: int | None = None) -> TensorHandle:
         """The seed's allocateTensorOnDevice(HostMem* pointer, size): pointer may be None."""
         if pointer is None:
             if size is None:
@@ -352,28 +353,28 @@ class MemoryManager:
             return self.allocate_tensor(size)
         return self.allocate_tensor(pointer, size)
 
-    def writeTensorToDevice(self, dest_pointer: Tensor, size: int,  # noqa: N802
+    def writeTensorToDevice(self, dest_pointer: TensorHandle, size: int,  # noqa: N802
                             orig_pointer: HostData | None) -> None:
         self.write_tensor(dest_pointer, size, orig_pointer)
 
-    def readTensorFromDevice(self, orig_pointer: Tensor, size: int,  # noqa: N802
+    def readTensorFromDevice(self, orig_pointer: TensorHandle, size: int,  # noqa: N802
                              dest_pointer: HostData | None) -> None:
         self.read_tensor(orig_pointer, size, dest_pointer)
 
-    def needInDevice(self, pointer1: Tensor, pointer2: Tensor | None = None,  # noqa: N802
-                     pointer3: Tensor | None = None) -> tuple[int, ...]:
+    def needInDevice(self, pointer1: TensorHandle, pointer2: TensorHandle | None = None,  # noqa: N802
+                     pointer3: TensorHandle | None = None) -> tuple[int, ...]:
         return self.need_in_device(pointer1, pointer2, pointer3)
 
-    def tensorUpdated(self, pointer: Tensor) -> None:  # noqa: N802
+    def tensorUpdated(self, pointer: TensorHandle) -> None:  # noqa: N802
         self.tensor_updated(pointer)
 
-    def freeTensor(self, pointer: Tensor) -> None:  # noqa: N802
+    def freeTensor(self, pointer: TensorHandle) -> None:  # noqa: N802
         self.free_tensor(pointer)
 
     # --- schedule hint ------------------------------------------------------------------------
 
-    def set_schedule(self, needs: Iterable[Sequence[Tensor | str]] | None,
-                     reads: Iterable[Tensor | str] = ()) -> None:
+    def set_schedule(self, needs: Iterable[Sequence[TensorHandle | str]] | None,
+                     reads: Iterable[TensorHandle | str] = ()) -> None:
         """The upcoming need_in_device calls, in order (handles, or names given at allocation).
 
         The next need calls are matched against it; a call that is not the next entry (nor one
@@ -396,11 +397,11 @@ class MemoryManager:
                 for t in call:
                     if isinstance(t, str):
                         keys.append(t)
-                    elif isinstance(t, Tensor):
+                    elif isinstance(t, TensorHandle):
                         keys.append(self._entry(t).key)
                     else:
-                        raise ScheduleError(f"schedule entry {i} names {t!r}; use Tensor handles "
-                                            "or the names given to allocate_tensor")
+                        raise ScheduleError(f"schedule entry {i} names {t!r}; use TensorHandle "
+                                            "objects or the names given to allocate_tensor")
                 sched.append(frozenset(keys))
             positions: dict[str, list[int]] = {}
             for i, keys in enumerate(sched):
@@ -422,7 +423,8 @@ class MemoryManager:
         self._future_sizes = {key_of(t): n for t, n in trace.sizes().items()}
         set_plan = getattr(self.policy, "set_plan", None)
         if set_plan is not None:
-            from pyhost.memory.bound import BoundError, plan_drops  # bound imports trace
+            # scipy (the MILP) is loaded only when a planning policy needs it
+            from pyhost.memory.bound import BoundError, plan_drops
 
             t0 = time.perf_counter()
             try:
@@ -710,7 +712,7 @@ class MemoryManager:
     # --- helpers ------------------------------------------------------------------------------
 
     def _entry(self, t: object) -> _Entry:
-        if not isinstance(t, Tensor) or t._owner is not self._token:
+        if not isinstance(t, TensorHandle) or t._owner is not self._token:
             raise UnknownTensorError(
                 f"{t!r} is not a tensor handle of this memory manager; pass what its "
                 "allocate_tensor returned")
@@ -781,14 +783,14 @@ class MemoryManager:
 
     # --- inspection ---------------------------------------------------------------------------
 
-    def address(self, tensor: Tensor) -> int | None:
+    def address(self, tensor: TensorHandle) -> int | None:
         """The tensor's card address now (None when not on the card). For tests and tools."""
         return self._entry(tensor).addr
 
-    def is_dirty(self, tensor: Tensor) -> bool:
+    def is_dirty(self, tensor: TensorHandle) -> bool:
         return self._entry(tensor).dirty
 
-    def precision_report(self, tensor: Tensor) -> PrecisionReport | None:
+    def precision_report(self, tensor: TensorHandle) -> PrecisionReport | None:
         """Error of the tensor's last reduced-precision upload (None: exact, or not yet sent)."""
         return self._entry(tensor).report
 
@@ -796,7 +798,7 @@ class MemoryManager:
     def resident_bytes(self) -> int:
         return self.alloc.used
 
-    def resident(self) -> list[tuple[Tensor, int, int]]:
+    def resident(self) -> list[tuple[TensorHandle, int, int]]:
         """(handle, card address, card bytes) of every tensor holding card space."""
         return [(e.handle, e.addr, e.card_size) for e in self._entries.values()
                 if e.addr is not None and e.card_size]

@@ -7,8 +7,8 @@ transfers, driver calls and the time spent in the driver. The real PcieDriver an
 get exactly the same calls, so a dry run accounts exactly like a real one.
 
 `DryRunDriver` has PcieDriver's transfer interface and statistics without a card: it validates
-arguments and splits transfers into descriptors and chains with PcieDriver's own code, and moves
-no payload.
+arguments and splits transfers into descriptors and chains with the driver's own functions
+(`check_size`, `check_card_range`, `split_transfer`, `plan_chains`), and moves no payload.
 """
 
 from __future__ import annotations
@@ -22,7 +22,11 @@ from pyhost.driver import (
     DEFAULT_CHUNK_BYTES,
     DEFAULT_POOL_DESCRIPTORS,
     DriverStats,
-    PcieDriver,
+    Piece,
+    check_card_range,
+    check_size,
+    plan_chains,
+    split_transfer,
 )
 from pyhost.spec import regs
 from pyhost.spec.regs import Channel
@@ -59,38 +63,36 @@ class DryRunDriver:
         self.pool_descriptors = pool_descriptors
         self.stats = DriverStats()
 
-    # PcieDriver's argument checks and descriptor split, shared rather than copied.
-    _check_size = staticmethod(PcieDriver._check_size)
-    _check_card = PcieDriver._check_card
-    _split = PcieDriver._split
+    # PcieDriver's argument checks, descriptor split and chain planning (pyhost.driver), shared.
+    def _checked(self, i: int, size: int, card: int, what: str) -> int:
+        size = check_size(size, i)
+        check_card_range(card, size, self.mem_size, i, what)
+        return size
 
     def write_batch(self, transfers: Sequence[tuple[int, int, int]]) -> None:
         pieces = []
         for i, (_, size, card) in enumerate(transfers):
-            size = self._check_size(size, i)
-            self._check_card(card, size, i, "destination")
-            pieces += self._split(0, card, size, i)
+            size = self._checked(i, size, card, "destination")
+            pieces += split_transfer(0, card, size, i, self.chunk_bytes)
         self._count(Channel.H2C, pieces)
 
     def read_batch(self, transfers: Sequence[tuple[int, int, int]]) -> None:
         pieces = []
         for i, (card, size, _) in enumerate(transfers):
-            size = self._check_size(size, i)
-            self._check_card(card, size, i, "source")
-            pieces += self._split(card, 0, size, i)
+            size = self._checked(i, size, card, "source")
+            pieces += split_transfer(card, 0, size, i, self.chunk_bytes)
         self._count(Channel.C2H, pieces)
 
     def copy_batch(self, transfers: Sequence[tuple[int, int, int]]) -> None:
         pieces = []
         for i, (src, size, dst) in enumerate(transfers):
-            size = self._check_size(size, i)
-            self._check_card(src, size, i, "source")
-            self._check_card(dst, size, i, "destination")
+            size = self._checked(i, size, src, "source")
+            check_card_range(dst, size, self.mem_size, i, "destination")
             if src < dst < src + size:
                 raise NotImplementedError(
                     "DryRunDriver does not model an overlapping move up (PcieDriver splits it "
                     "into many descriptors); the memory manager never asks for one")
-            pieces += self._split(src, dst, size, i)
+            pieces += split_transfer(src, dst, size, i, self.chunk_bytes)
         self._count(Channel.C2C, pieces)
 
     def write_data(self, host: int, size: int, card_addr: int) -> None:
@@ -102,14 +104,10 @@ class DryRunDriver:
     def copy_on_card(self, src: int, size: int, dst: int) -> None:
         self.copy_batch([(src, size, dst)])
 
-    def _count(self, ch: Channel, pieces: list) -> None:
+    def _count(self, ch: Channel, pieces: list[Piece]) -> None:
         s = self.stats
         s.calls += 1
-        start = 0
-        while start < len(pieces):
-            end = min(len(pieces), start + self.pool_descriptors)
-            if ch == Channel.C2C:
-                end = PcieDriver._hazard_free_end(pieces, start, end)
+        for start, end in plan_chains(ch, pieces, self.pool_descriptors):
             s.descriptors += end - start
             s.doorbells += 1
             s.interrupts += 1
@@ -117,7 +115,6 @@ class DryRunDriver:
             s.mmio_reads += _MMIO_READS_PER_CHAIN
             nbytes = sum(p.length for p in pieces[start:end])
             setattr(s, f"bytes_{ch.name.lower()}", s.bytes(ch) + nbytes)
-            start = end
 
 
 assert regs.DESC_SIZE == 32   # the pool arithmetic above assumes PcieDriver's descriptor size

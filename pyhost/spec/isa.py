@@ -17,17 +17,10 @@ ISA_VERSION = 1
 INSN_BITS = 128
 INSN_BYTES = INSN_BITS // 8
 
-# --- default hardware configuration (RTL parameters; the card reports them in ACC_CFG_*) ---------
-#: GEMM array size: an N x N int8 multiply per cycle (N*N MACs).
-DEFAULT_N = 8
-#: Scratchpad depths in rows (elements): INP rows are N int8, WGT rows N*N int8, ACC rows N int32.
-DEFAULT_INP_DEPTH = 8192
-DEFAULT_WGT_DEPTH = 1024
-DEFAULT_ACC_DEPTH = 4096
-#: Instructions each unit's queue holds (the unit holds one more while it runs it).
-DEFAULT_QUEUE_DEPTH = 8
 #: Base-address slot registers.
 NUM_SLOTS = 16
+#: The accelerator addresses card memory with 32 bits (slot + offset wraps modulo this).
+ADDR_SPACE = 1 << 32
 #: Dependency-token counters saturate here; a push beyond it is TOKEN_OVERFLOW.
 TOKEN_MAX = 255
 
@@ -72,6 +65,30 @@ class Unit(IntEnum):
 
 UNIT_OF = {Opcode.LOAD: Unit.LOAD, Opcode.STORE: Unit.STORE, Opcode.GEMM: Unit.COMPUTE,
            Opcode.ALU: Unit.COMPUTE}
+
+# --- dependency tokens ---------------------------------------------------------------------------
+#: The four token counters (docs/isa.md "Execution model"), by index: (producer, consumer).
+L2C, C2L, C2S, S2C = range(4)
+TOKEN_QUEUES = ((Unit.LOAD, Unit.COMPUTE), (Unit.COMPUTE, Unit.LOAD),
+                (Unit.COMPUTE, Unit.STORE), (Unit.STORE, Unit.COMPUTE))
+#: The counter each legal dependency flag of a unit pops from / pushes to. "prev" and "next" are
+#: relative to the unit: the load unit has only a next (compute), the store unit only a prev.
+POPS: dict[Unit, dict[str, int]] = {Unit.LOAD: {"pop_next": C2L},
+                                    Unit.COMPUTE: {"pop_prev": L2C, "pop_next": S2C},
+                                    Unit.STORE: {"pop_prev": C2S}}
+PUSHES: dict[Unit, dict[str, int]] = {Unit.LOAD: {"push_next": L2C},
+                                      Unit.COMPUTE: {"push_prev": C2L, "push_next": C2S},
+                                      Unit.STORE: {"push_prev": S2C}}
+
+
+def token_counters(unit: Unit | None, fields: dict[str, int]) -> tuple[tuple[int, ...],
+                                                                       tuple[int, ...]]:
+    """(counters popped, counters pushed) by an instruction of `unit` with these fields; flags
+    the unit has no counter for are ignored (`check_static` rejects them)."""
+    if unit is None:
+        return (), ()
+    return (tuple(c for flag, c in POPS[unit].items() if fields.get(flag)),
+            tuple(c for flag, c in PUSHES[unit].items() if fields.get(flag)))
 
 
 class AccelError(IntEnum):
@@ -169,8 +186,8 @@ def field_lsb(op: Opcode, name: str) -> int:
     raise KeyError(f"{op.name} has no field {name!r}")
 
 
-def element_bytes(buf: Buffer, n: int = DEFAULT_N) -> int:
-    """Bytes of one scratchpad row as it sits in card memory."""
+def element_bytes(buf: Buffer, n: int) -> int:
+    """Bytes of one scratchpad row as it sits in card memory, for an array of size `n`."""
     return {Buffer.INP: n, Buffer.WGT: n * n, Buffer.ACC: 4 * n, Buffer.ACC8: n}[Buffer(buf)]
 
 
@@ -442,11 +459,7 @@ def end() -> Insn:
 
 #: Legal dependency flags per unit: (pop_prev, pop_next, push_prev, push_next). The load unit
 #: has only a next (compute), the store unit only a previous (compute).
-LEGAL_FLAGS = {
-    Unit.LOAD: ("pop_next", "push_next"),
-    Unit.COMPUTE: _FLAGS,
-    Unit.STORE: ("pop_prev", "push_prev"),
-}
+LEGAL_FLAGS = {u: (*POPS[u], *PUSHES[u]) for u in Unit}
 
 
 def check_static(insn: Insn) -> AccelError:

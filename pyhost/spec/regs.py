@@ -35,6 +35,10 @@ class Field:
     def mask(self) -> int:
         return ((1 << self.width) - 1) << self.lsb
 
+    def get(self, value: int) -> int:
+        """This field of a register value."""
+        return (value & self.mask) >> self.lsb
+
 
 @dataclass(frozen=True)
 class Register:

@@ -4,6 +4,7 @@
 
 `include "card_regs.vh"
 `include "accel_isa.vh"
+`include "accel_cfg.vh"
 
 // The accelerator: fetch, load, compute and store units around three scratchpads, one AXI4
 // master on the card interconnect, and the ACC_* registers that csr forwards. This module owns
@@ -12,14 +13,14 @@
 // (fetch reads with ID 0, load with ID 1; the store unit has the write channels). See
 // docs/accel.md and docs/isa.md.
 module accel #(
-    parameter integer N = 8,                // GEMM array size (N x N int8 MACs per cycle)
-    parameter integer INP_DEPTH = 8192,     // input scratchpad rows (N int8 each)
-    parameter integer WGT_DEPTH = 1024,     // weight scratchpad rows (N x N int8 each)
-    parameter integer ACC_DEPTH = 4096,     // accumulator scratchpad rows (N int32 each)
-    parameter integer QUEUE_DEPTH = 8,      // instructions per unit queue (power of two)
-    parameter integer DATA_WIDTH = 512,     // card AXI data width
-    parameter integer ADDR_WIDTH = 32,      // card AXI address width
-    parameter integer ID_WIDTH = 6          // AXI ID width of this master
+    parameter integer N = `ACCEL_N,                      // N x N int8 MACs per cycle
+    parameter integer INP_DEPTH = `ACCEL_INP_DEPTH,      // input scratchpad rows (N int8 each)
+    parameter integer WGT_DEPTH = `ACCEL_WGT_DEPTH,      // weight scratchpad rows (N x N int8 each)
+    parameter integer ACC_DEPTH = `ACCEL_ACC_DEPTH,      // accumulator rows (N int32 each)
+    parameter integer QUEUE_DEPTH = `ACCEL_QUEUE_DEPTH,  // per-unit queue (power of two)
+    parameter integer DATA_WIDTH = `ACCEL_DATA_WIDTH,    // card AXI data width
+    parameter integer ADDR_WIDTH = 32,                   // card AXI address width
+    parameter integer ID_WIDTH = 6                       // AXI ID width of this master
 ) (
     input  wire                     clk,
     input  wire                     rst,

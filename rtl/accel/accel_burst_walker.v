@@ -2,6 +2,8 @@
 `timescale 1ns / 1ps
 `default_nettype none
 
+`include "accel_cfg.vh"
+
 // Address-channel generator of the load and store units (AR or AW): walks the memory rows of a
 // MEM instruction and issues INCR bursts covering each row's bytes.
 //
@@ -13,11 +15,11 @@
 // stable until READY. A burst counts as in flight from its issue until `burst_done` (the last R
 // beat, or the B response). `requested` is high when every burst of the walk has been issued.
 module accel_burst_walker #(
-    parameter integer DATA_WIDTH = 512,         // card AXI data width
-    parameter integer ADDR_WIDTH = 32,          // card AXI address width (>= 32)
-    parameter integer MAX_BURST = 16,           // longest burst (beats)
-    parameter integer MAX_OUTSTANDING = 4,      // bursts in flight
-    parameter integer ROWS_W = 12               // width of the row count
+    parameter integer DATA_WIDTH = `ACCEL_DATA_WIDTH,                // card AXI data width
+    parameter integer ADDR_WIDTH = 32,                               // AXI address width (>= 32)
+    parameter integer MAX_BURST = `ACCEL_MEM_MAX_BURST,              // longest burst (beats)
+    parameter integer MAX_OUTSTANDING = `ACCEL_MEM_MAX_OUTSTANDING,  // bursts in flight
+    parameter integer ROWS_W = 12                                    // width of the row count
 ) (
     input  wire                     clk,
     input  wire                     rst,

@@ -3,6 +3,7 @@
 `default_nettype none
 
 `include "accel_isa.vh"
+`include "accel_cfg.vh"
 
 // The compute unit: runs GEMM and ALU instructions (docs/isa.md) one after the other, in program
 // order, one loop iteration per cycle.
@@ -40,10 +41,10 @@
 // pipeline finish (at most two cycles). mac_pulse: one cycle per GEMM iteration (its W cycle);
 // gemm_busy: a GEMM is issuing or in the pipeline.
 module accel_compute #(
-    parameter integer N = 8,                // GEMM array size / lanes per row
-    parameter integer INP_DEPTH = 8192,     // input scratchpad rows (power of two)
-    parameter integer WGT_DEPTH = 1024,     // weight scratchpad rows (power of two)
-    parameter integer ACC_DEPTH = 4096      // accumulator scratchpad rows (power of two)
+    parameter integer N = `ACCEL_N,                  // GEMM array size / lanes per row
+    parameter integer INP_DEPTH = `ACCEL_INP_DEPTH,  // input scratchpad rows (power of two)
+    parameter integer WGT_DEPTH = `ACCEL_WGT_DEPTH,  // weight scratchpad rows (power of two)
+    parameter integer ACC_DEPTH = `ACCEL_ACC_DEPTH   // accumulator scratchpad rows (power of two)
 ) (
     input  wire                         clk,
     input  wire                         rst,

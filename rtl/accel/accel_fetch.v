@@ -3,6 +3,7 @@
 `default_nettype none
 
 `include "accel_isa.vh"
+`include "accel_cfg.vh"
 
 // Fetch unit: reads the program from card memory, checks each instruction when it is next to
 // dispatch (the spec's check_static) and pushes it into its unit's queue.
@@ -20,9 +21,9 @@
 // After END, an error or `stop`, nothing more is dispatched, outstanding beats are accepted and
 // dropped, and the unit goes idle once nothing is in flight.
 module accel_fetch #(
-    parameter integer DATA_WIDTH = 512,     // card AXI data width (DATA_WIDTH/128 insns per beat)
-    parameter integer ADDR_WIDTH = 32,      // card AXI address width (>= 32; ISA addresses are 32)
-    parameter integer MAX_BURST = 8         // longest read burst in beats (1..64 at 512 bits)
+    parameter integer DATA_WIDTH = `ACCEL_DATA_WIDTH,     // AXI data width (/128: insns per beat)
+    parameter integer ADDR_WIDTH = 32,                    // AXI address width (>= 32)
+    parameter integer MAX_BURST = `ACCEL_FETCH_MAX_BURST  // longest burst (1..64 beats)
 ) (
     input  wire                     clk,
     input  wire                     rst,

@@ -2,6 +2,8 @@
 `timescale 1ns / 1ps
 `default_nettype none
 
+`include "accel_cfg.vh"
+
 // The N x N int8 GEMM array, weight-stationary.
 //
 // The weight tile W (N x N int8, W[k][n] at bits [8*(k*N+n) +: 8]) is latched by w_load and held
@@ -15,8 +17,8 @@
 // can arrive together); rows that entered earlier are not affected. The products and the adder
 // tree of each column are one combinational stage in front of the output register.
 module accel_gemm_array #(
-    parameter integer N = 8,        // array size: N x N int8 MACs per row
-    parameter integer TAG_W = 1     // width of the tag carried alongside each row
+    parameter integer N = `ACCEL_N,  // array size: N x N int8 MACs per row
+    parameter integer TAG_W = 1      // width of the tag carried alongside each row
 ) (
     input  wire                 clk,
     input  wire                 rst,

@@ -3,6 +3,7 @@
 `default_nettype none
 
 `include "accel_isa.vh"
+`include "accel_cfg.vh"
 
 // Load unit: LOAD instructions, card memory -> INP, WGT or ACC scratchpad (docs/isa.md).
 //
@@ -19,14 +20,14 @@
 // `stop`, ends the writes; the bursts in flight are drained; then LOAD_BUS is reported (not for
 // `stop`) and the unit is idle.
 module accel_load #(
-    parameter integer N = 8,                    // GEMM array size (power of two, 4N <= beat)
-    parameter integer INP_DEPTH = 8192,         // INP scratchpad rows (N int8)
-    parameter integer WGT_DEPTH = 1024,         // WGT scratchpad rows (N x N int8)
-    parameter integer ACC_DEPTH = 4096,         // ACC scratchpad rows (N int32)
-    parameter integer DATA_WIDTH = 512,         // card AXI data width
-    parameter integer ADDR_WIDTH = 32,          // card AXI address width (>= 32)
-    parameter integer MAX_BURST = 16,           // longest read burst (beats)
-    parameter integer MAX_OUTSTANDING = 4       // read bursts in flight
+    parameter integer N = `ACCEL_N,                                 // array size (2^k, 4N <= beat)
+    parameter integer INP_DEPTH = `ACCEL_INP_DEPTH,                 // INP rows (N int8)
+    parameter integer WGT_DEPTH = `ACCEL_WGT_DEPTH,                 // WGT rows (N x N int8)
+    parameter integer ACC_DEPTH = `ACCEL_ACC_DEPTH,                 // ACC rows (N int32)
+    parameter integer DATA_WIDTH = `ACCEL_DATA_WIDTH,               // card AXI data width
+    parameter integer ADDR_WIDTH = 32,                              // AXI address width (>= 32)
+    parameter integer MAX_BURST = `ACCEL_MEM_MAX_BURST,             // longest read burst (beats)
+    parameter integer MAX_OUTSTANDING = `ACCEL_MEM_MAX_OUTSTANDING  // read bursts in flight
 ) (
     input  wire                     clk,
     input  wire                     rst,

@@ -3,6 +3,7 @@
 `default_nettype none
 
 `include "accel_isa.vh"
+`include "accel_cfg.vh"
 
 // Decode of a MEM-format instruction (LOAD, STORE) for the load and store units (docs/isa.md):
 // its fields, the element size, the (padded) tile geometry, the memory addresses and the checks
@@ -12,11 +13,11 @@
 // scratchpad depth. STORE = 1 decodes a STORE as the store unit sees it (the fetch unit lets only
 // ACC and ACC8 through, without padding): padding is ignored, anything but ACC8 is ACC.
 module accel_mem_decode #(
-    parameter integer N = 8,                    // GEMM array size (power of two)
-    parameter integer INP_DEPTH = 8192,         // INP scratchpad rows
-    parameter integer WGT_DEPTH = 1024,         // WGT scratchpad rows
-    parameter integer ACC_DEPTH = 4096,         // ACC scratchpad rows
-    parameter integer STORE = 0                 // 0: a LOAD, 1: a STORE (see above)
+    parameter integer N = `ACCEL_N,                  // GEMM array size (power of two)
+    parameter integer INP_DEPTH = `ACCEL_INP_DEPTH,  // INP scratchpad rows
+    parameter integer WGT_DEPTH = `ACCEL_WGT_DEPTH,  // WGT scratchpad rows
+    parameter integer ACC_DEPTH = `ACCEL_ACC_DEPTH,  // ACC scratchpad rows
+    parameter integer STORE = 0                      // 0: a LOAD, 1: a STORE (see above)
 ) (
     input  wire [127:0]                     insn,
     input  wire [16*32-1:0]                 slots,

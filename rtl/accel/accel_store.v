@@ -3,6 +3,7 @@
 `default_nettype none
 
 `include "accel_isa.vh"
+`include "accel_cfg.vh"
 
 // Store unit: STORE instructions, ACC scratchpad -> card memory (docs/isa.md).
 //
@@ -20,14 +21,14 @@
 // ends the requests; the W beats of issued bursts are sent and every B is taken; then STORE_BUS
 // is reported (not for `stop`) and the unit is idle.
 module accel_store #(
-    parameter integer N = 8,                    // GEMM array size (power of two, 4N <= beat)
-    parameter integer INP_DEPTH = 8192,         // INP scratchpad rows (unused by this unit)
-    parameter integer WGT_DEPTH = 1024,         // WGT scratchpad rows (unused by this unit)
-    parameter integer ACC_DEPTH = 4096,         // ACC scratchpad rows (N int32)
-    parameter integer DATA_WIDTH = 512,         // card AXI data width
-    parameter integer ADDR_WIDTH = 32,          // card AXI address width (>= 32)
-    parameter integer MAX_BURST = 16,           // longest write burst (beats)
-    parameter integer MAX_OUTSTANDING = 4       // write bursts awaiting their B response
+    parameter integer N = `ACCEL_N,                                 // array size (2^k, 4N <= beat)
+    parameter integer INP_DEPTH = `ACCEL_INP_DEPTH,                 // INP rows (unused here)
+    parameter integer WGT_DEPTH = `ACCEL_WGT_DEPTH,                 // WGT rows (unused here)
+    parameter integer ACC_DEPTH = `ACCEL_ACC_DEPTH,                 // ACC rows (N int32)
+    parameter integer DATA_WIDTH = `ACCEL_DATA_WIDTH,               // card AXI data width
+    parameter integer ADDR_WIDTH = 32,                              // AXI address width (>= 32)
+    parameter integer MAX_BURST = `ACCEL_MEM_MAX_BURST,             // longest write burst (beats)
+    parameter integer MAX_OUTSTANDING = `ACCEL_MEM_MAX_OUTSTANDING  // write bursts awaiting B
 ) (
     input  wire                     clk,
     input  wire                     rst,

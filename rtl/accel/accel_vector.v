@@ -3,6 +3,7 @@
 `default_nettype none
 
 `include "accel_isa.vh"
+`include "accel_cfg.vh"
 
 // The N-lane ALU of the accelerator (ALU instructions), purely combinational: result follows
 // op/a/b/s_row/imm in the same cycle (accel_compute registers it). Lane n of each row is bits
@@ -19,7 +20,7 @@
 //
 // The opcode 7 (not an ALU operation; the fetch unit rejects it) returns A.
 module accel_vector #(
-    parameter integer N = 8         // lanes (int32 each)
+    parameter integer N = `ACCEL_N  // lanes (int32 each)
 ) (
     input  wire [2:0]           op,         // `ALU_* operation
     input  wire [32*N-1:0]      a,          // A: the destination row's old value

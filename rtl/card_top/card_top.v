@@ -3,6 +3,7 @@
 `default_nettype none
 
 `include "card_regs.vh"
+`include "accel_cfg.vh"
 
 // The card: BAR0 register block, the PCIe DMA engine, the accelerator, the AXI interconnect and
 // the DRAM controller. The interconnect's masters are the DMA engine's card port (0) and the
@@ -13,14 +14,14 @@
 //   host memory <--AXI4 (m_axi_host)-- pcie_dma
 module card_top #(
     parameter [63:0]  MEM_SIZE = 64'd1073741824,   // card memory bytes
-    parameter integer DATA_WIDTH = 512,            // card data bus width
-    parameter integer RING_LINES = 512,            // DMA ring buffer lines
-    parameter integer DRAM_QUEUE_DEPTH = 16,       // DRAM controller request queue
-    parameter integer ACC_N = 8,                   // accelerator GEMM array size
-    parameter integer ACC_INP_DEPTH = 8192,        // accelerator input scratchpad rows
-    parameter integer ACC_WGT_DEPTH = 1024,        // accelerator weight scratchpad rows
-    parameter integer ACC_ACC_DEPTH = 4096,        // accelerator accumulator scratchpad rows
-    parameter integer ACC_QUEUE_DEPTH = 8          // accelerator instruction queue depth
+    parameter integer DATA_WIDTH = 512,                     // card data bus width
+    parameter integer RING_LINES = 512,                     // DMA ring buffer lines
+    parameter integer DRAM_QUEUE_DEPTH = 16,                // DRAM controller request queue
+    parameter integer ACC_N = `ACCEL_N,                     // accelerator GEMM array size
+    parameter integer ACC_INP_DEPTH = `ACCEL_INP_DEPTH,     // accelerator input scratchpad rows
+    parameter integer ACC_WGT_DEPTH = `ACCEL_WGT_DEPTH,     // accelerator weight scratchpad rows
+    parameter integer ACC_ACC_DEPTH = `ACCEL_ACC_DEPTH,     // accelerator accumulator rows
+    parameter integer ACC_QUEUE_DEPTH = `ACCEL_QUEUE_DEPTH  // accelerator instruction queue depth
 ) (
     input  wire                      clk,
     input  wire                      rst,

@@ -2,6 +2,8 @@
 `timescale 1ns / 1ps
 `default_nettype none
 
+`include "accel_cfg.vh"
+
 // Bench wrapper for accel_load and accel_store: both units on one AXI4 master (the load unit has
 // the read channels, the store unit the write channels; IDs 0, full-width INCR bursts as the top
 // sets them) and an ACC scratchpad that the load unit writes and the store unit reads
@@ -9,14 +11,14 @@
 // row i = i * 0x9E3779B1 ^ (j + 1) * 0x85EBCA77 (32-bit arithmetic). The load unit's write ports
 // are outputs, so the bench sees every scratchpad write.
 module accel_ls_wrap #(
-    parameter integer N = 8,                    // GEMM array size
-    parameter integer INP_DEPTH = 8192,         // INP scratchpad rows
-    parameter integer WGT_DEPTH = 1024,         // WGT scratchpad rows
-    parameter integer ACC_DEPTH = 4096,         // ACC scratchpad rows
-    parameter integer DATA_WIDTH = 512,         // card AXI data width
-    parameter integer ADDR_WIDTH = 32,          // card AXI address width
-    parameter integer MAX_BURST = 16,           // longest burst (beats)
-    parameter integer MAX_OUTSTANDING = 4       // bursts in flight per unit
+    parameter integer N = `ACCEL_N,                                 // GEMM array size
+    parameter integer INP_DEPTH = `ACCEL_INP_DEPTH,                 // INP scratchpad rows
+    parameter integer WGT_DEPTH = `ACCEL_WGT_DEPTH,                 // WGT scratchpad rows
+    parameter integer ACC_DEPTH = `ACCEL_ACC_DEPTH,                 // ACC scratchpad rows
+    parameter integer DATA_WIDTH = `ACCEL_DATA_WIDTH,               // card AXI data width
+    parameter integer ADDR_WIDTH = 32,                              // card AXI address width
+    parameter integer MAX_BURST = `ACCEL_MEM_MAX_BURST,             // longest burst (beats)
+    parameter integer MAX_OUTSTANDING = `ACCEL_MEM_MAX_OUTSTANDING  // bursts in flight per unit
 ) (
     input  wire                     clk,
     input  wire                     rst,

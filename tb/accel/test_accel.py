@@ -18,11 +18,12 @@ import cocotb
 import numpy as np
 from cocotb.triggers import ClockCycles, First, ReadOnly, RisingEdge, Timer
 
-from pyhost.accel import randprog
-from pyhost.accel.model import AccelConfig, AccelModel, AccelResult
+from pyhost.accel.model import AccelModel, AccelResult
 from pyhost.backend import HostMemory
 from pyhost.spec import dram, isa, regs
+from pyhost.spec.accel import AccelConfig
 from pyhost.spec.isa import AccelError, Buffer
+from tb.accel import randprog
 from tb.common.clocking import reset, start_clock
 from tb.common.host_memory_axi import HostMemoryAxiSlave, HostMemoryConfig, _on
 

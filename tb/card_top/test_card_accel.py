@@ -1,5 +1,5 @@
 """The accelerator on the whole RTL card through the real host driver: the checks of
-tb/card/accel_program.py (which tests/pyhost runs on ModelCard) run here unchanged on card_top,
+tb/card_top/accel_program.py (which tests/pyhost runs on ModelCard) run here unchanged on card_top,
 with programs, constants and data moved by the DMA engine and the accelerator reading and
 writing the DRAM controller through the interconnect.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import cocotb
 
-from tb.card import accel_program
+from tb.card_top import accel_program
 from tb.card_top.test_card_top import TB
 
 

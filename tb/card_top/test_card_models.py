@@ -50,7 +50,7 @@ def _on_both(card_drv: Any, graph: Any, feeds: dict[str, np.ndarray]) -> tuple[d
 
 
 def _demo(drv: Any) -> dict[str, Any]:
-    from compiler.driver import compile_model
+    from compiler.pipeline import compile_model
     from compiler.zoo import demo_cnn, demo_input
     from tests.compiler.test_card_runtime import ort_run
 
@@ -90,7 +90,7 @@ def _layer(drv: Any, name: str) -> str:
     import tempfile
     from pathlib import Path
 
-    from compiler.driver import compile_model
+    from compiler.pipeline import compile_model
     from tests.compiler.test_card_runtime import PYTORCH, load_case, tolerance
 
     model, feeds, want = load_case(name)

@@ -2,8 +2,8 @@
 
 Host code is ordinary blocking Python running in a thread started with ``cocotb.task.bridge``;
 RtlCard turns every MMIO access and interrupt wait into simulation activity. Every check of the
-shared driver program (tb/card/driver_program.py, which tests/pyhost runs on ModelCard) runs here
-unchanged, with a monitor on the host port that fails on any burst longer than the current
+shared driver program (driver_program.py beside this file, which tests/pyhost runs on ModelCard)
+runs here unchanged, with a monitor on the host port that fails on any burst longer than the current
 MPS / MRRS or crossing 4 KiB. CARD_TB_MEMORY picks the host-memory behaviour: "inorder" (short
 latency, back-pressure and idle cycles on every channel) or "ooo" (long, jittered latency and read
 data returned out of order across tags).
@@ -20,10 +20,10 @@ from cocotb.task import bridge
 
 from pyhost.backend import HostMemory
 from pyhost.driver import PcieDriver
-from pyhost.rtl_card import RtlCard
-from tb.card import driver_program
+from tb.card_top import driver_program
 from tb.common.clocking import reset, start_clock
 from tb.common.host_memory_axi import HostMemoryConfig, HostPortMonitor
+from tb.common.rtl_card import RtlCard
 from tb.dram_ctrl.monitor import Ddr4Monitor
 
 MEMORY = {

@@ -1,1 +1,2 @@
-"""Shared testbench glue: the one simulator runner wrapper and BFM helpers."""
+"""Shared testbench glue: the one simulator wrapper (simulator.py), clock and reset, the
+host-memory model, RtlCard and waveforms."""

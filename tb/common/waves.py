@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tb.common.runner import BUILD_ROOT, ROOT
+from tb.common.simulator import BUILD_ROOT, ROOT
 
 
 def _toplevel(fst: Path) -> str:

@@ -6,7 +6,7 @@ compared with the CPU-only result.
 
 from __future__ import annotations
 
-from compiler.plugin import (
+from compiler.plugin_api import (
     Plugin,
     filter,
     filter_by_template,

@@ -12,17 +12,19 @@ import pytest
 from onnx import helper
 
 from compiler import xmodel
-from compiler.driver import compile_model
 from compiler.errors import OptionsError
-from compiler.plugin import load_plugin
-from compiler.plugins.accel import AccelPlugin, codegen
-from compiler.runtime.card import MAX_IO, AccelImage
+from compiler.pipeline import compile_model
+from compiler.plugin_api import load_plugin
+from compiler.plugins.accel import AccelPlugin, lower, memplan
+from compiler.plugins.accel.layers import Layer, layers_of
+from compiler.runtime.card import accel_image
 from compiler.xir import CONST, Graph, Subgraph
 from compiler.zoo import demo_cnn, light_model
-from pyhost.accel import kernels as K
-from pyhost.accel import layout
-from pyhost.accel.model import AccelConfig
+from pyhost.accel import layout, timing
+from pyhost.accel.abi import MAX_IO
 from pyhost.spec import isa
+from pyhost.spec.accel import AccelConfig
+from tb.accel import races
 from tests.compiler.helpers import make_model, tensor_info
 
 ACCEL = {"plugin": "accel", "quantize": {"samples": 2}}
@@ -63,7 +65,7 @@ def test_demo_partition(demo: Graph) -> None:
     assert {n for n, d in dev.items() if d == "ACCEL"} == on_accel
     assert dev["probs"] == "CPU" and dev["input"] == "CPU"
     (sub,) = accel_subgraphs(demo)
-    layers = codegen.layers_of(sub.ops)
+    layers = layers_of(sub.ops)
     assert [(ly.kind, [op.type for op in ly.ops]) for ly in layers] == [
         ("conv", ["Conv", "Relu"]), ("conv", ["Conv", "Relu"]), ("conv", ["Conv"]),
         ("add", ["Add", "Relu"]), ("maxpool", ["MaxPool"]), ("conv", ["Conv", "Relu"]),
@@ -92,12 +94,12 @@ def test_demo_program(demo: Graph) -> None:
     prog = isa.decode_program(sub.get_attr("accel_program"))
     assert prog[-1].op == isa.Opcode.END
     assert sum(i.op == isa.Opcode.END for i in prog) == 1
-    K.check_races(prog)
+    races.check_races(prog)
     slots = {i.fields.get("slot", 0) for i in prog if i.op in (isa.Opcode.LOAD,
                                                               isa.Opcode.STORE)}
     assert slots == {0, 1, 2, 3}
     st = sub.get_attr("accel_stats")
-    est = K.estimate(prog)
+    est = timing.estimate(prog)
     assert st["instructions"] == len(prog) and st["layers"] == 8
     # the layers are drained one after the other: the sum of their estimates is the program's
     assert abs(st["estimated_cycles"] - est.cycles) <= 8 * st["layers"], (st, est)
@@ -109,7 +111,7 @@ def test_demo_program(demo: Graph) -> None:
         assert ly["macs"] <= ly["array_macs"]
     assert sub.get_attr("accel_config") == {"n": 8, "inp_depth": 8192, "wgt_depth": 1024,
                                             "acc_depth": 4096, "queue_depth": 8}
-    img = AccelImage.from_subgraph(sub)
+    img = accel_image(sub)
     assert img.insns == len(prog)
 
 
@@ -131,10 +133,10 @@ def test_scratch_is_reused_by_liveness(demo: Graph) -> None:
     """Internal activations share the scratch arena: it is smaller than their sum, and no
     two tensors that are live together overlap."""
     (sub,) = accel_subgraphs(demo)
-    layers = codegen.layers_of(sub.ops)
-    plan = codegen.plan_step(layers, 8)
+    layers = layers_of(sub.ops)
+    plan = memplan.plan_step(layers, 8)
     internal = [ly.output for ly in layers if plan.refs[ly.output].slot == 1]
-    total = sum(codegen.tensor_bytes(t.shape, 8) for t in internal)
+    total = sum(lower.tensor_bytes(t.shape, 8) for t in internal)
     assert plan.scratch_bytes == sub.get_attr("accel_scratch_bytes")
     assert 0 < plan.scratch_bytes < total
     born = {ly.output: i for i, ly in enumerate(layers)}
@@ -144,7 +146,7 @@ def test_scratch_is_reused_by_liveness(demo: Graph) -> None:
             if x is y or not (born[x] <= last[y] and born[y] <= last[x]):
                 continue
             ax, ay = plan.refs[x].offset, plan.refs[y].offset
-            nx, ny = codegen.tensor_bytes(x.shape, 8), codegen.tensor_bytes(y.shape, 8)
+            nx, ny = lower.tensor_bytes(x.shape, 8), lower.tensor_bytes(y.shape, 8)
             assert ax + nx <= ay or ay + ny <= ax, f"{x.name} and {y.name} overlap"
 
 
@@ -154,7 +156,7 @@ def test_blocked_fc_weight_reads_the_blocked_tensor() -> None:
     for n, shape in ((8, (2, 13, 3, 5)), (4, (1, 8, 2, 2)), (16, (3, 20, 1, 1))):
         x = rng.integers(-128, 128, shape).astype(np.int8)
         w = rng.integers(-127, 128, (math.prod(shape[1:]), 7)).astype(np.int64)
-        wb = codegen.blocked_fc_weight(w, shape, n)
+        wb = lower.blocked_fc_weight(w, shape, n)
         xb = np.frombuffer(layout.pack_act(x, n, fill=99), np.int8).reshape(shape[0], -1)
         np.testing.assert_array_equal(xb.astype(np.int64) @ wb,
                                       x.reshape(shape[0], -1).astype(np.int64) @ w)
@@ -220,17 +222,17 @@ def test_max_layers_and_max_step_bytes_split() -> None:
     full = compile_model(demo_cnn(), ACCEL).graph
     two = compile_model(demo_cnn(), {**ACCEL, "plugin_options": {"accel": {"max_layers": 2}}}
                         ).graph
-    assert [len(codegen.layers_of(s.ops)) for s in accel_subgraphs(two)] == [2, 2, 2, 2]
+    assert [len(layers_of(s.ops)) for s in accel_subgraphs(two)] == [2, 2, 2, 2]
     assert device_of(two) == device_of(full)
     (sub,) = accel_subgraphs(full)
-    whole = AccelImage.from_subgraph(sub).card_bytes(64)
+    whole = accel_image(sub).card_bytes(64)
     cap = whole // 2
     small = compile_model(demo_cnn(), {**ACCEL, "plugin_options": {"accel": {
         "max_step_bytes": cap}}}).graph
     subs = accel_subgraphs(small)
     assert len(subs) > 1 and device_of(small) == device_of(full)
     for s in subs:
-        assert AccelImage.from_subgraph(s).card_bytes(64) <= cap
+        assert accel_image(s).card_bytes(64) <= cap
 
 
 def test_what_stays_on_the_cpu_and_why() -> None:
@@ -255,7 +257,7 @@ def test_what_stays_on_the_cpu_and_why() -> None:
     from compiler.frontend import import_onnx
     from compiler.options import QuantizeOptions
     from compiler.passes import run_pipeline
-    from compiler.plugin import partition_graph
+    from compiler.plugin_api import partition_graph
     from compiler.quantize import quantize_graph
 
     g = import_onnx(model)
@@ -301,9 +303,9 @@ def test_standalone_relu_is_a_layer() -> None:
     dev = device_of(g)
     assert {n for n, d in dev.items() if d == "ACCEL"} == {"r0", "c1", "r1", "c2", "r2"}
     (sub,) = accel_subgraphs(g)
-    assert [(ly.kind, [op.type for op in ly.ops]) for ly in codegen.layers_of(sub.ops)] == [
+    assert [(ly.kind, [op.type for op in ly.ops]) for ly in layers_of(sub.ops)] == [
         ("relu", ["Relu"]), ("conv", ["Conv"]), ("relu", ["Relu"]), ("conv", ["Conv", "Relu"])]
-    K.check_races(isa.decode_program(sub.get_attr("accel_program")))
+    races.check_races(isa.decode_program(sub.get_attr("accel_program")))
     rng = np.random.default_rng(4)
     x = rng.standard_normal((2, 8, 7, 6)).astype(np.float32)
     with PcieDriver(ModelCard(1 << 20)) as drv:
@@ -327,8 +329,8 @@ def test_standalone_relu_is_a_layer() -> None:
     c1 = to_int("c1", out["c1"])
     m, s = quantize_multiplier(sc / sr)
     r1 = requantize(c1 - zc, m, s, zr, zr, 127)
-    from compiler.quantize.kernels import qconv
     from compiler.quantize.quantizer import requant_params
+    from compiler.quantize.reference import qconv
 
     c2 = g.get_op("c2")
     q2 = dict(c2.attrs["quant"])
@@ -342,18 +344,18 @@ def test_standalone_relu_is_a_layer() -> None:
 def test_relu_is_not_claimed_alone_after_a_claimed_producer_it_fuses_into(monkeypatch) -> None:
     """If a Conv + Relu cannot be generated but the Conv alone can, the Relu stays on the CPU
     (layers_of would fuse it into the claimed Conv, whose kernel was made without it)."""
-    real = codegen.check_layer
+    real = lower.check_layer
 
-    def no_fusion(layer: codegen.Layer, cfg: AccelConfig):  # type: ignore[no-untyped-def]
+    def no_fusion(layer: Layer, cfg: AccelConfig):  # type: ignore[no-untyped-def]
         return (None, "fusion disabled by the test") if layer.act is not None \
             else real(layer, cfg)
 
-    monkeypatch.setattr(codegen, "check_layer", no_fusion)
+    monkeypatch.setattr(lower, "check_layer", no_fusion)
     plugin = AccelPlugin()
     from compiler.frontend import import_onnx
     from compiler.options import QuantizeOptions
     from compiler.passes import run_pipeline
-    from compiler.plugin import partition_graph
+    from compiler.plugin_api import partition_graph
     from compiler.quantize import quantize_graph
 
     g = import_onnx(relu_chain())
@@ -385,8 +387,8 @@ def test_other_card_configurations(cfg: AccelConfig) -> None:
                                          "queue_depth")}
     g = compile_model(demo_cnn(), {**ACCEL, "plugin_options": {"accel": opts}}).graph
     (sub,) = accel_subgraphs(g)
-    img = AccelImage.from_subgraph(sub)
+    img = accel_image(sub)
     assert img.config == cfg
     assert all(s.n == cfg.n for s in img.io)
     assert len(img.consts) > 0 and img.insns > 0
-    K.check_races(isa.decode_program(img.program), cfg)
+    races.check_races(isa.decode_program(img.program), cfg.n)

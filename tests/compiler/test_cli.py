@@ -107,15 +107,16 @@ def test_list(capsys: pytest.CaptureFixture[str]) -> None:
     assert "softmax_ip" in out
 
 
-def test_errors_exit_1_with_a_message(model_file: Path, tmp_path: Path,
-                                      capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["compile", str(tmp_path / "missing.onnx")]) == 1
-    assert "error: ONNX model" in capsys.readouterr().err
-    assert cli.main(["compile", str(model_file), "--options", "{plugin: x}"]) == 1
+def test_errors_exit_with_a_message(model_file: Path, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """A bad value the user gave exits 2; a model that cannot be compiled exits 1."""
+    assert cli.main(["compile", str(tmp_path / "missing.onnx")]) == 2
+    assert "error: model" in capsys.readouterr().err
+    assert cli.main(["compile", str(model_file), "--options", "{plugin: x}"]) == 2
     assert "options are not valid JSON" in capsys.readouterr().err
-    assert cli.main(["compile", str(model_file), "--options", '{"plugin": "nope_xyz"}']) == 1
+    assert cli.main(["compile", str(model_file), "--options", '{"plugin": "nope_xyz"}']) == 2
     assert "no built-in plugin" in capsys.readouterr().err
-    assert cli.main(["compile", str(model_file), "--options", '{"plugn": "x"}']) == 1
+    assert cli.main(["compile", str(model_file), "--options", '{"plugn": "x"}']) == 2
     assert "unknown option(s) ['plugn']" in capsys.readouterr().err
     assert cli.main(["inspect", str(model_file)]) == 1
     assert "not an .xmodel file" in capsys.readouterr().err

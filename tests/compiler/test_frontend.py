@@ -6,21 +6,20 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from compiler.driver import compile_model
 from compiler.errors import FrontendError, UnsupportedOpError
 from compiler.frontend import import_onnx
+from compiler.pipeline import compile_model
 from compiler.runtime import GraphExecutor
 from tests.compiler.helpers import make_model, tensor_info
+from tests.goldens import float_reference
 
 
 def ort_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), so).run(None, feeds)
+    """onnxruntime's outputs of a float model (tests/goldens.py: why that holds on any CPU)."""
+    return list(float_reference(model, feeds).values())
 
 
 def compiled_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
@@ -169,13 +168,28 @@ def test_unreadable_files(tmp_path: Path) -> None:
         import_onnx(junk)
 
 
+def _qdq_conv_exact(x: np.ndarray, xs: float, wq: np.ndarray, ws: np.ndarray, ys: float
+                    ) -> np.ndarray:
+    """The QDQ Conv below by its integer formula (zero points 0, pads 1): quantize x, an exact
+    int64 convolution, requantize in float64, dequantize. The same on every CPU."""
+    xq = np.clip(np.rint(x.astype(np.float64) / xs), -128, 127).astype(np.int64)
+    win = np.lib.stride_tricks.sliding_window_view(
+        np.pad(xq, ((0, 0), (0, 0), (1, 1), (1, 1))), wq.shape[2:], axis=(2, 3))
+    acc = np.einsum("nchwij,kcij->nkhw", win, wq.astype(np.int64))
+    scale = xs * ws.astype(np.float64).reshape(1, -1, 1, 1) / ys
+    yq = np.clip(np.rint(acc * scale), -128, 127)
+    return (yq * np.float64(np.float32(ys))).astype(np.float32)
+
+
 def test_qdq_model_imports_and_runs() -> None:
-    """A QDQ-quantized Conv (what onnxruntime's quantizer writes) runs on the CPU path."""
+    """A QDQ-quantized Conv (what onnxruntime's quantizer writes) runs on the CPU path. The
+    golden is the integer formula, not onnxruntime (which fuses the pattern into an integer
+    kernel whose result differs between AVX2 and AVX-512-VNNI CPUs)."""
     rng = np.random.default_rng(4)
     w_q = rng.integers(-127, 128, (4, 3, 3, 3)).astype(np.int8)
+    ws = np.array([0.01, 0.02, 0.03, 0.01], np.float32)
     inits = {"xs": np.array(0.05, np.float32), "xz": np.array(0, np.int8), "wq": w_q,
-             "ws": np.array([0.01, 0.02, 0.03, 0.01], np.float32),
-             "wz": np.zeros(4, np.int8), "ys": np.array(0.2, np.float32),
+             "ws": ws, "wz": np.zeros(4, np.int8), "ys": np.array(0.2, np.float32),
              "yz": np.array(0, np.int8)}
     nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
              helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
@@ -189,8 +203,9 @@ def test_qdq_model_imports_and_runs() -> None:
     assert g.get_op("wd").type == "const"  # the weight dequantization was folded
     x = rng.standard_normal((1, 3, 6, 6)).astype(np.float32)
     got = GraphExecutor(g).run({"x": x})["y"]
-    want = ort_run(m, {"x": x})[0]
-    # onnxruntime fuses the pattern into an integer kernel; the float path may round a value
-    # to the neighbouring step, never further
+    want = _qdq_conv_exact(x, float(np.float32(0.05)), w_q, ws, float(np.float32(0.2)))
+    # the CPU path convolves the dequantized values in float32: its sum differs from the exact
+    # one by ~1e-6, which moves a result to the neighbouring step (0.2) only when the exact
+    # value lies that close to a rounding boundary
     assert np.abs(got - want).max() <= 0.2 + 1e-6
     assert np.mean(got == want) > 0.95

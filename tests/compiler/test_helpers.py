@@ -7,7 +7,7 @@ from collections.abc import Mapping
 import pytest
 
 from compiler.errors import PartitionError
-from compiler.plugin import filter, filter_by_name, filter_by_template, filter_by_type
+from compiler.plugin_api import filter, filter_by_name, filter_by_template, filter_by_type
 from compiler.xir import Graph, GraphTemplate, Op, Subgraph
 from tests.compiler.helpers import add
 

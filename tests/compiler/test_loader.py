@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from compiler.errors import OptionsError, PluginLoadError
-from compiler.plugin import load_plugin, load_plugins, plugin_names
+from compiler.plugin_api import load_plugin, load_plugins, plugin_names
 from compiler.plugins.softmax_ip import SoftmaxIpPlugin
 from tests.compiler import sample_plugins as sp
 
 PLUGIN_FILE = textwrap.dedent('''
-    from compiler.plugin import Plugin, filter_by_type
+    from compiler.plugin_api import Plugin, filter_by_type
 
     class FilePlugin(Plugin):
         def get_plugin_name(self): return "from_file"
@@ -76,7 +76,7 @@ def test_entry_point(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ("json", r"module 'json' has no get_plugin\(\)"),
     ("tests.compiler.sample_plugins:nope", r"has no nope\(\)"),
     ("tests.compiler.sample_plugins:not_a_plugin", r"get_plugin\(\) returned int, expected an "
-                                                   "instance of compiler.plugin.Plugin"),
+                                                   "instance of compiler.plugin_api.Plugin"),
     ("tests.compiler.sample_plugins:raises", "its factory raised RuntimeError: factory failed"),
     ("cpu", "built-in CPU target"),
     ("libcpu.so", "built-in CPU target"),

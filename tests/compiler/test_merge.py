@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compiler.errors import PartitionError
-from compiler.plugin import merge_subgraph
+from compiler.plugin_api import merge_subgraph
 from compiler.xir import Graph, Subgraph, creates_cycle
 from tests.compiler.helpers import dag
 

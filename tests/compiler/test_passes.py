@@ -7,7 +7,6 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from compiler.driver import compile_model
 from compiler.errors import OptionsError, PassError, ShapeInferenceError
 from compiler.frontend import import_onnx
 from compiler.passes import PIPELINE, run_pipeline
@@ -16,6 +15,7 @@ from compiler.passes.fold_constants import FoldConstants
 from compiler.passes.infer_shapes import InferShapes
 from compiler.passes.remove_dead_ops import RemoveDeadOps
 from compiler.passes.remove_identity import RemoveIdentity
+from compiler.pipeline import compile_model
 from compiler.runtime import GraphExecutor
 from tests.compiler.helpers import make_model, tensor_info
 

@@ -8,11 +8,11 @@ import numpy as np
 import onnx
 import pytest
 
-from compiler.driver import compile_model
 from compiler.errors import OptionsError, PartitionError, RunnerError
 from compiler.frontend import import_onnx
 from compiler.passes import run_pipeline
-from compiler.plugin import Plugin, partition_graph
+from compiler.pipeline import compile_model
+from compiler.plugin_api import Plugin, partition_graph
 from compiler.plugins.softmax_ip import DESCRIPTOR, SoftmaxIpPlugin
 from compiler.runtime import GraphExecutor
 from compiler.xir import Graph, Subgraph

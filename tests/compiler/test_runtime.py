@@ -9,9 +9,9 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from compiler.driver import compile_model
-from compiler.errors import RunnerError
+from compiler.errors import RunnerError, UntrustedRunnerError
 from compiler.ops import OPS
+from compiler.pipeline import compile_model
 from compiler.runtime import CpuRunner, GraphExecutor, Runner, create_runner, resolve_runner
 from tests.compiler.helpers import ONNX_DATA
 
@@ -84,10 +84,23 @@ def test_runner_names_resolve() -> None:
     assert resolve_runner("compiler.plugins.softmax_ip:SoftmaxIpRunner") is SoftmaxIpRunner
     with pytest.raises(RunnerError, match="no runner named 'dpu'"):
         resolve_runner("dpu")
-    with pytest.raises(RunnerError, match="cannot import 'no_such_mod'"):
+    with pytest.raises(UntrustedRunnerError, match="refusing to import 'no_such_mod'"):
         resolve_runner("no_such_mod:Runner")
+    with pytest.raises(RunnerError, match="cannot import 'no_such_mod'"):
+        resolve_runner("no_such_mod:Runner", trust_runners=True)
     with pytest.raises(RunnerError, match="has no callable 'Nope'"):
-        resolve_runner("compiler.runtime:Nope")
+        resolve_runner("compiler.runtime:Nope", trust_runners=True)
+
+
+def test_builtin_plugins_runners_are_on_the_allow_list() -> None:
+    from compiler.plugin_api.loader import BUILTIN as PLUGINS
+    from compiler.plugin_api.loader import load_plugin
+    from compiler.runtime.loader import TRUSTED, check_runner_name
+
+    for name in PLUGINS:
+        runner = load_plugin(name).get_runner()
+        assert runner in TRUSTED or runner == "cpu", runner
+        assert check_runner_name(runner) == runner
 
 
 def test_unpartitioned_graph_runs_as_one_cpu_subgraph(conv_model: onnx.ModelProto) -> None:

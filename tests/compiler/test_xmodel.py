@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from compiler import xmodel
-from compiler.driver import compile_model
 from compiler.errors import XmodelError
 from compiler.frontend import import_onnx
 from compiler.passes import run_pipeline
-from compiler.plugin import partition_graph
+from compiler.pipeline import compile_model
+from compiler.plugin_api import partition_graph
 from compiler.plugins.softmax_ip import SoftmaxIpPlugin
 from compiler.runtime import GraphExecutor
 from compiler.xir import Graph, values_equal
@@ -174,7 +174,7 @@ def test_corrupt_files_give_clear_errors(conv_model: onnx.ModelProto, tmp_path: 
 
 
 def test_driver_output_loads(conv_model: onnx.ModelProto, tmp_path: Path) -> None:
-    from compiler.driver import compile_file
+    from compiler.pipeline import compile_file
 
     r = compile_file(conv_model_path(conv_model, tmp_path), tmp_path / "out.xmodel",
                      {"plugin": "softmax_ip"})

@@ -8,8 +8,10 @@ import random
 import pytest
 
 from pyhost.memory import POLICIES, MemoryManager
-from pyhost.memory.bound import BoundError, exact_optimum, interval_model, lower_bound
-from pyhost.memory.trace import Trace, replay
+from pyhost.memory.bound import BoundError, interval_model, lower_bound
+from pyhost.memory.trace import Trace
+from tb.memory.optimum import exact_optimum
+from tb.memory.replay import replay
 
 
 def random_trace(rng: random.Random, k: int = 5, steps: int = 10) -> Trace:

@@ -20,8 +20,9 @@ from pyhost.memory import (
     TensorSizeError,
     UnknownTensorError,
 )
-from pyhost.memory.trace import Trace, replay
+from pyhost.memory.trace import Trace
 from pyhost.model_card import ModelCard
+from tb.memory.replay import replay
 
 KiB = 1 << 10
 

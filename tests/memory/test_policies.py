@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bench.memory_traces import many_small_trace
 from pyhost.memory import MemoryManager, ScheduleError
 from pyhost.memory.allocator import CardAllocator
 from pyhost.memory.policies import (
@@ -15,8 +16,8 @@ from pyhost.memory.policies import (
     PlannedPolicy,
     make_policy,
 )
-from pyhost.memory.trace import Trace, replay
-from pyhost.memory.traces import many_small_trace
+from pyhost.memory.trace import Trace
+from tb.memory.replay import replay
 
 
 class R:
@@ -141,8 +142,8 @@ def test_dead_dirty_tensors_are_discarded_and_contradictions_caught() -> None:
 
 def test_need_sequence_schedule_is_followed_to_the_end() -> None:
     """set_schedule with the names replay gives tensors: every call matches, none is dropped."""
+    from bench.memory_traces import onnx_trace
     from pyhost.memory.trace import schedule_of
-    from pyhost.memory.traces import onnx_trace
 
     tr = onnx_trace("squeezenet", batch=1, training=True)
     mgr = MemoryManager.dry_run(int(tr.max_need() * 1.5), policy="belady")

@@ -33,7 +33,7 @@ from pyhost.memory import (
     MemoryManager,
     NeverWrittenError,
     NotOnCardError,
-    Tensor,
+    TensorHandle,
 )
 from pyhost.model_card import ModelCard
 
@@ -84,7 +84,7 @@ class ManagerMachine(RuleBasedStateMachine):
         return t
 
     @rule(t=tensors, frac=st.sampled_from([1.0, 1.0, 0.5, 0.0]))
-    def write(self, t: Tensor, frac: float) -> None:
+    def write(self, t: TensorHandle, frac: float) -> None:
         self.last_need = {}
         n = int(t.size * frac)
         x = self._data(n)
@@ -98,7 +98,7 @@ class ManagerMachine(RuleBasedStateMachine):
             self.expected[t.id] = np.concatenate([x, old[n:]])
 
     @rule(t=tensors)
-    def read(self, t: Tensor) -> None:
+    def read(self, t: TensorHandle) -> None:
         self.last_need = {}
         out = np.empty(t.size, np.uint8)
         want = self.expected[t.id]
@@ -112,11 +112,11 @@ class ManagerMachine(RuleBasedStateMachine):
         assert np.array_equal(out[:want.size], want), f"{t!r} read back wrong bytes"
 
     @rule(ts=st.lists(tensors, min_size=1, max_size=3))
-    def need2(self, ts: list[Tensor]) -> None:
+    def need2(self, ts: list[TensorHandle]) -> None:
         self.need(ts)
 
     @rule(ts=st.lists(tensors, min_size=1, max_size=3))
-    def need(self, ts: list[Tensor]) -> None:
+    def need(self, ts: list[TensorHandle]) -> None:
         distinct = {t.id: t for t in ts}
         total = sum(t.size for t in distinct.values())
         self.last_need = {}
@@ -148,7 +148,7 @@ class ManagerMachine(RuleBasedStateMachine):
         self.last_need = {}
 
     @rule(t=tensors)
-    def updated_off_card(self, t: Tensor) -> None:
+    def updated_off_card(self, t: TensorHandle) -> None:
         if t.id in self.last_need:
             return
         self.last_need = {}
@@ -160,14 +160,14 @@ class ManagerMachine(RuleBasedStateMachine):
             raise AssertionError("tensor_updated off the card did not raise")
 
     @rule(target=freed, t=consumes(tensors))
-    def free(self, t: Tensor):
+    def free(self, t: TensorHandle):
         self.last_need = {}
         self.mgr.free_tensor(t)
         del self.expected[t.id]
         return t
 
     @rule(t=freed)
-    def use_after_free(self, t: Tensor) -> None:
+    def use_after_free(self, t: TensorHandle) -> None:
         self.last_need = {}
         try:
             self.mgr.free_tensor(t)

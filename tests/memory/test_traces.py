@@ -7,15 +7,17 @@ import random
 import numpy as np
 import pytest
 
+from bench.memory_traces import many_small_trace, onnx_trace
+from compiler.zoo import LIGHT
 from pyhost.driver import PcieDriver
 from pyhost.memory import POLICIES, MemoryManager, TraceError
-from pyhost.memory.trace import Trace, replay
-from pyhost.memory.traces import LIGHT_MODELS, many_small_trace, onnx_trace
+from pyhost.memory.trace import Trace
 from pyhost.model_card import ModelCard
+from tb.memory.replay import replay
 from tests.memory.test_bound import random_trace
 
 
-@pytest.mark.parametrize("model", LIGHT_MODELS)
+@pytest.mark.parametrize("model", LIGHT)
 def test_every_light_model_gives_a_valid_trace(model: str) -> None:
     inf = onnx_trace(model, batch=2)
     inf.validate()

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from pyhost.accel.model import AccelConfig, AccelModel
+from pyhost.accel.model import AccelModel
 from pyhost.driver import (
     AccelBusyError,
     AccelProgram,
@@ -22,6 +22,7 @@ from pyhost.driver import (
 )
 from pyhost.model_card import ModelCard, accel_status_word
 from pyhost.spec import isa, regs
+from pyhost.spec.accel import AccelConfig
 from pyhost.spec.isa import AccelError, AluOp, Buffer, Insn
 
 MiB = 1 << 20

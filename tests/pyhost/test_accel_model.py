@@ -16,8 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compiler.quantize.requant import quantize_multiplier, requantize
-from pyhost.accel.model import AccelConfig, AccelModel
+from pyhost.accel.model import AccelModel
 from pyhost.spec import isa, regs
+from pyhost.spec.accel import AccelConfig
 from pyhost.spec.isa import AccelError, AluOp, Buffer, Insn, Opcode
 
 SMALL = AccelConfig(n=4, inp_depth=64, wgt_depth=16, acc_depth=64, queue_depth=2)

@@ -1,4 +1,4 @@
-"""The accelerator driver program (tb/card/accel_program.py) on the functional card; the same
+"""The accelerator driver program (tb/card_top/accel_program.py) on the functional card; the same
 checks run on the RTL card in tb/card_top/test_card_accel.py."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from pyhost.driver import PcieDriver
 from pyhost.model_card import ModelCard
-from tb.card import accel_program
+from tb.card_top import accel_program
 
 
 @pytest.mark.parametrize("check", accel_program.ALL_CHECKS, ids=lambda c: c.name)

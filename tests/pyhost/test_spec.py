@@ -84,3 +84,81 @@ def test_geometry_hash() -> None:
     for r in range(0, 8192, 97):
         for k in range(13):
             assert g.decode(r * row)[1] != g.decode((r ^ (1 << k)) * row)[1], (r, k)
+
+
+# --- the accelerator's default build -------------------------------------------------------------
+
+#: RTL files and, per parameter, the generated macro its default must be.
+_ACCEL_PARAMS = {
+    "rtl/accel/accel.v": {"N": "N", "INP_DEPTH": "INP_DEPTH", "WGT_DEPTH": "WGT_DEPTH",
+                          "ACC_DEPTH": "ACC_DEPTH", "QUEUE_DEPTH": "QUEUE_DEPTH",
+                          "DATA_WIDTH": "DATA_WIDTH"},
+    "rtl/accel/accel_compute.v": {"N": "N", "INP_DEPTH": "INP_DEPTH", "WGT_DEPTH": "WGT_DEPTH",
+                                  "ACC_DEPTH": "ACC_DEPTH"},
+    "rtl/accel/accel_mem_decode.v": {"N": "N", "INP_DEPTH": "INP_DEPTH",
+                                     "WGT_DEPTH": "WGT_DEPTH", "ACC_DEPTH": "ACC_DEPTH"},
+    "rtl/accel/accel_gemm_array.v": {"N": "N"},
+    "rtl/accel/accel_vector.v": {"N": "N"},
+    "rtl/accel/accel_fetch.v": {"DATA_WIDTH": "DATA_WIDTH", "MAX_BURST": "FETCH_MAX_BURST"},
+    "rtl/accel/accel_burst_walker.v": {"DATA_WIDTH": "DATA_WIDTH", "MAX_BURST": "MEM_MAX_BURST",
+                                       "MAX_OUTSTANDING": "MEM_MAX_OUTSTANDING"},
+    "rtl/card_top/card_top.v": {"ACC_N": "N", "ACC_INP_DEPTH": "INP_DEPTH",
+                                "ACC_WGT_DEPTH": "WGT_DEPTH", "ACC_ACC_DEPTH": "ACC_DEPTH",
+                                "ACC_QUEUE_DEPTH": "QUEUE_DEPTH"},
+}
+for _unit in ("rtl/accel/accel_load.v", "rtl/accel/accel_store.v", "tb/accel/accel_ls_wrap.v"):
+    _ACCEL_PARAMS[_unit] = {"N": "N", "INP_DEPTH": "INP_DEPTH", "WGT_DEPTH": "WGT_DEPTH",
+                            "ACC_DEPTH": "ACC_DEPTH", "DATA_WIDTH": "DATA_WIDTH",
+                            "MAX_BURST": "MEM_MAX_BURST", "MAX_OUTSTANDING": "MEM_MAX_OUTSTANDING"}
+
+
+def test_rtl_accel_defaults_come_from_the_spec() -> None:
+    """Every accelerator parameter list that software also knows defaults to the generated
+    `ACCEL_*` macro (never a number typed again), and the include holds the spec's values."""
+    from pyhost.spec import accel
+
+    for path, params in _ACCEL_PARAMS.items():
+        src = (ROOT / path).read_text()
+        assert '`include "accel_cfg.vh"' in src, f"{path} does not include accel_cfg.vh"
+        found = dict(re.findall(r"parameter integer (\w+)\s*=\s*([^,\s)]+)", src))
+        for name, macro in params.items():
+            assert found.get(name) == f"`ACCEL_{macro}", \
+                f"{path}: {name} defaults to {found.get(name)}, expected `ACCEL_{macro}"
+    inc = (ROOT / "rtl" / "include" / "accel_cfg.vh").read_text()
+    for name, value in accel.RTL_DEFAULTS.items():
+        assert f"`define ACCEL_{name} {value}\n" in inc
+    cfg = accel.AccelConfig()
+    assert (cfg.n, cfg.inp_depth, cfg.wgt_depth, cfg.acc_depth, cfg.queue_depth) == tuple(
+        accel.RTL_DEFAULTS[k] for k in ("N", "INP_DEPTH", "WGT_DEPTH", "ACC_DEPTH",
+                                        "QUEUE_DEPTH"))
+
+
+def test_changing_a_default_changes_the_rtl_build(tmp_path, monkeypatch) -> None:
+    """A default changed in the spec reaches the elaborated RTL through `make gen`: with N = 4 and
+    a queue depth and fetch burst of 4 in pyhost.spec.accel, the regenerated include makes the
+    elaborated accel's parameters 4 (elaborated by Icarus; Verilator reads the same include)."""
+    import shutil
+    import subprocess
+
+    from pyhost.spec import accel
+
+    if not (shutil.which("iverilog") and shutil.which("vvp")):
+        import pytest
+        pytest.skip("iverilog is not installed (apt-get install iverilog)")
+    defaults = {**accel.RTL_DEFAULTS, "N": 4, "QUEUE_DEPTH": 4, "FETCH_MAX_BURST": 4}
+    monkeypatch.setattr(accel, "RTL_DEFAULTS", defaults)
+    monkeypatch.setattr(gen, "ROOT", tmp_path)
+    assert gen.main([]) == 0
+    inc = tmp_path / "rtl" / "include"
+    assert "`define ACCEL_N 4\n" in (inc / "accel_cfg.vh").read_text()
+    probe = tmp_path / "probe.v"
+    probe.write_text("module probe;\n  accel dut ();\n"
+                     "  initial $display(\"%0d %0d %0d %0d\", dut.N, dut.QUEUE_DEPTH,"
+                     " dut.fetch.MAX_BURST, dut.INP_DEPTH);\nendmodule\n")
+    srcs = sorted(str(p) for p in (ROOT / "rtl" / "accel").glob("*.v"))
+    out = tmp_path / "probe.vvp"
+    subprocess.run(["iverilog", "-g2012", "-I", str(inc), "-s", "probe", "-o", str(out),
+                    str(probe), *srcs], check=True, capture_output=True)
+    shown = subprocess.run(["vvp", "-n", str(out)], check=True, capture_output=True,
+                           text=True).stdout.split()
+    assert shown[:4] == ["4", "4", "4", str(accel.DEFAULT_INP_DEPTH)], shown

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from tb.common.runner import SIMULATORS, simulator_available
+from tb.common.simulator import SIMULATORS, simulator_available
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tb.common import runner
+from tb.common import simulator
 
 #: Small scratchpads keep the bit-exact scratchpad comparison quick; the default depths run in
 #: the card-level tests.
@@ -21,6 +21,6 @@ SMALL = {"INP_DEPTH": 1024, "WGT_DEPTH": 256, "ACC_DEPTH": 512}
 def test_accel(sim: str, test: str) -> None:
     """The accelerator bench's tests pass (several pytest items so xdist can spread them)."""
     names = test.split(",")
-    res = runner.run(sim, "accel", runner.rtl_sources("accel"), "tb.accel.test_accel",
+    res = simulator.run(sim, "accel", simulator.rtl_sources("accel"), "tb.accel.test_accel",
                      parameters=SMALL, testcase=names)
     assert res.tests == len(names)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from tb.common import runner
+from tb.common import simulator
 
-ACCEL = runner.RTL / "accel"
+ACCEL = simulator.RTL / "accel"
 ARRAY_SRC = [ACCEL / "accel_gemm_array.v"]
 VECTOR_SRC = [ACCEL / "accel_vector.v"]
 COMPUTE_SRC = [ACCEL / "accel_compute.v", ACCEL / "accel_gemm_array.v", ACCEL / "accel_vector.v"]
@@ -24,7 +24,7 @@ def _only_verilator_for_small_n(sim: str, n: int) -> None:
 def test_accel_gemm_array(sim: str, n: int) -> None:
     """The accel_gemm_array bench passes."""
     _only_verilator_for_small_n(sim, n)
-    res = runner.run(sim, "accel_gemm_array", ARRAY_SRC, "tb.accel.test_accel_gemm_array",
+    res = simulator.run(sim, "accel_gemm_array", ARRAY_SRC, "tb.accel.test_accel_gemm_array",
                      parameters={"N": n, "TAG_W": 3})
     assert res.tests == 3
 
@@ -34,7 +34,7 @@ def test_accel_gemm_array(sim: str, n: int) -> None:
 def test_accel_vector(sim: str, n: int) -> None:
     """The accel_vector bench passes."""
     _only_verilator_for_small_n(sim, n)
-    res = runner.run(sim, "accel_vector", VECTOR_SRC, "tb.accel.test_accel_vector",
+    res = simulator.run(sim, "accel_vector", VECTOR_SRC, "tb.accel.test_accel_vector",
                      parameters={"N": n})
     assert res.tests == 3
 
@@ -53,6 +53,6 @@ def test_accel_compute(sim: str, config: str) -> None:
     """The accel_compute bench passes."""
     params = COMPUTE_CONFIGS[config]
     _only_verilator_for_small_n(sim, params.get("N", 8))
-    res = runner.run(sim, "accel_compute", COMPUTE_SRC, "tb.accel.test_accel_compute",
+    res = simulator.run(sim, "accel_compute", COMPUTE_SRC, "tb.accel.test_accel_compute",
                      parameters=params)
     assert res.tests == 10

@@ -5,22 +5,22 @@ from __future__ import annotations
 
 import pytest
 
-from tb.common import runner
+from tb.common import simulator
 
-ACCEL = runner.RTL / "accel"
+ACCEL = simulator.RTL / "accel"
 
 
 @pytest.mark.rtl
 @pytest.mark.parametrize("max_burst", [8, 3])
 def test_accel_fetch(sim: str, max_burst: int) -> None:
     """The accel_fetch bench passes, with the default and with short bursts."""
-    res = runner.run(sim, "accel_fetch", [ACCEL / "accel_fetch.v"], "tb.accel.test_accel_fetch",
+    res = simulator.run(sim, "accel_fetch", [ACCEL / "accel_fetch.v"], "tb.accel.test_accel_fetch",
                      parameters={"MAX_BURST": max_burst})
     assert res.tests == 6
 
 
 LS_SOURCES = [ACCEL / "accel_load.v", ACCEL / "accel_store.v", ACCEL / "accel_mem_decode.v",
-              ACCEL / "accel_burst_walker.v", runner.ROOT / "tb" / "accel" / "accel_ls_wrap.v"]
+              ACCEL / "accel_burst_walker.v", simulator.ROOT / "tb" / "accel" / "accel_ls_wrap.v"]
 
 
 #: N = 8 with the default bursts; N = 16 (multi-beat WGT elements, one ACC row per beat) and
@@ -39,6 +39,6 @@ LS_CONFIGS = {
 def test_accel_load_store(sim: str, n: int) -> None:
     """The accel_load/accel_store bench passes in each configuration."""
     params: dict[str, object] = {"N": n, **LS_CONFIGS[n]}
-    res = runner.run(sim, "accel_ls_wrap", LS_SOURCES, "tb.accel.test_accel_load_store",
+    res = simulator.run(sim, "accel_ls_wrap", LS_SOURCES, "tb.accel.test_accel_load_store",
                      parameters=params)
     assert res.tests == 7

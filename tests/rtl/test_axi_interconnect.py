@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tb.common.runner import ROOT, rtl_sources, run
+from tb.common.simulator import ROOT, rtl_sources, run
 
 PARAMETERS = {
     "S_COUNT": 3,          # the bench wrapper has three master ports

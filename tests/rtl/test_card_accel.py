@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from tb.card.accel_program import ALL_CHECKS
-from tb.common import runner
+from tb.card_top.accel_program import ALL_CHECKS
+from tb.common import simulator
 from tests.rtl.test_card_top import CARD_MEM
 
 
@@ -18,7 +18,7 @@ from tests.rtl.test_card_top import CARD_MEM
 @pytest.mark.parametrize("check", [c.name for c in ALL_CHECKS])
 def test_card_accel(sim: str, check: str) -> None:
     """The accelerator check passes on the RTL card."""
-    res = runner.run(sim, "card_top", runner.card_sources(), "tb.card_top.test_card_accel",
+    res = simulator.run(sim, "card_top", simulator.card_sources(), "tb.card_top.test_card_accel",
                      parameters={"MEM_SIZE": f"64'd{CARD_MEM}"},
                      testcase=[f"test_accel_program/check={i}" for i, c in enumerate(ALL_CHECKS)
                                if c.name == check],

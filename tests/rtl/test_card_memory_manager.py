@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tb.common import runner
+from tb.common import simulator
 
 #: card_top and the blocks under it (as tests/rtl/test_card_top.py builds it)
 
@@ -17,7 +17,7 @@ CARD_MEM = 256 << 10
 @pytest.mark.rtl
 def test_card_memory_manager(sim: str) -> None:
     """Eviction, write-back and compaction with data checked end to end on the RTL card."""
-    res = runner.run(sim, "card_top", runner.card_sources(),
+    res = simulator.run(sim, "card_top", simulator.card_sources(),
                      "tb.card_top.test_card_memory_manager",
                      parameters={"MEM_SIZE": f"64'd{CARD_MEM}"},
                      extra_env={"CARD_TB_PARAMS": json.dumps({"MEM_SIZE": CARD_MEM}),

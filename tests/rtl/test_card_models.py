@@ -8,15 +8,15 @@ import json
 
 import pytest
 
-from tb.common import runner
+from tb.common import simulator
 from tests.rtl.test_card_top import CARD_MEM
 
 SMALL = 80 << 10
 
 
 def _run(sim: str, mem: int, tests: list[str], env: dict[str, str] | None = None
-         ) -> runner.RunResult:
-    return runner.run(sim, "card_top", runner.card_sources(), "tb.card_top.test_card_models",
+         ) -> simulator.RunResult:
+    return simulator.run(sim, "card_top", simulator.card_sources(), "tb.card_top.test_card_models",
                       parameters={"MEM_SIZE": f"64'd{mem}"}, testcase=tests,
                       extra_env={"CARD_TB_PARAMS": json.dumps({"MEM_SIZE": mem}),
                                  "CARD_TB_MEMORY": "inorder", "SIM": sim, **(env or {})})

@@ -14,14 +14,14 @@ import json
 
 import pytest
 
-from tb.common import runner
+from tb.common import simulator
 
 CARD_MEM = 16 << 20
 
 
 def run_card(sim: str, memory: str, tests: list[str] | None = None,
-             waves: bool | None = None) -> runner.RunResult:
-    return runner.run(sim, "card_top", runner.card_sources(), "tb.card_top.test_card_top",
+             waves: bool | None = None) -> simulator.RunResult:
+    return simulator.run(sim, "card_top", simulator.card_sources(), "tb.card_top.test_card_top",
                       parameters={"MEM_SIZE": f"64'd{CARD_MEM}"}, testcase=tests, waves=waves,
                       extra_env={"CARD_TB_PARAMS": json.dumps({"MEM_SIZE": CARD_MEM}),
                                  "CARD_TB_MEMORY": memory, "SIM": sim})
@@ -35,7 +35,7 @@ ICARUS_CHECKS = {
 
 
 def _selection(sim: str, memory: str) -> list[str] | None:
-    from tb.card.driver_program import ALL_CHECKS
+    from tb.card_top.driver_program import ALL_CHECKS
 
     if sim == "verilator":
         return None

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from tb.common import runner
+from tb.common import simulator
 
 
 @pytest.mark.rtl
 def test_csr(sim: str) -> None:
     """The csr bench passes."""
-    res = runner.run(sim, "csr", runner.rtl_sources("csr"), "tb.csr.test_csr",
+    res = simulator.run(sim, "csr", simulator.rtl_sources("csr"), "tb.csr.test_csr",
                      parameters={"MEM_SIZE": "64'd1048576", "ACCEL": 1})
     assert res.tests == 6
 
@@ -21,6 +21,6 @@ def test_csr_lean_build(sim: str) -> None:
     visible through the generated control file), so the runner's lean builds stay usable."""
     if sim != "verilator":
         pytest.skip("lean builds are a Verilator option; Icarus ignores it")
-    res = runner.run(sim, "csr", runner.rtl_sources("csr"), "tb.csr.test_csr",
+    res = simulator.run(sim, "csr", simulator.rtl_sources("csr"), "tb.csr.test_csr",
                      parameters={"MEM_SIZE": "64'd1048576", "ACCEL": 1}, public=[])
     assert res.tests == 6

@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from tb.common import runner
+from tb.common import simulator
 
 MIB = 1 << 20
 
@@ -49,9 +49,9 @@ def rtl_parameters(conf: dict[str, object]) -> dict[str, object]:
 
 
 def run_dram(sim: str, conf: dict[str, object], testcase: list[str] | None = None,
-             waves: bool | None = None, run_name: str | None = None) -> runner.RunResult:
-    return runner.run(
-        sim, "dram_ctrl", runner.rtl_sources("dram_ctrl"), "tb.dram_ctrl.test_dram_ctrl",
+             waves: bool | None = None, run_name: str | None = None) -> simulator.RunResult:
+    return simulator.run(
+        sim, "dram_ctrl", simulator.rtl_sources("dram_ctrl"), "tb.dram_ctrl.test_dram_ctrl",
         parameters=rtl_parameters(conf), waves=waves, testcase=testcase, run_name=run_name,
         extra_env={"DRAM_TB_PARAMS": json.dumps(conf), "SIM": sim})
 

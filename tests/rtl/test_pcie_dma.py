@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from tb.common import runner
+from tb.common import simulator
 
 
 @pytest.mark.rtl
 def test_pcie_dma(sim: str) -> None:
     """The pcie_dma bench passes."""
-    res = runner.run(sim, "pcie_dma", runner.rtl_sources("pcie_dma"), "tb.pcie_dma.test_pcie_dma")
+    res = simulator.run(sim, "pcie_dma", simulator.rtl_sources("pcie_dma"),
+                        "tb.pcie_dma.test_pcie_dma")
     assert res.tests == 3

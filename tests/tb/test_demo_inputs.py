@@ -10,14 +10,14 @@ import pytest
 from onnx import TensorProto, helper
 
 from tb import sim
-from tb.common import runner
+from tb.common import simulator
 
 
 @pytest.fixture
 def no_simulation(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*a: object, **k: object) -> None:
         raise AssertionError("a simulator build started despite bad input")
-    monkeypatch.setattr(runner, "build", refuse)
+    monkeypatch.setattr(simulator, "build", refuse)
 
 
 def _unknown_op_model(path: Path) -> Path:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tb.common import waves
-from tb.common.runner import ROOT
+from tb.common.simulator import ROOT
 
 SAVE_FILES = sorted((ROOT / "tb").glob("*/*.gtkw"))
 

@@ -17,12 +17,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from compiler.errors import OptionsError
-from compiler.plugin import Plugin
+from compiler.plugin_api import Plugin
 from compiler.plugins.accel import codegen
+from compiler.plugins.accel import kernels as K
 from compiler.plugins.accel.partition import Limits, partition
 from compiler.xir import Graph, Op, Subgraph
-from pyhost.accel import kernels as K
-from pyhost.accel.model import AccelConfig
+from pyhost.spec.accel import AccelConfig
 
 DEVICE = "ACCEL"
 RUNNER = "compiler.plugins.accel.runner:AccelRunner"

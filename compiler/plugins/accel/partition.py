@@ -7,7 +7,7 @@ Add/Sum -> Relu/Clip, then each head alone (Conv, Gemm, MatMul, Add, Sum, MaxPoo
 GlobalAveragePool, AveragePool over the whole image) and, last, a Relu that none of these fused
 (a requantization from its input's scale to its own). A match is claimed only if its
 quantization parameters exist and the kernels map it: the layer's kernel is generated at placeholder
-addresses (`codegen.check_layer`); anything that fails stays for the CPU, with the reason kept
+addresses (`lower.check_layer`); anything that fails stays for the CPU, with the reason kept
 in `AccelPartitioner.rejected`.
 
 The claimed layers are then merged into as few subgraphs as possible without a cycle, the same
@@ -24,19 +24,21 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from compiler.errors import OptionsError
-from compiler.plugin import filter_by_template, member_runs, merge_subgraph, root_children
-from compiler.plugins.accel import codegen
-from compiler.plugins.accel.codegen import ACTS, HEADS, VIEWS, Layer
+from compiler.plugin_api import filter_by_template, member_runs, merge_subgraph, root_children
+from compiler.plugins.accel import kernels as K
+from compiler.plugins.accel import lower
+from compiler.plugins.accel.layers import ACTS, HEADS, VIEWS, Layer, absorbable_view, fusable_act
+from compiler.plugins.accel.memplan import estimate_step_bytes, external_tensors, plan_step
 from compiler.xir import Graph, GraphTemplate, Op, Subgraph
-from pyhost.accel import kernels as K
-from pyhost.accel.model import AccelConfig
+from pyhost.accel.abi import MAX_IO
+from pyhost.spec.accel import AccelConfig
 
 
 @dataclass(frozen=True)
 class Limits:
     """How large one accelerator subgraph may become."""
 
-    max_io: int = codegen.MAX_IO
+    max_io: int = MAX_IO
     max_layers: int | None = None
     max_step_bytes: int | None = None
 
@@ -103,21 +105,21 @@ class AccelPartitioner:
                 return False
             head = match["head"]
             act, view = match.get("act"), match.get("view")
-            if act is not None and codegen.fusable_act(head) is not act:
+            if act is not None and fusable_act(head) is not act:
                 return False
-            if view is not None and codegen.absorbable_view(head) is not view:
+            if view is not None and absorbable_view(head) is not view:
                 return False
             if kind == "relu":
                 prod = head.input_tensors()[0].producer
-                if prod in self._claimed and codegen.fusable_act(prod) is head:
-                    # codegen.layers_of would fuse it into its claimed producer, whose kernel
+                if prod in self._claimed and fusable_act(prod) is head:
+                    # layers_of would fuse it into its claimed producer, whose kernel
                     # was generated (and checked) without it
                     self.rejected.setdefault(head.name, f"the {prod.type} {prod.name!r} before "
                                              "it is on the accelerator but could not be "
                                              "generated with this Relu fused")
                     return False
             layer = Layer(kind, head, act, view)
-            kern, reason = codegen.check_layer(layer, self.cfg)
+            kern, reason = lower.check_layer(layer, self.cfg)
             if kern is None:
                 self.rejected.setdefault(head.name, reason or "")
                 return False
@@ -160,12 +162,12 @@ class AccelPartitioner:
         pairs = sorted((self._layer_of(u) for u in units),
                        key=lambda p: self.graph.topo_position(p[0].head))
         layers = [p[0] for p in pairs]
-        ins, outs = codegen.external_tensors(layers)
+        ins, outs = external_tensors(layers)
         if len(ins) + len(outs) > lim.max_io:
             return False
         if lim.max_step_bytes is not None:
-            plan = codegen.plan_step(layers, self.cfg.n)
-            need = codegen.estimate_step_bytes(plan, [p[1] for p in pairs], self.cfg)
+            plan = plan_step(layers, self.cfg.n)
+            need = estimate_step_bytes(plan, [p[1] for p in pairs], self.cfg)
             if need > lim.max_step_bytes:
                 return False
         return True
@@ -174,7 +176,8 @@ class AccelPartitioner:
 @dataclass
 class PartitionResult:
     """The accelerator subgraphs, the kernels generated to check each claimed layer (by head
-    op, at placeholder Refs: codegen relocates them) and why the other heads stay on the CPU."""
+    op, at placeholder Refs: the code generator relocates them) and why the other heads stay on
+    the CPU."""
 
     subgraphs: set[Subgraph]
     kernels: dict[Op, K.Kernel]

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from compiler.errors import RunnerError
+from compiler.runtime.base import Runner
 from compiler.runtime.card import AccelStep, CardSession
-from compiler.runtime.runner import Runner
 from compiler.xir import CONST, Subgraph
 
 

@@ -15,7 +15,7 @@ from compiler.errors import OptionsError
 from compiler.frontend.onnx import import_onnx
 from compiler.options import CompileOptions
 from compiler.passes import run_pipeline
-from compiler.plugin import load_plugins, partition_graph
+from compiler.plugin_api import load_plugins, partition_graph
 from compiler.xir import Graph
 
 

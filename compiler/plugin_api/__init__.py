@@ -1,7 +1,7 @@
 """The plugin layer of UG1414: the Plugin interface, partition helpers, loader and driver."""
 
-from compiler.plugin.base import Plugin
-from compiler.plugin.helpers import (
+from compiler.plugin_api.base import Plugin
+from compiler.plugin_api.helpers import (
     filter,
     filter_by_name,
     filter_by_template,
@@ -12,14 +12,14 @@ from compiler.plugin.helpers import (
     root_children,
     unassigned_children,
 )
-from compiler.plugin.loader import (
+from compiler.plugin_api.loader import (
     BUILTIN,
     ENTRY_POINT_GROUP,
     load_plugin,
     load_plugins,
     plugin_names,
 )
-from compiler.plugin.manager import PluginRecord, partition_graph, run_plugin
+from compiler.plugin_api.manager import PluginRecord, partition_graph, run_plugin
 
 __all__ = [
     "BUILTIN",

@@ -13,14 +13,16 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from compiler.quantize.kernels import qadd, qconv, qgemm
+from compiler.plugins.accel import kernels as K
+from compiler.quantize.reference import qadd, qconv, qgemm
 from compiler.quantize.requant import quantize_multiplier, requantize
-from pyhost.accel import kernels as K
-from pyhost.accel import layout
-from pyhost.accel.model import AccelConfig, AccelModel
-from pyhost.accel.randprog import random_conv_quant as conv_q
-from pyhost.accel.randprog import random_gemm_quant as gemm_q
+from pyhost.accel import layout, timing
+from pyhost.accel.model import AccelModel
 from pyhost.spec import isa
+from pyhost.spec.accel import AccelConfig
+from tb.accel import races
+from tb.accel.randprog import random_conv_quant as conv_q
+from tb.accel.randprog import random_gemm_quant as gemm_q
 
 CFG = AccelConfig()
 N = CFG.n
@@ -54,7 +56,7 @@ def run(kernels: Sequence[K.Kernel], data: dict[K.Ref, bytes], cfg: AccelConfig 
     """Run the joined kernels on fresh models under each schedule; require success, identical
     memories and untouched bytes outside the outputs; return the output bytes by Ref."""
     prog = K.join(kernels)
-    K.check_races(prog, cfg)
+    races.check_races(prog, cfg.n)
     outs = {t.ref: t.nbytes for k in kernels for t in k.outputs}
     regions = [(r, len(b)) for r, b in data.items()] + list(outs.items())
     regions += [(k.consts.ref, k.consts.nbytes) for k in kernels if k.consts is not None]
@@ -178,7 +180,7 @@ CONV_CASES = {
 
 @pytest.mark.parametrize("case", sorted(CONV_CASES))
 def test_conv2d_matches_qconv(case: str) -> None:
-    """conv2d equals compiler.quantize.kernels.qconv bit for bit (padding channels included),
+    """conv2d equals compiler.quantize.reference.qconv bit for bit (padding channels included),
     the same under every schedule."""
     shape, co, k, s, p = CONV_CASES[case]
     _conv_case(shape, co, k, s, p, seed=sorted(CONV_CASES).index(case))
@@ -223,7 +225,7 @@ def test_conv2d_tiles_do_not_divide_the_image() -> None:
     (45, 150, 70, 1, TINY),         # forced tiling in every dimension
 ])
 def test_gemm_matches_qgemm(m: int, k: int, nout: int, axis: int, cfg: AccelConfig) -> None:
-    """gemm equals compiler.quantize.kernels.qgemm bit for bit (weight_axis 0 and 1)."""
+    """gemm equals compiler.quantize.reference.qgemm bit for bit (weight_axis 0 and 1)."""
     rng = np.random.default_rng(m * 7 + k)
     q = gemm_q(rng, k, nout, axis)
     x = rng.integers(-128, 128, (m, k)).astype(np.int8)
@@ -326,7 +328,7 @@ ADD_CASES = [
 
 @pytest.mark.parametrize("shape,scales,relu,cfg", ADD_CASES)
 def test_add_matches_qadd_within_one_lsb(shape, scales, relu, cfg) -> None:
-    """add equals compiler.quantize.kernels.qadd (then ReLU) within 1 LSB; the rare 1-LSB
+    """add equals compiler.quantize.reference.qadd (then ReLU) within 1 LSB; the rare 1-LSB
     differences are near rounding ties (measured: see docs/accel-kernels.md)."""
     sa, sb, so, za, zb, zo = scales
     q = _add_q(sa, sb, so, za, zb, zo)
@@ -604,8 +606,8 @@ def test_missing_tokens_are_races(op: isa.Opcode, flag: str) -> None:
     good = K.join([kern])
     bad = _strip(good, op, flag)
     assert bad != good
-    with pytest.raises(K.AccelKernelError, match="race"):
-        K.check_races(bad, TINY)
+    with pytest.raises(races.ProgramCheckError, match="race"):
+        races.check_races(bad, TINY.n)
     data = {K.Ref(IN): layout.pack_act(x, N, q["input_zero_point"])}
     expect = run([kern], data, TINY, seeds=(None,))[K.Ref(OUT)]
     racy = K.Kernel("racy", tuple(bad[:-1]), kern.inputs, kern.outputs, kern.consts)
@@ -644,10 +646,10 @@ def test_every_pop_has_an_earlier_push() -> None:
     check_races reject a program whose first pop has nothing to take."""
     a = K.maxpool2d((1, 8, 6, 6), (2, 2), inp=K.Ref(1), out=K.Ref(2))
     prog = [K.barrier(), *a.insns]
-    with pytest.raises(K.AccelKernelError, match="pops a token"):
-        K.estimate(prog)
-    with pytest.raises(K.AccelKernelError, match="pops a token"):
-        K.check_races(prog)
+    with pytest.raises(timing.StreamOrderError, match="pops a token"):
+        timing.estimate(prog)
+    with pytest.raises(races.ProgramCheckError, match="pops a token"):
+        races.check_races(prog)
 
 
 # --- parameter checks ---------------------------------------------------------------------------
@@ -696,8 +698,8 @@ def test_benchmark_layer_estimates() -> None:
                  consts=K.Ref(CONST), pads=(1, 1, 1, 1))
     for kern, target, macs in ((g, 0.90, 256**3), (c, 0.75, 56 * 56 * 64 * 64 * 9)):
         prog = K.join([kern])
-        est = K.estimate(prog)
-        rtl = K.estimate(prog, mem_latency=K.RTL_MEM_LATENCY)
+        est = timing.estimate(prog)
+        rtl = timing.estimate(prog, mem_latency=timing.RTL_MEM_LATENCY)
         print(f"{kern.name}: {est}; with memory latency: {rtl}; tiling {dict(kern.tiling)}")
         assert est.gemm_fraction >= target, f"{kern.name}: {est.gemm_fraction:.3f} < {target}"
         assert rtl.gemm_fraction >= target, f"{kern.name}: {rtl.gemm_fraction:.3f} < {target}"

@@ -1,7 +1,7 @@
 """The plugin interface, after ``Plugin.hpp`` in UG1414 (Vitis AI).
 
 A plugin claims ops for a device: ``partition(graph)`` picks unassigned children of the root
-subgraph (with the helpers in :mod:`compiler.plugin.helpers`), merges them into device-level
+subgraph (with the helpers in :mod:`compiler.plugin_api.helpers`), merges them into device-level
 subgraphs and returns them; ``compile(subgraph)`` is then called for each and attaches whatever
 the runtime needs (parameters, instruction streams) as subgraph attributes. The compiler sets
 ``device``, ``runner`` and ``plugin`` on each returned subgraph after compile. A plugin module

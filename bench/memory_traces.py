@@ -9,8 +9,9 @@ and is followed by a backward pass in reverse order (each node needs its inputs,
 gradient of its output, and updates the gradients of its inputs and weights) and an optimizer
 step that updates every weight from its gradient.
 
-The onnx package ships the architectures used (backend test data, light/ models); their weights
-are generated in the graph by ConstantOfShape nodes, which count as weights here.
+The onnx package ships the architectures used (backend test data, light/ models, listed in
+`compiler.zoo.LIGHT`); their weights are generated in the graph by ConstantOfShape nodes, which
+count as weights here.
 """
 
 from __future__ import annotations
@@ -19,25 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
+from compiler.zoo import LIGHT, light_path
 from pyhost.memory.trace import Trace
-
-#: Models in onnx/backend/test/data/light (name -> file stem).
-LIGHT_MODELS = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
-                "shufflenet", "squeezenet", "vgg19", "zfnet512")
 
 _FLOAT_TYPES = {1: 4, 10: 2, 11: 8, 16: 2}   # FLOAT, FLOAT16, DOUBLE, BFLOAT16: bytes
 _PASS_THROUGH = {"Reshape", "Flatten", "Dropout", "Identity", "Squeeze", "Unsqueeze"}
-
-
-def light_model_path(name: str) -> Path:
-    """Path of a light/ model shipped with the onnx package."""
-    import onnx
-
-    root = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
-    p = root / f"light_{name}.onnx"
-    if not p.exists():
-        raise FileNotFoundError(f"{p} not found; the onnx package ships {', '.join(LIGHT_MODELS)}")
-    return p
 
 
 class _Ids:
@@ -56,7 +43,7 @@ def onnx_trace(model: str | Path, *, batch: int = 1, training: bool = False) -> 
     import onnx
     from onnx import shape_inference
 
-    path = light_model_path(model) if isinstance(model, str) and model in LIGHT_MODELS \
+    path = light_path(model) if isinstance(model, str) and model in LIGHT \
         else Path(model)
     m = shape_inference.infer_shapes(onnx.load(str(path)))
     g = m.graph

@@ -1,8 +1,8 @@
 """Tensor handles and the manager's record of each tensor.
 
-A `Tensor` is an indirect handle: it names a tensor by id, never by card address, so the manager
-may evict and move tensors freely; `need_in_device` gives the current addresses. The `_Entry` is
-the manager's private record of where the tensor's bytes are valid.
+A `TensorHandle` is an indirect handle: it names a tensor by id, never by card address, so the
+manager may evict and move tensors freely; `need_in_device` gives the current addresses. The
+`_Entry` is the manager's private record of where the tensor's bytes are valid.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pyhost.memory.hoststore import HostHome
 
 
 @dataclass(frozen=True, eq=False)
-class Tensor:
+class TensorHandle:
     """Handle returned by `allocate_tensor`. Compare by identity; `id` is unique per manager."""
 
     id: int
@@ -24,7 +24,7 @@ class Tensor:
 
     def __repr__(self) -> str:
         label = f" {self.name!r}" if self.name else ""
-        return f"Tensor(#{self.id}{label}, {self.size} bytes)"
+        return f"TensorHandle(#{self.id}{label}, {self.size} bytes)"
 
 
 class _Entry:
@@ -39,7 +39,7 @@ class _Entry:
     __slots__ = ("id", "key", "size", "card_size", "home", "codec", "addr", "written",
                  "host_valid", "dirty", "pin", "report", "handle", "discarded")
 
-    def __init__(self, handle: Tensor, key: str, card_size: int, home: HostHome | None,
+    def __init__(self, handle: TensorHandle, key: str, card_size: int, home: HostHome | None,
                  codec: Codec | None) -> None:
         self.handle = handle
         self.id = handle.id

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compiler.errors import CompilerError, PartitionError
-from compiler.plugin.base import Plugin
-from compiler.plugin.helpers import is_assigned, root_children
+from compiler.plugin_api.base import Plugin
+from compiler.plugin_api.helpers import is_assigned, root_children
 from compiler.xir import CONST, Graph, Op, Subgraph
 
 
@@ -54,8 +54,26 @@ def partition_graph(graph: Graph, plugins: Sequence[Plugin],
     return records
 
 
+def _identity(plugin: Plugin) -> tuple[str, str, str]:
+    """The plugin's name, device and runner, each a non-empty str (PartitionError otherwise):
+    they are written into the .xmodel and resolved by the runtime."""
+    out = []
+    for what in ("get_plugin_name", "get_device", "get_runner"):
+        try:
+            v = getattr(plugin, what)()
+        except Exception as e:
+            raise PartitionError(f"plugin {type(plugin).__name__}: {what}() raised "
+                                 f"{type(e).__name__}: {e}") from e
+        if not isinstance(v, str) or not v.strip() or not v.isprintable():
+            who = out[0] if out else type(plugin).__name__
+            raise PartitionError(f"plugin {who!r}: {what}() must return a non-empty printable "
+                                 f"str, got {type(v).__name__} {v!r}")
+        out.append(v)
+    return out[0], out[1], out[2]
+
+
 def run_plugin(graph: Graph, plugin: Plugin) -> PluginRecord:
-    name = plugin.get_plugin_name()
+    name, device, runner = _identity(plugin)
     t0 = time.perf_counter()
     root = root_children(graph)
     try:
@@ -69,7 +87,6 @@ def run_plugin(graph: Graph, plugin: Plugin) -> PluginRecord:
     if plugin.absorb_constants:
         subs = [absorb_constants(root, s) for s in subs]
     subs.sort(key=lambda s: s.sort_key())
-    device, runner = plugin.get_device(), plugin.get_runner()
     for s in subs:
         try:
             plugin.compile(s)

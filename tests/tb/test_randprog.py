@@ -9,13 +9,14 @@ import random
 import numpy as np
 import pytest
 
-from pyhost.accel import randprog
-from pyhost.accel.model import AccelConfig, AccelModel, AccelResult
-from pyhost.accel.randprog import RandomProgram
+from pyhost.accel.model import AccelModel, AccelResult
 from pyhost.driver import PcieDriver
 from pyhost.model_card import ModelCard
 from pyhost.spec import isa
+from pyhost.spec.accel import AccelConfig
 from pyhost.spec.isa import AccelError, AluOp, Buffer, Insn, Opcode
+from tb.accel import races, randprog
+from tb.accel.randprog import RandomProgram
 
 MiB = 1 << 20
 CONFIGS = {
@@ -136,12 +137,12 @@ def test_static_race_check_finds_races() -> None:
     then disagree)."""
     cfg = CONFIGS["default"]
     rp = randprog.generate(random.Random(3), cfg, mem_size=MiB)
-    assert randprog.check_races(rp.program, cfg.n, rp.slots) > 100
+    assert races.check_races(rp.program, cfg.n, rp.slots) > 100
     for flag in ("pop_prev", "pop_next"):
         broken = [Insn(i.op, {k: v for k, v in i.fields.items() if k != flag})
                   if i.op in (Opcode.GEMM, Opcode.ALU) else i for i in rp.program]
-        with pytest.raises(randprog.ProgramCheckError, match="race"):
-            randprog.check_races(broken, cfg.n, rp.slots)
+        with pytest.raises(races.ProgramCheckError, match="race"):
+            races.check_races(broken, cfg.n, rp.slots)
     broken = [Insn(i.op, {k: v for k, v in i.fields.items() if k != "pop_prev"})
               if i.op in (Opcode.GEMM, Opcode.ALU) else i for i in rp.program]
     rp_broken = RandomProgram(broken, rp.slots, rp.init, rp.regions, rp.insn_base,
@@ -151,8 +152,8 @@ def test_static_race_check_finds_races() -> None:
         r, mem, m = run(rp_broken, cfg, MiB, sched)
         results.add((bytes(mem), m.acc.tobytes()))
     assert len(results) > 1, "a racy program gave one result under 12 schedules"
-    with pytest.raises(randprog.ProgramCheckError, match="no earlier push"):
-        randprog.check_token_order([isa.gemm(pop_prev=1), isa.load(Buffer.INP, push_next=1)])
+    with pytest.raises(races.ProgramCheckError, match="no earlier push"):
+        races.check_token_order([isa.gemm(pop_prev=1), isa.load(Buffer.INP, push_next=1)])
 
 
 @pytest.mark.parametrize("kind", randprog.ERROR_KINDS, ids=lambda k: k.name)

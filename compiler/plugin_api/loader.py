@@ -26,7 +26,7 @@ from types import ModuleType
 from typing import Any
 
 from compiler.errors import OptionsError, PluginLoadError
-from compiler.plugin.base import Plugin
+from compiler.plugin_api.base import Plugin
 
 ENTRY_POINT_GROUP = "dnncard.compiler_plugins"
 
@@ -59,6 +59,9 @@ def plugin_names(options: Mapping[str, Any]) -> list[str]:
         raise OptionsError(f'"{keys[0]}" must be a comma-separated string or a list of '
                            f"strings, got {raw!r}")
     names = [x.strip() for x in items if x.strip()]
+    if not names:
+        raise OptionsError(f'"{keys[0]}" names no plugin ({raw!r}); list at least one, or leave '
+                           "the key out to compile for the CPU only")
     return names
 
 
@@ -154,7 +157,7 @@ def _instantiate(spec: str, module: ModuleType, attr: str) -> Plugin:
     if factory is None:
         raise PluginLoadError(f"plugin {spec!r}: module {module.__name__!r} has no {attr}(); "
                               f"a plugin module must define {attr}() returning a "
-                              "compiler.plugin.Plugin")
+                              "compiler.plugin_api.Plugin")
     return _call_factory(spec, factory)
 
 
@@ -171,7 +174,7 @@ def _call_factory(spec: str, factory: Callable[[], Any] | Any) -> Plugin:
     if not isinstance(plugin, Plugin):
         raise PluginLoadError(f"plugin {spec!r}: get_plugin() returned "
                               f"{type(plugin).__name__}, expected an instance of "
-                              "compiler.plugin.Plugin")
+                              "compiler.plugin_api.Plugin")
     name = plugin.get_plugin_name()
     if not isinstance(name, str) or not name:
         raise PluginLoadError(f"plugin {spec!r}: get_plugin_name() must return a non-empty "

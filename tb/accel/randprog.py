@@ -6,8 +6,8 @@ stores of tile t-1) and covers the ISA: every opcode, buffer and ALU operation, 
 REQ with realistic and extreme parameters, strides, padding, repeated rows inside one GEMM/ALU,
 slot-relative addresses that wrap modulo 2**32, element-aligned addresses that are not 64-byte
 aligned and rows that cross 4 KiB. `generate_error` makes a program whose first error is a given
-AccelError at a known pc under every schedule. `check_races` and `check_token_order` are the static
-proofs the generator applies to its own output.
+AccelError at a known pc under every schedule. The generator proves its own output race-free and
+deadlock-free with `tb.accel.races`.
 """
 
 from __future__ import annotations
@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from compiler.quantize.requant import quantize_multiplier, quantize_multipliers
-from pyhost.accel.model import _POPS, _PUSHES, AccelConfig, AccelModel
+from pyhost.accel.model import AccelModel
+from pyhost.fixedpoint import quantize_multiplier, quantize_multipliers
 from pyhost.spec import isa
+from pyhost.spec.accel import AccelConfig
 from pyhost.spec.isa import AccelError, AluOp, Buffer, Insn, Opcode, Unit
+from tb.accel.races import ProgramCheckError, check_races, check_token_order, footprint
 
 _MASK32 = (1 << 32) - 1
 KiB = 1 << 10
@@ -82,7 +84,11 @@ def fill_pattern(addr: int, size: int) -> bytes:
             & np.uint64(0xFF)).astype(np.uint8).tobytes()
 
 
-# --- static checks ------------------------------------------------------------------------------
+# --- coverage helpers ----------------------------------------------------------------------------
+
+def _token_flags(insn: Insn) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    return isa.token_counters(insn.unit, insn.fields)
+
 
 def _mem_ranges(f: dict[str, int], e: int, slots: Sequence[int]) -> list[tuple[int, int]]:
     """Card byte ranges [a, b) a LOAD/STORE touches (split at 2**32)."""
@@ -96,124 +102,6 @@ def _mem_ranges(f: dict[str, int], e: int, slots: Sequence[int]) -> list[tuple[i
         b = a + x * e
         out += [(a, b)] if b <= 1 << 32 else [(a, 1 << 32), (0, b - (1 << 32))]
     return out
-
-
-def footprint(insn: Insn, n: int, slots: Sequence[int]) -> tuple[set, set, list, list]:
-    """(scratchpad rows read, rows written, memory ranges read, ranges written); rows are
-    (buffer, row) with ACC8 counted as ACC."""
-    f = insn.fields
-    g = f.get
-    reads: set[tuple[int, int]] = set()
-    writes: set[tuple[int, int]] = set()
-    if insn.op == Opcode.LOAD:
-        buf = Buffer(g("buf", 0))
-        sp = Buffer.ACC if buf == Buffer.ACC8 else buf
-        total = (g("pad_top", 0) + g("y_size", 0) + g("pad_bottom", 0)) \
-            * (g("pad_left", 0) + g("x_size", 0) + g("pad_right", 0))
-        writes = {(sp, g("sp_base", 0) + k) for k in range(total)}
-        return reads, writes, _mem_ranges(f, isa.element_bytes(buf, n), slots), []
-    if insn.op == Opcode.STORE:
-        buf = Buffer(g("buf", 0))
-        reads = {(Buffer.ACC, g("sp_base", 0) + k) for k in range(g("y_size", 0) * g("x_size", 0))}
-        return reads, writes, [], _mem_ranges(f, isa.element_bytes(buf, n), slots)
-    if insn.op == Opcode.GEMM:
-        it = [(o, i) for o in range(g("outer", 0)) for i in range(g("inner", 0))]
-        if it:
-            reads = {(Buffer.INP, g("inp_base", 0) + o * g("inp_so", 0) + i * g("inp_si", 0))
-                     for o, i in it} | {(Buffer.WGT, g("wgt_base", 0))}
-            writes = {(Buffer.ACC, g("acc_base", 0) + o * g("acc_so", 0) + i * g("acc_si", 0))
-                      for o, i in it}
-            reads |= writes
-        return reads, writes, [], []
-    if insn.op == Opcode.ALU:
-        it = [(o, i) for o in range(g("outer", 0)) for i in range(g("inner", 0))]
-        writes = {(Buffer.ACC, g("dst_base", 0) + o * g("dst_so", 0) + i * g("dst_si", 0))
-                  for o, i in it}
-        reads = set(writes)
-        if not g("use_imm", 0):
-            src = {g("src_base", 0) + o * g("src_so", 0) + i * g("src_si", 0) for o, i in it}
-            if g("alu_op", 0) == AluOp.REQ:
-                src |= {s + 1 for s in src}
-            reads |= {(Buffer.ACC, s) for s in src}
-        return reads, writes, [], []
-    return reads, writes, [], []
-
-
-def _token_flags(insn: Insn) -> tuple[list[int], list[int]]:
-    u = insn.unit
-    if u is None:
-        return [], []
-    return ([c for fl, c in _POPS[u].items() if insn.fields.get(fl)],
-            [c for fl, c in _PUSHES[u].items() if insn.fields.get(fl)])
-
-
-class ProgramCheckError(AssertionError):
-    """A generated program breaks a rule it must keep (a bug in the generator)."""
-
-
-def check_token_order(program: Sequence[Insn | bytes]) -> None:
-    """Every pop's token (the k-th pop of a counter takes its k-th push) is pushed by an earlier
-    instruction in program order. Such a program cannot deadlock with any queue depth: the
-    earliest unfinished instruction can always start."""
-    pushes = [0, 0, 0, 0]
-    pops = [0, 0, 0, 0]
-    for pc, insn in enumerate(program):
-        if isinstance(insn, bytes) or insn.op == Opcode.END:
-            continue
-        p, q = _token_flags(insn)
-        for c in p:
-            pops[c] += 1
-            if pops[c] > pushes[c]:
-                raise ProgramCheckError(f"pc {pc} ({insn}): pop {pops[c]} of counter {c} has "
-                                        "no earlier push")
-        for c in q:
-            pushes[c] += 1
-
-
-def check_races(program: Sequence[Insn | bytes], n: int, slots: Sequence[int]) -> int:
-    """Every two instructions on different units that touch the same scratchpad row or card byte
-    (one of them writing it) are ordered by tokens, transitively. Returns the pairs compared."""
-    check_token_order(program)
-    insns = [(pc, i) for pc, i in enumerate(program)
-             if not isinstance(i, bytes) and i.op != Opcode.END]
-    clocks: list[list[int]] = []
-    last = [[0, 0, 0] for _ in range(3)]
-    pushed: list[list[list[int]]] = [[], [], [], []]
-    popped = [0, 0, 0, 0]
-    for _, insn in insns:
-        u = int(insn.unit)
-        vc = list(last[u])
-        p, q = _token_flags(insn)
-        for c in p:
-            vc = [max(a, b) for a, b in zip(vc, pushed[c][popped[c]], strict=True)]
-            popped[c] += 1
-        vc[u] += 1
-        clocks.append(vc)
-        last[u] = vc
-        for c in q:
-            pushed[c].append(vc)
-    fps = [footprint(i, n, slots) for _, i in insns]
-    compared = 0
-    for a in range(len(insns)):
-        ua = int(insns[a][1].unit)
-        ra, wa, mra, mwa = fps[a]
-        for b in range(a + 1, len(insns)):
-            ub = int(insns[b][1].unit)
-            if ua == ub:
-                continue
-            rb, wb, mrb, mwb = fps[b]
-            compared += 1
-            clash = (wa & (rb | wb)) or (wb & ra) or _overlap(mwa, mrb + mwb) \
-                or _overlap(mwb, mra)
-            if clash and not clocks[b][ua] >= clocks[a][ua]:
-                raise ProgramCheckError(
-                    f"race: pc {insns[a][0]} ({insns[a][1]}) and pc {insns[b][0]} "
-                    f"({insns[b][1]}) touch the same data and are not ordered by tokens")
-    return compared
-
-
-def _overlap(x: list[tuple[int, int]], y: list[tuple[int, int]]) -> bool:
-    return any(a < d and c < b for a, b in x for c, d in y)
 
 
 # --- the generator ------------------------------------------------------------------------------
@@ -798,8 +686,8 @@ def coverage(rp: RandomProgram, cfg: AccelConfig) -> set[str]:
                 out.add(f"padding {insn.op.name}.{buf.name}")
                 if g("pad_value", 0):
                     out.add("pad_value != 0")
-            rows, writes = footprint(insn, n, rp.slots)[0:2]
-            if any(r == cfg.depth(buf) - 1 for _, r in rows | writes):
+            touched = [a for a in footprint(insn, n, rp.slots) if a.res != "MEM"]
+            if any(a.hi == cfg.depth(buf) - 1 for a in touched):   # contiguous rows
                 out.add(f"last row of {Buffer(buf).name if buf != Buffer.ACC8 else 'ACC'}")
         elif insn.op == Opcode.GEMM:
             if g("acc_si", 0) == 0 and g("inner", 0) > 1:
@@ -811,8 +699,8 @@ def coverage(rp: RandomProgram, cfg: AccelConfig) -> set[str]:
         elif insn.op == Opcode.ALU:
             op = AluOp(g("alu_op", 0))
             out.add(f"ALU.{op.name}" + (".imm" if g("use_imm", 0) else ""))
-            reads, writes = footprint(insn, n, rp.slots)[0:2]
-            d = {r for _, r in writes}
+            d = {g("dst_base", 0) + o * g("dst_so", 0) + i * g("dst_si", 0)
+                 for o in range(g("outer", 0)) for i in range(g("inner", 0))}
             if not g("use_imm", 0):
                 s = {g("src_base", 0) + o * g("src_so", 0) + i * g("src_si", 0)
                      for o in range(g("outer", 0)) for i in range(g("inner", 0))}

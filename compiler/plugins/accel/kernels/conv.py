@@ -1,0 +1,492 @@
+"""Conv2d and Gemm as an implicit GEMM on the N x N array: the tiling search, the weight-tile
+order and the per-step instruction streams."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from compiler.plugins.accel.kernels.base import (
+    _LOOP,
+    _PAD,
+    _SI,
+    _SO,
+    _XY,
+    _YSTRIDE,
+    DEFAULT_CFG,
+    Kernel,
+    Quant,
+    Ref,
+    TensorInfo,
+    _Blob,
+    _bounds,
+    _check_ref,
+    _int8,
+    _need,
+    _requant_rows,
+)
+from compiler.plugins.accel.kernels.pipeline import (
+    _INSN_COST,
+    _STEP_COST,
+    ACC_REGIONS,
+    BIAS_COPIES,
+    INP_REGIONS,
+    WGT_REGIONS,
+    _balanced,
+    _bias_blob,
+    _bias_loads,
+    _cdiv,
+    _choose,
+    _load,
+    _load_contig,
+    _pipe_cost,
+    _pipeline,
+    _Plan,
+    _ranges,
+    _region,
+    _Step,
+    _store,
+    _tile_steps,
+    _versions,
+)
+from pyhost.accel import layout
+from pyhost.accel.timing import RTL_MEM_LATENCY, mem_cycles
+from pyhost.spec import isa
+from pyhost.spec.accel import AccelConfig
+from pyhost.spec.isa import Buffer, Insn
+
+# --- Conv2d and Gemm: implicit GEMM -------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Geom:
+    b: int
+    c: int
+    h: int
+    w: int
+    co: int
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+    pt: int
+    pl: int
+    pb: int
+    pr: int       # right padding actually read (the conv's, trimmed to what the windows use)
+    oh: int
+    ow: int
+    nbi: int
+    nbo: int
+
+    @property
+    def wp(self) -> int:
+        return self.pl + self.w + self.pr
+
+    def rows_in(self, r: int) -> int:
+        return (r - 1) * self.sh + (self.kh - 1) * self.dh + 1
+
+
+def _conv_geom(in_shape: Sequence[int], w: np.ndarray, strides: Sequence[int],
+               pads: Sequence[int], dilations: Sequence[int], n: int) -> _Geom:
+    _need(len(in_shape) == 4, f"conv2d input shape must be NCHW, got {tuple(in_shape)}")
+    b, c, h, wd = (int(v) for v in in_shape)
+    _need(w.ndim == 4, f"conv2d weight must be (Cout, Cin, KH, KW), got {w.shape}")
+    co, ci, kh, kw = (int(v) for v in w.shape)
+    _need(ci == c, f"weight has {ci} input channels, the input {c}; only group=1 is supported")
+    sh, sw = (int(v) for v in strides)
+    dh, dw = (int(v) for v in dilations)
+    pt, pl, pb, pr = (int(v) for v in pads)
+    _need(min(b, c, h, wd, co, kh, kw) >= 1, f"empty conv2d: input {tuple(in_shape)}, "
+          f"weight {w.shape}")
+    _need(sh >= 1 and sw >= 1 and dh >= 1 and dw >= 1, "strides and dilations must be >= 1")
+    khe, kwe = (kh - 1) * dh + 1, (kw - 1) * dw + 1
+    for name, p, k in (("top", pt, khe), ("bottom", pb, khe), ("left", pl, kwe),
+                       ("right", pr, kwe)):
+        _need(0 <= p < k, f"padding {name}={p} must be below the (dilated) kernel extent {k}: "
+              "a window entirely in the padding is not supported")
+        _need(p <= _PAD, f"padding {name}={p} exceeds the LOAD padding field ({_PAD})")
+    oh = (h + pt + pb - khe) // sh + 1
+    ow = (wd + pl + pr - kwe) // sw + 1
+    _need(oh >= 1 and ow >= 1, f"the kernel ({kh}x{kw}) is larger than the padded input")
+    pr_used = max(0, (ow - 1) * sw + kwe - wd - pl)
+    g = _Geom(b, c, h, wd, co, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr_used, oh, ow,
+              layout.blocks(c, n), layout.blocks(co, n))
+    _need(ow <= _LOOP and ow <= _SO, f"output width {ow} exceeds the GEMM loop fields "
+          f"({min(_LOOP, _SO)}); split the image into column strips")
+    _need(sh * g.wp <= _SO and sw <= _SI, f"stride x padded width {sh}x{g.wp} exceeds the GEMM "
+          f"input stride fields ({_SO}, {_SI})")
+    _need(wd <= _XY and wd <= _YSTRIDE, f"input width {wd} exceeds the LOAD size fields ({_XY})")
+    return g
+
+
+def _conv_plans(g: _Geom, cfg: AccelConfig, params: int) -> list[_Plan]:
+    n = cfg.n
+    taps = g.kh * g.kw
+    total_tiles = g.nbo * g.nbi * taps
+    resident = total_tiles <= cfg.wgt_depth
+    acc_rows = cfg.acc_depth - params
+    out = []
+    for cbp in _balanced(g.nbi):
+        passes = _cdiv(g.nbi, cbp)
+        for r in _balanced(g.oh):
+            rin = g.rows_in(r)
+            p = r * g.ow
+            if rin > _XY or p > _XY or r > _LOOP or cbp * rin * g.wp > cfg.inp_depth:
+                continue
+            nrt = g.b * _cdiv(g.oh, r)
+            for obg in _balanced(g.nbo):
+                if obg * p > acc_rows or obg > _LOOP:
+                    continue
+                groups = _cdiv(g.nbo, obg)
+                for order in ("rt", "og"):
+                    inp_v, wgt_v, acc_v = _versions(order, nrt, groups, passes)
+                    if resident:
+                        wgt_v = 1
+                    if (cbp * rin * g.wp > _region(cfg.inp_depth, inp_v, INP_REGIONS)
+                            or obg * p > _region(acc_rows, acc_v, ACC_REGIONS)
+                            or (not resident and obg * cbp * taps
+                                > _region(cfg.wgt_depth, wgt_v, WGT_REGIONS))):
+                        continue
+                    lat = RTL_MEM_LATENCY
+                    if g.pt or g.pb or g.pl or g.pr:
+                        li = cbp * mem_cycles(rin, g.w * n, rin * g.wp, lat)
+                    else:
+                        li = cbp * mem_cycles(1, rin * g.w * n, rin * g.wp, lat)
+                    lw = mem_cycles(1, obg * cbp * taps * n * n, obg * cbp * taps, lat)
+                    lb = obg * mem_cycles(_cdiv(p, BIAS_COPIES), BIAS_COPIES * 4 * n, p, lat)
+                    st = mem_cycles(obg, p * n, obg * p, lat)
+                    first = li + lb + mem_cycles(1, params * 4 * n, params, lat) + (
+                        mem_cycles(1, total_tiles * n * n, total_tiles, lat) if resident else lw)
+                    cost = _pipe_cost(order, nrt, groups, passes,
+                                      obg * cbp * taps * (p + _INSN_COST), obg * p + _INSN_COST,
+                                      0 if inp_v == 1 else li, 0 if wgt_v == 1 else lw, lb)
+                    cost = max(cost, acc_v * st) + first + st
+                    cost += nrt * groups * passes * _STEP_COST
+                    out.append(_Plan(r, obg, cbp, order, inp_v, wgt_v, acc_v, resident,
+                                     cost))
+    return out
+
+
+def conv2d(in_shape: Sequence[int], q: Quant, *, inp: Ref, out: Ref, consts: Ref,
+           strides: Sequence[int] = (1, 1), pads: Sequence[int] = (0, 0, 0, 0),
+           dilations: Sequence[int] = (1, 1), group: int = 1,
+           act: tuple[int, int] | None = None, cfg: AccelConfig = DEFAULT_CFG,
+           name: str = "conv2d") -> Kernel:
+    """Quantized Conv2d, bit-exact with compiler.quantize.reference.qconv (+ clamp to `act`).
+
+    `in_shape` is NCHW (batch images one after the other); `q` the quantizer's dict (int8
+    `weight` (Cout, Cin, KH, KW), int32 `bias_corrected`, `multiplier`, `shift`,
+    `input_zero_point`, `output_zero_point`); `pads` in ONNX order (top, left, bottom, right);
+    `act` the fused ReLU/Clip as (lo, hi) in the output's quantized domain (`relu_bounds`).
+    Implicit GEMM: for each (output block, input block, kh, kw) one GEMM over a tile of output
+    rows x the full width, reading the padded input tile in INP with the GEMM strides.
+    """
+    n = cfg.n
+    _need(int(group) == 1, f"group={group}: only group=1 convolutions are supported")
+    w = np.asarray(q["weight"])
+    g = _conv_geom(in_shape, w, strides, pads, dilations, n)
+    zin = _int8("input zero point", q["input_zero_point"])
+    zout = _int8("output zero point", q["output_zero_point"])
+    lo, hi = _bounds(act)
+    bias = np.asarray(q["bias_corrected"], np.int64).reshape(-1)
+    _need(bias.size == g.co, f"{bias.size} bias values for {g.co} output channels")
+    _need(bool((np.abs(bias) < 2**31).all()), "bias values must fit int32")
+    _check_ref(inp, n, "input")
+    _check_ref(out, n, "output")
+    params = 2 * g.nbo
+    _need(params < cfg.acc_depth, f"{g.nbo} output blocks need {params} ACC rows of "
+          "requantization parameters")
+    plan = _choose(_conv_plans(g, cfg, params), f"conv2d {tuple(in_shape)} x {w.shape}",
+                   "use a smaller image width or fewer channels")
+    taps = g.kh * g.kw
+    groups = _ranges(g.nbo, plan.obg)
+    passes = _ranges(g.nbi, plan.cbp)
+    blob = _Blob(consts, n)
+    if plan.resident:
+        wchunks = layout.conv_weight_tiles(w, n, [range(0, g.nbo)], [range(0, g.nbi)])
+    else:
+        wchunks = layout.conv_weight_tiles(w, n, groups, passes)
+    w_off = blob.add("weights", b"".join(wchunks))
+    chunk_off = {}
+    o = w_off
+    for gi, gr in enumerate(groups if not plan.resident else [range(0, g.nbo)]):
+        for pi, pa in enumerate(passes if not plan.resident else [range(0, g.nbi)]):
+            chunk_off[(gi, pi)] = o
+            o += len(gr) * len(pa) * taps * n * n
+    bias_bytes, bias_rel = _bias_blob(layout.lane_rows(bias, n),
+                                      [range(ob, ob + 1) for ob in range(g.nbo)])
+    bias_off = blob.add("bias", bias_bytes)
+    req_off = blob.add("requant", layout.acc_rows_bytes(
+        _requant_rows(q["multiplier"], q["shift"], g.nbo, n)))
+    _need(len(np.asarray(q["multiplier"]).reshape(-1)) == g.co,
+          "one multiplier and shift per output channel")
+
+    region = g.rows_in(plan.rows) * g.wp          # INP rows of one input block of a tile
+    rtiles = [(b, oy0, min(plan.rows, g.oh - oy0)) for b in range(g.b)
+              for oy0 in range(0, g.oh, plan.rows)]
+    steps: list[_Step] = []
+    for si, rt, gi, pi, new, inp_base, wgt_base, acc_base in _tile_steps(
+            plan, len(rtiles), len(groups), len(passes), cfg, params):
+        b, oy0, rr = rtiles[rt]
+        gr, pa = groups[gi], passes[pi]
+        p = rr * g.ow
+        loads: list[Insn] = []
+        if si == 0:
+            if plan.resident:
+                loads += _load_contig(Buffer.WGT, 0, consts.slot, w_off,
+                                      g.nbo * g.nbi * taps, n * n)
+            loads += _load_contig(Buffer.ACC, 0, consts.slot, req_off, params, 4 * n)
+        if new["inp"]:
+            iy_lo = oy0 * g.sh - g.pt
+            iy_hi = iy_lo + g.rows_in(rr) - 1
+            top, bot = max(0, -iy_lo), max(0, iy_hi - (g.h - 1))
+            y0 = max(iy_lo, 0)
+            ys = min(iy_hi, g.h - 1) - y0 + 1
+            for j, cb in enumerate(pa):
+                loads += _load(
+                    Buffer.INP, n, slot=inp.slot, sp_base=inp_base + j * region,
+                    offset=inp.offset + ((b * g.nbi + cb) * g.h + y0) * g.w * n,
+                    y_size=ys, x_size=g.w, y_stride=g.w, pad_top=top, pad_bottom=bot,
+                    pad_left=g.pl, pad_right=g.pr, pad_value=zin)
+        if new["wgt"] and not plan.resident:
+            loads += _load_contig(Buffer.WGT, wgt_base, consts.slot, chunk_off[(gi, pi)],
+                                  len(gr) * len(pa) * taps, n * n)
+        if new["acc"]:
+            for j, ob in enumerate(gr):
+                loads += _bias_loads(consts.slot, bias_off + bias_rel[ob], acc_base + j * p, p,
+                                     1)
+        compute: list[Insn] = []
+        for j, ob in enumerate(gr):
+            for k, cb in enumerate(pa):
+                for ky in range(g.kh):
+                    for kx in range(g.kw):
+                        tap = ky * g.kw + kx
+                        if plan.resident:
+                            wt = (ob * g.nbi + cb) * taps + tap
+                        else:
+                            wt = wgt_base + (j * len(pa) + k) * taps + tap
+                        compute.append(isa.gemm(
+                            acc_base=acc_base + j * p,
+                            inp_base=inp_base + k * region + ky * g.dh * g.wp + kx * g.dw,
+                            wgt_base=wt, outer=rr, inner=g.ow, acc_so=g.ow, acc_si=1,
+                            inp_so=g.sh * g.wp, inp_si=g.sw))
+        stores: list[Insn] = []
+        if pi == len(passes) - 1:
+            compute.append(isa.req(zout, lo, hi, dst_base=acc_base, src_base=2 * gr.start,
+                                   outer=len(gr), inner=p, dst_so=p, dst_si=1, src_so=2))
+            obase = out.offset + ((b * g.nbo + gr.start) * g.oh + oy0) * g.ow * n
+            if g.oh * g.ow <= _YSTRIDE:
+                stores += _store(Buffer.ACC8, n, slot=out.slot, sp_base=acc_base, offset=obase,
+                                 y_size=len(gr), x_size=p, y_stride=g.oh * g.ow)
+            else:
+                for j in range(len(gr)):
+                    stores.append(isa.store(Buffer.ACC8, slot=out.slot, sp_base=acc_base + j * p,
+                                            offset=obase + j * g.oh * g.ow * n, y_size=1,
+                                            x_size=p, y_stride=p))
+        steps.append(_Step(loads, compute, stores, new["acc"]))
+    insns = _pipeline(steps)
+    return Kernel(
+        name, tuple(insns),
+        inputs=(TensorInfo("input", inp, (g.b, g.c, g.h, g.w), "int8",
+                           layout.act_bytes(g.c, g.h, g.w, n, g.b), zin),),
+        outputs=(TensorInfo("output", out, (g.b, g.co, g.oh, g.ow), "int8",
+                            layout.act_bytes(g.co, g.oh, g.ow, n, g.b),
+                            min(max(zout, lo), hi)),),
+        consts=blob.done(),
+        tiling={"rows": plan.rows, "out_blocks": plan.obg, "in_blocks": plan.cbp,
+                "order": plan.order, "steps": len(steps), "weights_resident": plan.resident,
+                "inp_versions": plan.inp_v, "acc_versions": plan.acc_v,
+                "out_shape": (g.b, g.co, g.oh, g.ow)})
+
+
+def conv2d_output_shape(in_shape: Sequence[int], weight_shape: Sequence[int],
+                        strides: Sequence[int] = (1, 1), pads: Sequence[int] = (0, 0, 0, 0),
+                        dilations: Sequence[int] = (1, 1)) -> tuple[int, int, int, int]:
+    """NCHW output shape of `conv2d` (pads top, left, bottom, right), e.g. to plan memory
+    before generating the kernel."""
+    b, _, h, w = in_shape
+    co, _, kh, kw = weight_shape
+    oh = (h + pads[0] + pads[2] - ((kh - 1) * dilations[0] + 1)) // strides[0] + 1
+    ow = (w + pads[1] + pads[3] - ((kw - 1) * dilations[1] + 1)) // strides[1] + 1
+    return int(b), int(co), int(oh), int(ow)
+
+
+def _gemm_plans(m: int, kb: int, nbo: int, cfg: AccelConfig, params: int, elem_out: int
+                ) -> list[_Plan]:
+    n = cfg.n
+    total_tiles = kb * nbo
+    resident = total_tiles <= cfg.wgt_depth
+    acc_rows = cfg.acc_depth - params
+    out = []
+    for kbp in _balanced(kb):
+        passes = _cdiv(kb, kbp)
+        if kbp > _SO or kbp > _XY:
+            continue
+        for mt in _balanced(m):
+            if mt > _LOOP or mt > _XY or kbp * mt > cfg.inp_depth:
+                continue
+            nmt = _cdiv(m, mt)
+            for obg in _balanced(nbo):
+                if obg > _XY or obg > _SO or obg * mt > acc_rows:
+                    continue
+                groups = _cdiv(nbo, obg)
+                for order in ("rt", "og"):
+                    inp_v, wgt_v, acc_v = _versions(order, nmt, groups, passes)
+                    if resident:
+                        wgt_v = 1
+                    if (kbp * mt > _region(cfg.inp_depth, inp_v, INP_REGIONS)
+                            or obg * mt > _region(acc_rows, acc_v, ACC_REGIONS)
+                            or (not resident
+                                and obg * kbp > _region(cfg.wgt_depth, wgt_v, WGT_REGIONS))):
+                        continue
+                    lat = RTL_MEM_LATENCY
+                    if kbp == kb:
+                        li = mem_cycles(1, mt * kb * n, mt * kb, lat)
+                    else:
+                        li = mem_cycles(mt, kbp * n, mt * kbp, lat)
+                    lw = mem_cycles(1, obg * kbp * n * n, obg * kbp, lat)
+                    copies = max(1, BIAS_COPIES // obg)
+                    lb = mem_cycles(_cdiv(mt, copies), copies * obg * 4 * n, mt * obg, lat)
+                    if obg == nbo:
+                        st = mem_cycles(1, mt * obg * elem_out, mt * obg, lat)
+                    else:
+                        st = mem_cycles(mt, obg * elem_out, mt * obg, lat)
+                    first = li + lb + mem_cycles(1, params * 4 * n, params, lat) + (
+                        mem_cycles(1, total_tiles * n * n, total_tiles, lat) if resident else lw)
+                    cost = _pipe_cost(order, nmt, groups, passes,
+                                      obg * kbp * (mt + _INSN_COST), obg * mt + _INSN_COST,
+                                      0 if inp_v == 1 else li, 0 if wgt_v == 1 else lw, lb)
+                    cost = max(cost, acc_v * st) + first + st
+                    cost += nmt * groups * passes * _STEP_COST
+                    out.append(_Plan(mt, obg, kbp, order, inp_v, wgt_v, acc_v, resident,
+                                     cost))
+    return out
+
+
+def _gemm_kernel(m: int, w_kn: np.ndarray, bias: np.ndarray, requant: tuple | None,
+                 inp: Ref, out: Ref, consts: Ref, cfg: AccelConfig, name: str, zin: int = 0
+                 ) -> Kernel:
+    n = cfg.n
+    _need(w_kn.ndim == 2, f"gemm weight must be 2-D, got {w_kn.shape}")
+    k, nout = (int(v) for v in w_kn.shape)
+    _need(m >= 1 and k >= 1 and nout >= 1, f"empty gemm {m}x{k}x{nout}")
+    kb, nbo = layout.blocks(k, n), layout.blocks(nout, n)
+    bias = np.asarray(bias, np.int64).reshape(-1)
+    _need(bias.size == nout, f"{bias.size} bias values for {nout} outputs")
+    _need(bool((np.abs(bias) < 2**31).all()), "bias values must fit int32")
+    elem_out = n if requant else 4 * n
+    _check_ref(inp, n, "input")
+    _check_ref(out, elem_out, "output")
+    params = 2 * nbo if requant else 0
+    _need(params < cfg.acc_depth, f"{nbo} output blocks need {params} ACC rows of "
+          "requantization parameters")
+    _need(kb <= _YSTRIDE and nbo <= _YSTRIDE, "K or N exceeds the LOAD/STORE stride field")
+    plan = _choose(_gemm_plans(m, kb, nbo, cfg, params, elem_out), f"gemm {m}x{k}x{nout}",
+                   "the weight or the accumulators are too large")
+    groups = _ranges(nbo, plan.obg)
+    passes = _ranges(kb, plan.cbp)
+    w4 = np.ascontiguousarray(w_kn.T)[:, :, None, None]
+    blob = _Blob(consts, n)
+    gl = groups if not plan.resident else [range(0, nbo)]
+    pl = passes if not plan.resident else [range(0, kb)]
+    w_off = blob.add("weights", b"".join(layout.conv_weight_tiles(w4, n, gl, pl)))
+    chunk_off = {}
+    o = w_off
+    for gi, gr in enumerate(gl):
+        for pi, pa in enumerate(pl):
+            chunk_off[(gi, pi)] = o
+            o += len(gr) * len(pa) * n * n
+    bias_bytes, bias_rel = _bias_blob(layout.lane_rows(bias, n), groups)
+    bias_off = blob.add("bias", bias_bytes)
+    if requant:
+        mult, shift, zout, lo, hi = requant
+        _need(np.asarray(mult).size == nout, "one multiplier and shift per output")
+        req_off = blob.add("requant", layout.acc_rows_bytes(_requant_rows(mult, shift, nbo, n)))
+    mtiles = [(m0, min(plan.rows, m - m0)) for m0 in range(0, m, plan.rows)]
+    steps: list[_Step] = []
+    for si, t, gi, pi, new, inp_base, wgt_base, acc_base in _tile_steps(
+            plan, len(mtiles), len(groups), len(passes), cfg, params):
+        m0, mt = mtiles[t]
+        gr, pa = groups[gi], passes[pi]
+        obg, kbp = len(gr), len(pa)
+        loads: list[Insn] = []
+        if si == 0:
+            if plan.resident:
+                loads += _load_contig(Buffer.WGT, 0, consts.slot, w_off, kb * nbo, n * n)
+            if requant:
+                loads += _load_contig(Buffer.ACC, 0, consts.slot, req_off, params, 4 * n)
+        if new["inp"]:
+            loads += _load(Buffer.INP, n, slot=inp.slot, sp_base=inp_base,
+                           offset=inp.offset + (m0 * kb + pa.start) * n, y_size=mt,
+                           x_size=kbp, y_stride=kb)
+        if new["wgt"] and not plan.resident:
+            loads += _load_contig(Buffer.WGT, wgt_base, consts.slot, chunk_off[(gi, pi)],
+                                  obg * kbp, n * n)
+        if new["acc"]:
+            loads += _bias_loads(consts.slot, bias_off + bias_rel[gi], acc_base, mt, obg)
+        compute: list[Insn] = []
+        for j, ob in enumerate(gr):
+            for kk, cb in enumerate(pa):
+                wt = (ob * kb + cb) if plan.resident else wgt_base + j * kbp + kk
+                compute.append(isa.gemm(acc_base=acc_base + j, inp_base=inp_base + kk,
+                                        wgt_base=wt, outer=mt, inner=1, acc_so=obg,
+                                        inp_so=kbp))
+        stores: list[Insn] = []
+        if pi == len(passes) - 1:
+            if requant:
+                compute.append(isa.req(zout, lo, hi, dst_base=acc_base, src_base=2 * gr.start,
+                                       outer=mt, inner=obg, dst_so=obg, dst_si=1, src_si=2))
+            stores += _store(Buffer.ACC8 if requant else Buffer.ACC, elem_out, slot=out.slot,
+                             sp_base=acc_base,
+                             offset=out.offset + (m0 * nbo + gr.start) * elem_out,
+                             y_size=mt, x_size=obg, y_stride=nbo)
+        steps.append(_Step(loads, compute, stores, new["acc"]))
+    insns = _pipeline(steps)
+    zfill = 0
+    if requant:
+        zfill = min(max(requant[2], requant[3]), requant[4])
+    return Kernel(
+        name, tuple(insns),
+        inputs=(TensorInfo("input", inp, (m, k, 1, 1), "int8", layout.act_bytes(k, 1, 1, n, m),
+                           zin),),
+        outputs=(TensorInfo("output", out, (m, nout, 1, 1), "int8" if requant else "int32",
+                            layout.act_bytes(nout, 1, 1, n, m, 1 if requant else 4), zfill),),
+        consts=blob.done(),
+        tiling={"rows": plan.rows, "out_blocks": plan.obg, "in_blocks": plan.cbp,
+                "order": plan.order, "steps": len(steps), "weights_resident": plan.resident,
+                "inp_versions": plan.inp_v, "acc_versions": plan.acc_v})
+
+
+def gemm(m: int, q: Quant, *, inp: Ref, out: Ref, consts: Ref,
+         act: tuple[int, int] | None = None, cfg: AccelConfig = DEFAULT_CFG,
+         name: str = "gemm") -> Kernel:
+    """Quantized Gemm / fully connected: (M, K) int8 @ (K, Nout) -> int8 (M, Nout), bit-exact
+    with compiler.quantize.reference.qgemm (+ clamp to `act`).
+
+    `q` is the quantizer's dict (`weight` with `weight_axis`, `bias_corrected`, `multiplier`,
+    `shift`, `input_zero_point`, `output_zero_point`). Input and output are rows of K/N (N/N)
+    blocks (`layout.pack_rows`); the input's padding lanes meet zero weights, so their contents
+    do not matter (by convention they hold the zero point, as every kernel's outputs do).
+    """
+    w = np.asarray(q["weight"])
+    _need(w.ndim == 2, f"gemm weight must be 2-D, got {w.shape}")
+    w_kn = w.T if int(q["weight_axis"]) == 0 else w
+    zout = _int8("output zero point", q["output_zero_point"])
+    zin = _int8("input zero point", q["input_zero_point"])
+    lo, hi = _bounds(act)
+    return _gemm_kernel(int(m), np.asarray(w_kn), q["bias_corrected"],
+                        (q["multiplier"], q["shift"], zout, lo, hi), inp, out, consts, cfg, name,
+                        zin)
+
+
+def gemm_int32(m: int, weight_kn: np.ndarray, *, inp: Ref, out: Ref, consts: Ref,
+               bias: np.ndarray | None = None, cfg: AccelConfig = DEFAULT_CFG,
+               name: str = "gemm_int32") -> Kernel:
+    """(M, K) int8 @ (K, Nout) int8 (+ int32 bias) -> int32 (M, Nout) with STORE.ACC, no
+    requantization: a direct test of the array (int32 wrap-around like the hardware)."""
+    w = np.asarray(weight_kn)
+    b = np.zeros(w.shape[1] if w.ndim == 2 else 0, np.int64) if bias is None else bias
+    return _gemm_kernel(int(m), w, b, None, inp, out, consts, cfg, name)

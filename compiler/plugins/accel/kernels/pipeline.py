@@ -1,0 +1,311 @@
+"""The software pipeline every kernel is built on (steps of loads, compute and stores ordered by
+the dependency tokens, after VTA) and the tiling helpers: region versions, double and triple
+buffering, the cost of a loop nest, contiguous LOAD/STORE runs and bias broadcasts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from compiler.plugins.accel.kernels.base import _XY, AccelKernelError
+from pyhost.accel import layout
+from pyhost.spec import isa
+from pyhost.spec.accel import AccelConfig
+from pyhost.spec.isa import Buffer, Insn
+
+# --- the software pipeline ----------------------------------------------------------------------
+
+@dataclass
+class _Step:
+    """One tile of work: its loads, its compute, and (if it finishes its ACC tile) the stores.
+
+    `new_acc` says the step starts a new ACC tile; its loads then write that tile's ACC region
+    (bias or input rows), which the store of the tile ACC_REGIONS before may still be reading.
+    """
+
+    loads: list[Insn]
+    compute: list[Insn]
+    stores: list[Insn]
+    new_acc: bool
+
+
+def _flag(insn: Insn, *flags: str) -> Insn:
+    for f in flags:
+        if insn.fields.get(f):
+            raise AssertionError(f"{insn} already has {f}")
+    return Insn(insn.op, {**insn.fields, **dict.fromkeys(flags, 1)})
+
+
+def _spread(items: list[Insn], slots: int) -> list[list[Insn]]:
+    """`items` spread evenly over `slots` positions (in order)."""
+    out: list[list[Insn]] = [[] for _ in range(max(slots, 1))]
+    k = len(items)
+    for j, it in enumerate(items):
+        out[j * len(out) // k].append(it)
+    return out
+
+
+#: Regions per scratchpad: INP and WGT double-buffered, ACC triple-buffered (the store of tile t
+#: drains its third while tile t+1 computes in the next and the loads fill tile t+2's bias).
+INP_REGIONS = WGT_REGIONS = 2
+ACC_REGIONS = 3
+
+
+def _pipeline(steps: Sequence[_Step]) -> list[Insn]:
+    """The instruction stream of a software pipeline, with its dependency tokens.
+
+    A new INP tile or weight chunk goes to the other half than the previous version, a new ACC
+    tile to the next of three regions; the load unit runs one step ahead:
+    - load -> compute: the last load of step s pushes, the first compute of step s pops;
+    - compute -> load: the last compute of step s-2 pushes, the first load of step s (s >= 2)
+      pops: step s overwrites the INP/WGT half step s-2 used;
+    - compute -> store: the last compute of a tile (its REQ) pushes, its first store pops;
+    - store -> compute: the last store of tile t pushes, and the compute -> load push for the
+      first step of tile t+3 pops it first, because that step's loads overwrite tile t's ACC
+      region. That store began two steps earlier, so the wait is normally over.
+    Pushes and pops balance, so a kernel leaves every token counter as it found it (zero).
+
+    Every push comes before its pop in the stream, so the in-order fetch with bounded queues
+    cannot deadlock; the next step's loads and the previous tile's stores are interleaved with
+    a step's compute so that no queue runs dry while the fetcher waits on another.
+    """
+    steps = list(steps)
+    ns = len(steps)
+    if not steps or not steps[0].new_acc:
+        raise AssertionError("a pipeline starts with a new ACC tile")
+    tile = []
+    t = -1
+    for i, st in enumerate(steps):
+        t += int(st.new_acc)
+        tile.append(t)
+        if st.new_acc and not st.loads:
+            raise AssertionError("a step that starts an ACC tile must load it")
+        if not st.compute:
+            raise AssertionError("every step computes")
+        if bool(st.stores) != (i + 1 == ns or steps[i + 1].new_acc):
+            raise AssertionError("stores belong to the last step of each tile")
+    ntiles = t + 1
+    loads = [list(st.loads) for st in steps]
+    comp = [list(st.compute) for st in steps]
+    stores = [list(st.stores) for st in steps]
+    for s in range(2, ns):
+        if loads[s]:
+            pop = ("pop_next",) if steps[s].new_acc and tile[s] >= ACC_REGIONS else ()
+            comp[s - 2][-1] = _flag(comp[s - 2][-1], "push_prev", *pop)
+            loads[s][0] = _flag(loads[s][0], "pop_next")
+    for s in range(ns):
+        if loads[s]:
+            loads[s][-1] = _flag(loads[s][-1], "push_next")
+            comp[s][0] = _flag(comp[s][0], "pop_prev")
+        if stores[s]:
+            comp[s][-1] = _flag(comp[s][-1], "push_next")
+            stores[s][0] = _flag(stores[s][0], "pop_prev")
+            if tile[s] + ACC_REGIONS < ntiles:
+                stores[s][-1] = _flag(stores[s][-1], "push_prev")
+    out = list(loads[0]) + (list(loads[1]) if ns > 1 else [])
+    for s in range(ns):
+        c = comp[s]
+        # before each compute instruction: a share of the previous tile's stores and of the next
+        # step's loads (all before the last one, which may pop what these stores push)
+        slots = max(len(c) - 1, 1)
+        st = _spread(stores[s - 1] if s >= 1 else [], slots)
+        ld = _spread(loads[s + 1] if s + 1 < ns and s + 1 >= 2 else [], slots)
+        for i, x in enumerate(c):
+            if i < slots:
+                out += st[i] + ld[i]
+            out.append(x)
+    out += stores[-1]
+    return out
+
+
+# --- tiling helpers -----------------------------------------------------------------------------
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _balanced(total: int) -> list[int]:
+    """Tile sizes that split `total` into nearly equal parts, largest first."""
+    return sorted({_cdiv(total, k) for k in range(1, total + 1)}, reverse=True)
+
+
+def _ranges(total: int, size: int) -> list[range]:
+    return [range(a, min(a + size, total)) for a in range(0, total, size)]
+
+
+def _versions(order: str, outer: int, groups: int, passes: int) -> tuple[int, int, int]:
+    """(INP, WGT, ACC) region versions of a (row tile, output group, input pass) loop nest,
+    `order` "rt" (row tiles outermost) or "og" (output groups outermost); WGT not resident."""
+    steps = outer * groups * passes
+    if order == "rt":
+        inp = outer if passes == 1 else steps
+        wgt = 1 if groups * passes == 1 else steps
+    else:
+        inp = 1 if outer * passes == 1 else steps
+        wgt = groups if passes == 1 else steps
+    return inp, wgt, outer * groups
+
+
+def _region(depth: int, versions: int, regions: int) -> int:
+    """Rows of one region when `versions` successive versions rotate through `regions`
+    regions of a scratchpad of `depth` rows (a single version gets all of it)."""
+    return depth // min(versions, regions)
+
+
+def _base(version: int, versions: int, regions: int, size: int) -> int:
+    return (version % min(versions, regions)) * size
+
+
+#: Cycles the tiling search charges per GEMM/ALU instruction and per step beyond their work
+#: (the model charges 1 per instruction; more makes the search prefer long instructions and
+#: few steps, which is what the RTL wants too).
+_INSN_COST = 4
+_STEP_COST = 8
+
+def _tile_steps(plan: _Plan, tiles: int, groups: int, passes: int, cfg: AccelConfig,
+                params: int) -> Iterator[tuple[int, int, int, int, dict[str, bool], int, int,
+                                               int]]:
+    """The steps of a tiled layer (conv2d, gemm) in the plan's loop order: (step, tile, group,
+    pass, new, inp_base, wgt_base, acc_base). ``new[r]`` says the step needs a fresh copy of
+    region r ("inp" per tile and pass, "wgt" per group and pass, "acc" per tile and group), which
+    then goes to the next version of that region (double buffering); the bases are the
+    scratchpad rows of the current versions (ACC after the ``params`` rows)."""
+    inp_cap = _region(cfg.inp_depth, plan.inp_v, INP_REGIONS)
+    acc_cap = _region(cfg.acc_depth - params, plan.acc_v, ACC_REGIONS)
+    wgt_cap = _region(cfg.wgt_depth, plan.wgt_v, WGT_REGIONS)
+    if plan.order == "rt":
+        seq = [(t, gi, pi) for t in range(tiles) for gi in range(groups) for pi in range(passes)]
+    else:
+        seq = [(t, gi, pi) for gi in range(groups) for t in range(tiles) for pi in range(passes)]
+    ver = {"inp": -1, "wgt": -1, "acc": -1}
+    key: dict[str, Any] = {"inp": None, "wgt": None, "acc": None}
+    for si, (t, gi, pi) in enumerate(seq):
+        new = {}
+        for res, k in (("inp", (t, pi)), ("wgt", (gi, pi)), ("acc", (t, gi))):
+            new[res] = key[res] != k
+            if new[res]:
+                key[res] = k
+                ver[res] += 1
+        yield (si, t, gi, pi, new, _base(ver["inp"], plan.inp_v, INP_REGIONS, inp_cap),
+               _base(ver["wgt"], plan.wgt_v, WGT_REGIONS, wgt_cap),
+               params + _base(ver["acc"], plan.acc_v, ACC_REGIONS, acc_cap))
+    assert (ver["inp"] + 1, ver["acc"] + 1) == (plan.inp_v, plan.acc_v), (ver, plan)
+    assert plan.resident or ver["wgt"] + 1 == plan.wgt_v, (ver, plan)
+
+
+def _pipe_cost(order: str, nrt: int, groups: int, passes: int, g_step: int, q_tile: int,
+               li: int, lw: int, lb: int) -> int:
+    """Cycles of a (row tile, output group, input pass) nest whose load unit runs one step
+    ahead: a step costs max(its compute, the next step's loads). g_step: GEMM cycles of a step,
+    q_tile: REQ of a tile; li, lw, lb: loads of a new input tile, weight chunk, bias tile (0
+    for a region that never changes)."""
+    c_last = g_step + q_tile
+    if order == "rt":
+        if passes == 1:
+            per = (groups - 1) * max(c_last, lb + lw) + max(c_last, li + lb + lw)
+        else:
+            per = groups * ((passes - 1) * max(g_step, li + lw) + max(c_last, li + lw + lb))
+        return nrt * per
+    if passes == 1:
+        per = (nrt - 1) * max(c_last, li + lb) + max(c_last, li + lw + lb)
+    else:
+        per = nrt * ((passes - 1) * max(g_step, li + lw) + max(c_last, li + lw + lb))
+    return groups * per
+
+
+def _load_contig(buf: Buffer, sp_base: int, slot: int, offset: int, count: int, elem: int
+                 ) -> list[Insn]:
+    """LOADs of `count` contiguous elements as single memory rows (split where x_size would
+    overflow): long bursts instead of one per row."""
+    out = []
+    done = 0
+    while done < count:
+        k = min(_XY, count - done)
+        out.append(isa.load(buf, slot=slot, sp_base=sp_base + done, offset=offset + done * elem,
+                            y_size=1, x_size=k, y_stride=k))
+        done += k
+    return out
+
+
+def _load(buf: Buffer, elem: int, **f: int) -> list[Insn]:
+    """A LOAD; rows that are contiguous in memory and unpadded become single long rows."""
+    y, x = f["y_size"], f["x_size"]
+    pads = any(f.get(k) for k in ("pad_top", "pad_bottom", "pad_left", "pad_right"))
+    if y > 1 and f["y_stride"] == x and not pads:
+        return _load_contig(buf, f["sp_base"], f["slot"], f["offset"], y * x, elem)
+    return [isa.load(buf, **f)]
+
+
+def _store(buf: Buffer, elem: int, **f: int) -> list[Insn]:
+    """A STORE; rows that are contiguous in memory become single long rows."""
+    y, x = f["y_size"], f["x_size"]
+    if y > 1 and f["y_stride"] == x:
+        out, done, total = [], 0, y * x
+        while done < total:
+            k = min(_XY, total - done)
+            out.append(isa.store(buf, slot=f["slot"], sp_base=f["sp_base"] + done,
+                                 offset=f["offset"] + done * elem, y_size=1, x_size=k,
+                                 y_stride=k))
+            done += k
+        return out
+    return [isa.store(buf, **f)]
+
+
+#: Copies of each bias row in memory: a bias broadcast over P accumulator rows is P/BIAS_COPIES
+#: memory rows of BIAS_COPIES elements (y_stride 0) instead of P one-element bursts.
+BIAS_COPIES = 8
+
+
+def _bias_loads(slot: int, offset: int, sp_base: int, rows: int, width: int) -> list[Insn]:
+    """LOAD.ACC of a bias group of `width` rows (stored BIAS_COPIES times in a row at `offset`)
+    into `rows` x `width` accumulator rows, row-major."""
+    copies = max(1, BIAS_COPIES // width)
+    full, rest = divmod(rows, copies)
+    out = []
+    if full:
+        out.append(isa.load(Buffer.ACC, slot=slot, sp_base=sp_base, offset=offset, y_size=full,
+                            x_size=copies * width, y_stride=0))
+    if rest:
+        out.append(isa.load(Buffer.ACC, slot=slot, sp_base=sp_base + full * copies * width,
+                            offset=offset, y_size=1, x_size=rest * width, y_stride=0))
+    return out
+
+
+def _bias_blob(bias_rows: np.ndarray, groups: Sequence[range]) -> tuple[bytes, list[int]]:
+    """The bias section: per group, its rows repeated max(1, BIAS_COPIES // width) times;
+    returns the bytes and each group's byte offset in the section."""
+    parts, offs, at = [], [], 0
+    for g in groups:
+        copies = max(1, BIAS_COPIES // len(g))
+        blk = layout.acc_rows_bytes(np.tile(bias_rows[g.start:g.stop], (copies, 1)))
+        offs.append(at)
+        parts.append(blk)
+        at += len(blk)
+    return b"".join(parts), offs
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """A tiling: rows per tile, output blocks per group, input blocks per pass, loop order,
+    versions of each region and the estimate it was chosen by."""
+
+    rows: int
+    obg: int
+    cbp: int
+    order: str
+    inp_v: int
+    wgt_v: int
+    acc_v: int
+    resident: bool
+    cost: int
+
+
+def _choose(candidates: list[_Plan], what: str, hint: str) -> _Plan:
+    if not candidates:
+        raise AccelKernelError(f"{what} does not fit the scratchpads even with one output row, "
+                               f"one output-channel block and one input-channel block per tile; "
+                               f"{hint}")
+    return min(candidates, key=lambda p: (p.cost, -p.rows, -p.obg, -p.cbp, p.order))

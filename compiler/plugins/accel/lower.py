@@ -1,0 +1,259 @@
+"""Lowering one layer to one kernel of `compiler.plugins.accel.kernels`: its quantizer parameters,
+fused activation and weights in the accelerator's layouts; `check_layer` says whether a layer maps
+at all, `relocate` moves a kernel to the slots and offsets of its subgraph."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from compiler.errors import QuantizationError
+from compiler.plugins.accel import kernels as K
+from compiler.plugins.accel.layers import Layer
+from compiler.quantize.params import ActQuant
+from compiler.quantize.quantizer import requant_params
+from compiler.quantize.requant import quantize_multiplier, quantize_multipliers
+from compiler.xir import CONST, Op, Tensor
+from pyhost.accel import layout
+from pyhost.accel.abi import (
+    CONST_SLOT,
+    FIRST_IO_SLOT,
+)
+from pyhost.spec import isa
+from pyhost.spec.accel import AccelConfig
+
+
+class LoweringError(ValueError):
+    """A layer the plugin cannot give to the accelerator (missing quantization parameters, an
+    attribute the kernels do not implement); the message says which."""
+
+
+def block_shape(shape: Sequence[int] | None) -> tuple[int, int, int, int]:
+    """The NCHW view of a tensor in the blocked layout: (B, C, H, W), or (M, K, 1, 1)."""
+    if shape is None or len(shape) not in (2, 4):
+        raise LoweringError(f"shape {shape} is neither NCHW nor (M, K)")
+    s = tuple(int(v) for v in shape)
+    return (s[0], s[1], s[2], s[3]) if len(s) == 4 else (s[0], s[1], 1, 1)
+
+
+def tensor_bytes(shape: Sequence[int] | None, n: int) -> int:
+    b, c, h, w = block_shape(shape)
+    return layout.act_bytes(c, h, w, n, b)
+
+
+def act_quant(t: Tensor) -> ActQuant:
+    q = t.attrs.get("quant")
+    if not isinstance(q, dict) or q.get("dtype") != "int8":
+        raise LoweringError(f"tensor {t.name!r} has no int8 quantization parameters")
+    if t.dtype != "float32":
+        raise LoweringError(f"tensor {t.name!r} is {t.dtype}, not float32")
+    return ActQuant.from_attr(q)
+
+
+def _op_quant(op: Op, keys: Sequence[str]) -> dict[str, Any]:
+    q = op.attrs.get("quant")
+    if not isinstance(q, dict) or any(k not in q for k in keys):
+        raise LoweringError(f"{op.type} {op.name!r} has no quantization parameters (is it "
+                            "quantized? it needs constant weights and calibrated tensors)")
+    return dict(q)
+
+
+def _const_scalar(t: Tensor | None, default: float) -> float:
+    if t is None:
+        return default
+    if t.producer.type != CONST:
+        raise LoweringError(f"Clip bound {t.name!r} is not a constant")
+    return float(np.asarray(t.producer.attrs["data"]).reshape(-1)[0])
+
+
+def _act(layer: Layer, oq: ActQuant) -> tuple[int, int] | None:
+    """REQ bounds of the fused activation in the output's quantized domain."""
+    act = layer.act
+    if act is None:
+        return None
+    if act.type == "Relu":
+        return K.relu_bounds(oq.zero_point)
+    lo_t, hi_t = act.input_tensors("min"), act.input_tensors("max")
+    lo = _const_scalar(lo_t[0] if lo_t else None, -math.inf)
+    hi = _const_scalar(hi_t[0] if hi_t else None, math.inf)
+    return K.clip_bounds(lo, hi, oq.scale, oq.zero_point)
+
+
+def _fused_requant(q: dict[str, Any], oq: ActQuant) -> dict[str, Any]:
+    """Requantization against the fused activation's output parameters."""
+    mult, shift = requant_params(q["input_scale"], q["weight_scale"], oq.scale)
+    return {**q, "multiplier": mult, "shift": shift, "output_scale": oq.scale,
+            "output_zero_point": oq.zero_point}
+
+
+def _ints(op: Op, key: str, n: int) -> tuple[int, ...]:
+    v = op.attrs.get(key)
+    if not isinstance(v, list) or len(v) != n:
+        raise LoweringError(f"{op.type} {op.name!r}: {key}={v!r} is not {n} values (2-D only)")
+    return tuple(int(x) for x in v)
+
+
+def blocked_fc_weight(w_kn: np.ndarray, x_shape: tuple[int, int, int, int], n: int
+                      ) -> np.ndarray:
+    """(K, Nout) weights of an FC reading a flattened (B, C, H, W) tensor -> (K', Nout) rows
+    in the order of the blocked layout (k' = ((cb*H + h)*W + w)*N + lane, zero rows for the
+    padding channels), so the FC reads the blocked tensor directly."""
+    _, c, h, w = x_shape
+    nout = w_kn.shape[1]
+    cb = layout.blocks(c, n)
+    wp = np.zeros((cb * n, h, w, nout), w_kn.dtype)
+    wp[:c] = w_kn.reshape(c, h, w, nout)
+    return np.ascontiguousarray(wp.reshape(cb, n, h, w, nout).transpose(0, 2, 3, 1, 4)
+                                .reshape(cb * h * w * n, nout))
+
+
+def build_kernel(layer: Layer, cfg: AccelConfig, ins: Sequence[K.Ref], out: K.Ref,
+                 consts: K.Ref) -> K.Kernel:
+    """The kernel of one layer with its tensors at the given Refs. Raises LoweringError,
+    K.AccelKernelError or QuantizationError if the layer cannot be mapped."""
+    head, kind = layer.head, layer.kind
+    if kind == "add" and (len(layer.inputs) != 2
+                          or any(t.shape != head.output.shape for t in layer.inputs)
+                          or any(t.producer.type == CONST for t in layer.inputs)):
+        raise LoweringError(f"{head.type} {head.name!r}: only the sum of two activations of "
+                            "the output's shape (no broadcasting, no constants)")
+    oq = act_quant(layer.output)
+    for t in layer.inputs:
+        act_quant(t)
+    bounds = _act(layer, oq)
+    if kind == "conv":
+        q = _op_quant(head, ("weight", "weight_scale", "bias_corrected", "multiplier", "shift"))
+        x = layer.inputs[0]
+        if x.shape is None or len(x.shape) != 4:
+            raise LoweringError(f"Conv {head.name!r}: only 2-D convolutions (NCHW input)")
+        if layer.act is not None:
+            q = _fused_requant(q, oq)
+        kern = K.conv2d(x.shape, q, inp=ins[0], out=out, consts=consts,
+                        strides=_ints(head, "strides", 2), pads=_ints(head, "pads", 4),
+                        dilations=_ints(head, "dilations", 2),
+                        group=int(head.attrs.get("group", 1)), act=bounds, cfg=cfg,
+                        name=head.name)
+    elif kind == "gemm":
+        q = _op_quant(head, ("weight", "weight_scale", "bias_corrected", "multiplier", "shift",
+                             "weight_axis"))
+        w = np.asarray(q["weight"])
+        w_kn = w.T if int(q["weight_axis"]) == 0 else w
+        x = layer.inputs[0]
+        if layer.view is not None:
+            xs = block_shape(x.shape)
+            w_kn = blocked_fc_weight(w_kn, xs, cfg.n)
+            m = xs[0]
+        else:
+            if x.shape is None or len(x.shape) != 2:
+                raise LoweringError(f"{head.type} {head.name!r}: the input must be (M, K)")
+            m = int(x.shape[0])
+        q = {**q, "weight": w_kn, "weight_axis": 1}
+        if layer.act is not None:
+            q = _fused_requant(q, oq)
+        kern = K.gemm(m, q, inp=ins[0], out=out, consts=consts, act=bounds, cfg=cfg,
+                      name=head.name)
+    elif kind == "add":
+        q = _op_quant(head, ("input_multipliers", "input_shifts", "input_zero_points"))
+        xs = layer.inputs
+        if layer.act is not None:
+            mult, shift = quantize_multipliers(np.array([act_quant(t).scale / oq.scale
+                                                         for t in xs]))
+            q = {**q, "input_multipliers": mult, "input_shifts": shift,
+                 "output_scale": oq.scale, "output_zero_point": oq.zero_point}
+        kern = K.add(block_shape(head.output.shape), q, a=ins[0], b=ins[1], out=out,
+                     consts=consts, act=bounds, cfg=cfg, name=head.name)
+    elif kind == "maxpool":
+        x = layer.inputs[0]
+        iq = act_quant(x)
+        if x.shape is None or len(x.shape) != 4:
+            raise LoweringError(f"MaxPool {head.name!r}: only 2-D pooling (NCHW input)")
+        if any(d != 1 for d in _ints(head, "dilations", 2)):
+            raise LoweringError(f"MaxPool {head.name!r}: dilation is not supported")
+        if iq != oq:
+            raise LoweringError(f"MaxPool {head.name!r}: input and output quantization differ")
+        kern = K.maxpool2d(x.shape, _ints(head, "kernel_shape", 2), inp=ins[0], out=out,
+                           strides=_ints(head, "strides", 2), pads=_ints(head, "pads", 4),
+                           zero_point=iq.zero_point, cfg=cfg, name=head.name)
+    elif kind == "relu":
+        x = layer.inputs[0]
+        if x.producer.type == CONST:
+            raise LoweringError(f"Relu {head.name!r}: the input is a constant (fold it)")
+        iq = act_quant(x)
+        mult, shift = quantize_multiplier(iq.scale / oq.scale)
+        kern = K.requant_act(block_shape(x.shape), multiplier=mult, shift=shift,
+                             input_zero_point=iq.zero_point, output_zero_point=oq.zero_point,
+                             inp=ins[0], out=out, consts=consts,
+                             act=K.relu_bounds(oq.zero_point), cfg=cfg, name=head.name)
+    elif kind == "avgpool":
+        x = layer.inputs[0]
+        iq = act_quant(x)
+        if x.shape is None or len(x.shape) != 4:
+            raise LoweringError(f"{head.type} {head.name!r}: only NCHW input")
+        b, c, h, w = (int(v) for v in x.shape)
+        if head.type == "AveragePool" and (
+                _ints(head, "kernel_shape", 2) != (h, w) or any(_ints(head, "pads", 4))):
+            raise LoweringError(f"AveragePool {head.name!r}: only a window over the whole "
+                                "image without padding (a global average pool)")
+        mult, shift = quantize_multiplier(iq.scale / (h * w * oq.scale))
+        kern = K.global_avgpool(x.shape, multiplier=mult, shift=shift,
+                                input_zero_point=iq.zero_point, output_zero_point=oq.zero_point,
+                                inp=ins[0], out=out, consts=consts, cfg=cfg, name=head.name)
+    else:  # pragma: no cover - KIND_OF covers every head type
+        raise LoweringError(f"unknown layer kind {kind!r}")
+    got = tuple(kern.outputs[0].shape)
+    if got != block_shape(layer.output.shape):
+        raise LoweringError(f"{head.type} {head.name!r}: the kernel computes {got}, the graph "
+                            f"says {layer.output.shape}")
+    return kern
+
+
+def layer_macs(layer: Layer) -> int:
+    """Multiply-accumulates of the layer as the model defines them (no padding channels)."""
+    head = layer.head
+    if layer.kind == "conv":
+        w = head.input_tensors("W")[0].shape or ()
+        return math.prod(layer.output.shape or ()) * math.prod(w[1:])
+    if layer.kind == "gemm":
+        x = layer.inputs[0].shape or ()
+        return math.prod(layer.output.shape or ()) * math.prod(x[1:])
+    return 0
+
+
+def check_layer(layer: Layer, cfg: AccelConfig) -> tuple[K.Kernel | None, str | None]:
+    """(kernel at placeholder Refs, None) if the layer maps onto the accelerator, else (None,
+    the reason). Placeholders: constants at slot 0, input i at slot 2 + i, the output after the
+    inputs, all at offset 0 (`relocate` moves them)."""
+    refs = [K.Ref(FIRST_IO_SLOT + i) for i in range(len(layer.inputs))]
+    try:
+        return build_kernel(layer, cfg, refs, K.Ref(FIRST_IO_SLOT + len(refs)),
+                            K.Ref(CONST_SLOT)), None
+    except (LoweringError, K.AccelKernelError, QuantizationError) as e:
+        return None, str(e)
+
+
+def relocate(kern: K.Kernel, ins: Sequence[K.Ref], out: K.Ref, consts: K.Ref) -> K.Kernel:
+    """A `check_layer` kernel moved to real Refs: LOAD/STORE slots and offsets rewritten (the
+    kernels' code depends on where the tensors are only through these two fields)."""
+    where = {CONST_SLOT: consts, FIRST_IO_SLOT + len(ins): out}
+    where.update({FIRST_IO_SLOT + i: r for i, r in enumerate(ins)})
+    insns = []
+    for insn in kern.insns:
+        if insn.op in (isa.Opcode.LOAD, isa.Opcode.STORE):
+            f = insn.fields
+            r = where[f.get("slot", 0)]
+            insn = isa.Insn(insn.op, {**f, "slot": r.slot, "offset": f.get("offset", 0)
+                                      + r.offset})
+        insns.append(insn)
+
+    def moved(t: K.TensorInfo, r: K.Ref) -> K.TensorInfo:
+        return dataclasses.replace(t, ref=r)
+
+    return dataclasses.replace(
+        kern, insns=tuple(insns),
+        inputs=tuple(moved(t, r) for t, r in zip(kern.inputs, ins, strict=True)),
+        outputs=(moved(kern.outputs[0], out),),
+        consts=dataclasses.replace(kern.consts, ref=consts) if kern.consts else None)

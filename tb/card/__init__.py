@@ -1,1 +1,0 @@
-"""The card-level bench: host software (the PcieDriver) driving the whole card."""

@@ -1,0 +1,2 @@
+"""Checks of the memory manager: trace replay with byte checks (`replay`) and the exhaustive
+optimum that validates the lower bound (`optimum`)."""
