@@ -127,7 +127,7 @@ def demo_compaction() -> dict[str, float | int]:
     """Run the demo on the RTL card and sum its card-to-card copies from the timeline."""
     from tb.demo import DemoOptions, run_demo
 
-    out = runner.BUILD_ROOT / "dram_bench_demo"
+    out = simulator.BUILD_ROOT / "dram_bench_demo"
     rc = run_demo(DemoOptions(waves=False, out=out, quiet=True))
     trace = json.loads((out / "rtl_trace.json").read_text())["traceEvents"]
     c2c = [e for e in trace if e.get("cat") == "dma" and e.get("name") == "C2C"]
