@@ -437,10 +437,10 @@ reg [COL_BITS-1:0]     tr_col_col;
 
 // ---------------------------------------------------------------------------------------------
 // Scheduler (combinational)
-reg [Q-1:0]            r_hit, r_blocked, r_head, r_live, r_rowc, r_rowa, r_rowk, r_colc, r_rowp, r_colp;
-reg [W-1:0]            w_hit, w_head, w_rowc, w_rowa, w_rowk, w_colc, w_rowp, w_colp;
+reg [Q-1:0]            r_hit, r_blocked, r_rowc, r_rowa, r_rowk, r_colc, r_rowp, r_colp;
+reg [W-1:0]            w_hit, w_rowc, w_rowa, w_rowk, w_colc, w_rowp, w_colp;
 reg [NB-1:0]           rd_bank_use, wr_bank_use, rd_bank_hit, wr_bank_hit;
-reg [NB-1:0]           act_ok, pre_ok;
+reg [NB-1:0]           act_ok, pre_ok, col_ok;
 reg                    r_starve, w_starve, prep_ok, rd_credit, b_credit, faw_ok, pre_all_ok;
 reg                    act_idle, rd_waiting, ref_urgent;
 reg                    row_issue, ref_issue, row_from_w, col_issue, col_wr;
@@ -449,11 +449,11 @@ reg [BANK_BITS-1:0]    row_bank;
 reg [ROW_BITS-1:0]     row_row;
 reg [QB-1:0]           row_ridx, col_ridx;
 reg [WB-1:0]           row_widx, col_widx;
-reg [BANK_BITS-1:0]    eb;
-reg [BG_BITS-1:0]      eg;
-integer ci;
-
-always @* begin
+// Per-bank readiness, the queues' starvation state and the refresh decision: small blocks, so
+// the per-entry loops below run only when their own inputs change.
+always @* begin : sched_banks
+    integer ci;
+    reg [BG_BITS-1:0] eg;
     r_starve = rq_wait >= STARVE_LIMIT[TW-1:0];
     w_starve = wq_wait >= STARVE_LIMIT[TW-1:0];
     rd_credit = rd_outstanding < RESP_DEPTH[RB-1:0];
@@ -461,127 +461,155 @@ always @* begin
     faw_ok = (t_faw[0] == 0) || (t_faw[1] == 0) || (t_faw[2] == 0) || (t_faw[3] == 0);
     // the other direction may prepare its rows only while no request starves
     prep_ok = !r_starve && !w_starve;
-
-    // What each request finds in its bank, and what each bank is wanted for
-    rd_bank_use = {NB{1'b0}};
-    rd_bank_hit = {NB{1'b0}};
-    for (ci = 0; ci < Q; ci = ci + 1) begin
-        eb = rq_bank[ci];
-        r_live[ci] = rq_valid[ci] && rq_ok[ci];
-        r_hit[ci] = bank_open[eb] && bank_row[eb] == line_row(rq_line[ci]);
-        r_blocked[ci] = |(rq_dep[ci] & rq_valid);
-        r_head[ci] = rq_valid[ci] && !(|(rq_valid & rq_older[ci]));
-        if (r_live[ci]) rd_bank_use[eb] = 1'b1;
-        if (r_live[ci] && r_hit[ci] && !r_blocked[ci]) rd_bank_hit[eb] = 1'b1;
-    end
-    wr_bank_use = {NB{1'b0}};
-    wr_bank_hit = {NB{1'b0}};
-    for (ci = 0; ci < W; ci = ci + 1) begin
-        eb = wq_bank[ci];
-        w_hit[ci] = bank_open[eb] && bank_row[eb] == line_row(wq_line[ci]);
-        w_head[ci] = wq_valid[ci] && !(|(wq_valid & wq_older[ci]));
-        if (wq_valid[ci]) wr_bank_use[eb] = 1'b1;
-        if (wq_valid[ci] && w_hit[ci]) wr_bank_hit[eb] = 1'b1;
-    end
     pre_all_ok = 1'b1;
     act_idle = 1'b1;
     for (ci = 0; ci < NB; ci = ci + 1) begin
-        eb = ci[BANK_BITS-1:0];
-        eg = eb[BANK_BITS-1 -: BG_BITS];
+        eg = ci[BANK_BITS-1:BA_BITS];
         act_ok[ci] = !ref_mode && !bank_open[ci] && t_act[ci] == 0 && t_rrd_l[eg] == 0
                      && t_rrd_s == 0 && faw_ok;
         pre_ok[ci] = !ref_mode && bank_open[ci] && t_pre[ci] == 0;
+        // a column command to this bank meets tRCD, tCCD and the bus turnaround
+        col_ok[ci] = !ref_mode && t_rcd[ci] == 0 && t_ccd_l[eg] == 0 && t_ccd_s == 0
+                     && (wr_mode ? t_rtw == 0
+                                 : t_wtr_l[eg] == 0 && t_wtr_s == 0 && rd_credit);
         if (bank_open[ci] && t_pre[ci] != 0) pre_all_ok = 1'b0;
         if (t_act[ci] != 0) act_idle = 1'b0;
     end
+end
 
-    // Row command candidates. The current direction: ACT to a closed bank, PRE of a bank whose
-    // open row none of its ready requests hits (a starving head may close it anyway). The other
-    // direction: only in banks the current direction does not use, never closing a row either
-    // direction still hits.
-    for (ci = 0; ci < Q; ci = ci + 1) begin
-        eb = rq_bank[ci];
-        if (!wr_mode)
-            r_rowc[ci] = r_live[ci] && (!r_starve || r_head[ci])
-                && ((!bank_open[eb] && act_ok[eb])
-                    || (!r_hit[ci] && pre_ok[eb] && (!rd_bank_hit[eb] || (r_starve && r_head[ci]))));
-        else
-            r_rowc[ci] = r_live[ci] && prep_ok && !wr_bank_use[eb]
-                && ((!bank_open[eb] && act_ok[eb])
-                    || (!r_hit[ci] && pre_ok[eb] && !rd_bank_hit[eb]));
-    end
-    for (ci = 0; ci < W; ci = ci + 1) begin
-        eb = wq_bank[ci];
-        if (wr_mode)
-            w_rowc[ci] = wq_valid[ci] && (!w_starve || w_head[ci])
-                && ((!bank_open[eb] && act_ok[eb])
-                    || (!w_hit[ci] && pre_ok[eb] && (!wr_bank_hit[eb] || (w_starve && w_head[ci]))));
-        else
-            w_rowc[ci] = wq_valid[ci] && prep_ok && !rd_bank_use[eb]
-                && ((!bank_open[eb] && act_ok[eb])
-                    || (!w_hit[ci] && pre_ok[eb] && !wr_bank_hit[eb] && !rd_bank_hit[eb]));
-    end
+always @* begin : sched_dir
+    rd_waiting = (|(rq_valid & rq_ok)) || rd_active_reg;
+    ref_urgent = ref_pending > REF_POSTPONE_MAX[3:0] || ref_gap >= REF_DEADLINE;
+end
 
-    // Column command candidates: ready row hits of the current direction (and error reads,
-    // which need no DRAM access, at any time).
+// What each request finds in its bank, and what each bank is wanted for
+always @* begin : sched_rq_state
+    integer ci;
+    reg [BANK_BITS-1:0] eb;
+    eb = {BANK_BITS{1'b0}};
+    rd_bank_use = {NB{1'b0}};
+    rd_bank_hit = {NB{1'b0}};
+    r_hit = {Q{1'b0}};
+    r_blocked = {Q{1'b0}};
     for (ci = 0; ci < Q; ci = ci + 1) begin
-        eb = rq_bank[ci];
-        eg = eb[BANK_BITS-1 -: BG_BITS];
-        if (!rq_valid[ci] || r_blocked[ci] || (r_starve && !r_head[ci]))
-            r_colc[ci] = 1'b0;
-        else if (!rq_ok[ci])
-            r_colc[ci] = rd_credit;
-        else
-            r_colc[ci] = !wr_mode && !ref_mode && r_hit[ci] && t_rcd[eb] == 0
-                && t_ccd_l[eg] == 0 && t_ccd_s == 0 && t_wtr_l[eg] == 0 && t_wtr_s == 0
-                && rd_credit;
+        if (rq_valid[ci]) begin
+            eb = rq_bank[ci];
+            r_hit[ci] = bank_open[eb] && bank_row[eb] == line_row(rq_line[ci]);
+            r_blocked[ci] = |(rq_dep[ci] & rq_valid);
+            if (rq_ok[ci]) begin
+                rd_bank_use[eb] = 1'b1;
+                if (r_hit[ci] && !r_blocked[ci]) rd_bank_hit[eb] = 1'b1;
+            end
+        end
     end
-    for (ci = 0; ci < W; ci = ci + 1) begin
-        eb = wq_bank[ci];
-        eg = eb[BANK_BITS-1 -: BG_BITS];
-        w_colc[ci] = wq_valid[ci] && wr_mode && !ref_mode && (!w_starve || w_head[ci])
-            && w_hit[ci] && t_rcd[eb] == 0 && t_ccd_l[eg] == 0 && t_ccd_s == 0 && t_rtw == 0;
-    end
+end
 
-    // Oldest candidate of each kind
-    // Among row candidates, activates go first (tFAW makes them the scarce ones), and a
-    // precharge that would close a row the other direction still hits goes last.
-    for (ci = 0; ci < Q; ci = ci + 1) begin
-        r_rowa[ci] = r_rowc[ci] && !bank_open[rq_bank[ci]];
-        r_rowk[ci] = r_rowc[ci] && !(bank_open[rq_bank[ci]] && wr_bank_hit[rq_bank[ci]]);
-    end
+always @* begin : sched_wq_state
+    integer ci;
+    reg [BANK_BITS-1:0] eb;
+    eb = {BANK_BITS{1'b0}};
+    wr_bank_use = {NB{1'b0}};
+    wr_bank_hit = {NB{1'b0}};
+    w_hit = {W{1'b0}};
     for (ci = 0; ci < W; ci = ci + 1) begin
-        w_rowa[ci] = w_rowc[ci] && !bank_open[wq_bank[ci]];
-        w_rowk[ci] = w_rowc[ci] && !(bank_open[wq_bank[ci]] && rd_bank_hit[wq_bank[ci]]);
+        if (wq_valid[ci]) begin
+            eb = wq_bank[ci];
+            w_hit[ci] = bank_open[eb] && bank_row[eb] == line_row(wq_line[ci]);
+            wr_bank_use[eb] = 1'b1;
+            if (w_hit[ci]) wr_bank_hit[eb] = 1'b1;
+        end
     end
-    if (|r_rowa) r_rowc = r_rowa;
-    else if (|r_rowk) r_rowc = r_rowk;
-    if (|w_rowa) w_rowc = w_rowa;
-    else if (|w_rowk) w_rowc = w_rowk;
+end
+
+// Candidates, and the oldest of each kind. Row commands, current direction: ACT to a closed
+// bank, PRE of a bank whose open row none of its ready requests hits (a starving head may close
+// it anyway); the other direction: only in banks the current direction does not use, never
+// closing a row either direction still hits. Activates go before precharges (tFAW makes them
+// the scarce command), and a precharge that closes a row the other direction hits goes last.
+// Column commands: ready row hits of the current direction, and error reads (no DRAM access)
+// at any time. A starving queue's oldest request is the only one of its queue that may go.
+always @* begin : sched_rq_pick
+    integer ci;
+    reg [BANK_BITS-1:0] eb;
+    eb = {BANK_BITS{1'b0}};
+    r_rowc = {Q{1'b0}};
+    r_rowa = {Q{1'b0}};
+    r_rowk = {Q{1'b0}};
+    r_colc = {Q{1'b0}};
     for (ci = 0; ci < Q; ci = ci + 1) begin
-        r_rowp[ci] = r_rowc[ci] && !(|(r_rowc & rq_older[ci]));
-        r_colp[ci] = r_colc[ci] && !(|(r_colc & rq_older[ci]));
+        if (rq_valid[ci] && (!r_starve || !(|(rq_valid & rq_older[ci])))) begin
+            eb = rq_bank[ci];
+            if (rq_ok[ci]) begin
+                if (!bank_open[eb])
+                    r_rowa[ci] = act_ok[eb] && (!wr_mode || (prep_ok && !wr_bank_use[eb]));
+                else if (!r_hit[ci] && pre_ok[eb])
+                    r_rowc[ci] = !wr_mode ? (!rd_bank_hit[eb] || r_starve)
+                                          : (prep_ok && !wr_bank_use[eb] && !rd_bank_hit[eb]);
+                r_rowk[ci] = r_rowc[ci] && !wr_bank_hit[eb];
+                r_colc[ci] = !r_blocked[ci] && !wr_mode && r_hit[ci] && col_ok[eb];
+            end else begin
+                r_colc[ci] = !r_blocked[ci] && rd_credit;
+            end
+        end
     end
-    for (ci = 0; ci < W; ci = ci + 1) begin
-        w_rowp[ci] = w_rowc[ci] && !(|(w_rowc & wq_older[ci]));
-        w_colp[ci] = w_colc[ci] && !(|(w_colc & wq_older[ci]));
-    end
+    r_rowc = (|r_rowa) ? r_rowa : (|r_rowk) ? r_rowk : r_rowc;
+    r_rowp = {Q{1'b0}};
+    r_colp = {Q{1'b0}};
     row_ridx = {QB{1'b0}};
     col_ridx = {QB{1'b0}};
     for (ci = 0; ci < Q; ci = ci + 1) begin
-        if (r_rowp[ci]) row_ridx = ci[QB-1:0];
-        if (r_colp[ci]) col_ridx = ci[QB-1:0];
+        if (r_rowc[ci] && !(|(r_rowc & rq_older[ci]))) begin
+            r_rowp[ci] = 1'b1;
+            row_ridx = ci[QB-1:0];
+        end
+        if (r_colc[ci] && !(|(r_colc & rq_older[ci]))) begin
+            r_colp[ci] = 1'b1;
+            col_ridx = ci[QB-1:0];
+        end
     end
+end
+
+always @* begin : sched_wq_pick
+    integer ci;
+    reg [BANK_BITS-1:0] eb;
+    eb = {BANK_BITS{1'b0}};
+    w_rowc = {W{1'b0}};
+    w_rowa = {W{1'b0}};
+    w_rowk = {W{1'b0}};
+    w_colc = {W{1'b0}};
+    for (ci = 0; ci < W; ci = ci + 1) begin
+        if (wq_valid[ci] && (!w_starve || !(|(wq_valid & wq_older[ci])))) begin
+            eb = wq_bank[ci];
+            if (!bank_open[eb])
+                w_rowa[ci] = act_ok[eb] && (wr_mode || (prep_ok && !rd_bank_use[eb]));
+            else if (!w_hit[ci] && pre_ok[eb])
+                w_rowc[ci] = wr_mode ? (!wr_bank_hit[eb] || w_starve)
+                                     : (prep_ok && !rd_bank_use[eb] && !wr_bank_hit[eb]);
+            w_rowk[ci] = w_rowc[ci] && !rd_bank_hit[eb];
+            w_colc[ci] = wr_mode && w_hit[ci] && col_ok[eb];
+        end
+    end
+    w_rowc = (|w_rowa) ? w_rowa : (|w_rowk) ? w_rowk : w_rowc;
+    w_rowp = {W{1'b0}};
+    w_colp = {W{1'b0}};
     row_widx = {WB{1'b0}};
     col_widx = {WB{1'b0}};
     for (ci = 0; ci < W; ci = ci + 1) begin
-        if (w_rowp[ci]) row_widx = ci[WB-1:0];
-        if (w_colp[ci]) col_widx = ci[WB-1:0];
+        if (w_rowc[ci] && !(|(w_rowc & wq_older[ci]))) begin
+            w_rowp[ci] = 1'b1;
+            row_widx = ci[WB-1:0];
+        end
+        if (w_colc[ci] && !(|(w_colc & wq_older[ci]))) begin
+            w_colp[ci] = 1'b1;
+            col_widx = ci[WB-1:0];
+        end
     end
+end
+
+// Row command: refresh first (PREA, then REF), else the current direction, else the other.
+always @* begin : sched_row
     col_wr = |w_colp;
     col_issue = col_wr || (|r_colp);
-
-    // Row command: refresh first (PREA, then REF), else the current direction, else the other.
     row_issue = 1'b0;
     ref_issue = 1'b0;
     row_from_w = 1'b0;
@@ -609,10 +637,6 @@ always @* begin
             row_cmd = bank_open[row_bank] ? `DRAM_CMD_PRE : `DRAM_CMD_ACT;
         end
     end
-
-    // Direction and refresh decisions for the next cycle
-    rd_waiting = (|r_live) || rd_active_reg;
-    ref_urgent = ref_pending > REF_POSTPONE_MAX[3:0] || ref_gap >= REF_DEADLINE;
 end
 
 // ---------------------------------------------------------------------------------------------
@@ -627,7 +651,7 @@ reg [W-1:0]            walloc_older;
 // Read issue: the queued write of the line being read, if any (at most one per line)
 reg [WB-1:0]           fwd_idx;
 reg                    fwd;
-integer ai;
+integer ai, fi;
 
 wire [LINE_BITS-1:0] rd_line_addr = rd_addr_reg[LINE_SHIFT +: LINE_BITS];
 wire [LINE_BITS-1:0] wr_line_addr = wr_addr_reg[LINE_SHIFT +: LINE_BITS];
@@ -647,35 +671,31 @@ always @* begin
     end
     rd_grant = rd_active_reg && have_rfree;
     ar_take = s_axi_arvalid && (!rd_active_reg || (rd_grant && rd_cnt_reg == 0));
-    for (ai = 0; ai < Q; ai = ai + 1) begin
-        ralloc_older[ai] = rq_valid[ai] && !(col_rd && col_ridx == ai[QB-1:0]);
-        ralloc_dep[ai] = ralloc_older[ai] && rq_id[ai] == rd_id_reg;
-    end
+    ralloc_older = rq_valid & ~({{Q-1{1'b0}}, col_rd} << col_ridx);
+    ralloc_dep = {Q{1'b0}};
+    if (rd_grant)
+        for (ai = 0; ai < Q; ai = ai + 1)
+            ralloc_dep[ai] = ralloc_older[ai] && rq_id[ai] == rd_id_reg;
+end
 
-    have_wfree = 1'b0;
+always @* begin
+    w_last = wr_cnt_reg == 0;
+    w_err = wr_resp_reg != RESP_OKAY;
+    have_wfree = wq_count != W[WB:0];
+    walloc_older = wq_valid & ~({{W-1{1'b0}}, col_wr} << col_widx);
     wfree_idx = {WB{1'b0}};
     wmatch = 1'b0;
     wmatch_idx = {WB{1'b0}};
-    fwd = 1'b0;
-    fwd_idx = {WB{1'b0}};
-    for (ai = W - 1; ai >= 0; ai = ai - 1) begin
-        if (!wq_valid[ai]) begin
-            have_wfree = 1'b1;
-            wfree_idx = ai[WB-1:0];
+    if (wr_active_reg && !w_err)
+        for (ai = W - 1; ai >= 0; ai = ai - 1) begin
+            if (!wq_valid[ai])
+                wfree_idx = ai[WB-1:0];
+            // the entry being written to DRAM this cycle takes no more data
+            if (walloc_older[ai] && wq_line[ai] == wr_line_addr) begin
+                wmatch = 1'b1;
+                wmatch_idx = ai[WB-1:0];
+            end
         end
-        // the entry being written to DRAM this cycle takes no more data
-        if (wq_valid[ai] && wq_line[ai] == wr_line_addr && !(col_wr && col_widx == ai[WB-1:0])) begin
-            wmatch = 1'b1;
-            wmatch_idx = ai[WB-1:0];
-        end
-        if (wq_valid[ai] && wq_line[ai] == rq_line[col_ridx]) begin
-            fwd = 1'b1;
-            fwd_idx = ai[WB-1:0];
-        end
-        walloc_older[ai] = wq_valid[ai] && !(col_wr && col_widx == ai[WB-1:0]);
-    end
-    w_last = wr_cnt_reg == 0;
-    w_err = wr_resp_reg != RESP_OKAY;
     // a beat is taken when it has a place (error beats need none) and, if it ends the burst,
     // the B FIFO has room for the response
     w_take = wr_active_reg && s_axi_wvalid && (w_err || wmatch || have_wfree)
@@ -683,6 +703,18 @@ always @* begin
     w_merge = w_take && !w_err && wmatch;
     w_alloc = w_take && !w_err && !wmatch;
     aw_take = s_axi_awvalid && (!wr_active_reg || (w_take && w_last));
+end
+
+// the queued write of the line a RD reads, if any (at most one per line)
+always @* begin
+    fwd = 1'b0;
+    fwd_idx = {WB{1'b0}};
+    if (col_rd_ok)
+        for (fi = W - 1; fi >= 0; fi = fi - 1)
+            if (wq_valid[fi] && wq_line[fi] == rq_line[col_ridx]) begin
+                fwd = 1'b1;
+                fwd_idx = fi[WB-1:0];
+            end
 end
 
 assign s_axi_arready = !rd_active_reg || (rd_grant && rd_cnt_reg == 0);
@@ -713,8 +745,9 @@ wire [1:0] col_class = col_wr ? wq_class[col_widx] : rq_class[col_ridx];
 wire row_act = row_issue && row_cmd == `DRAM_CMD_ACT;
 wire row_pre = row_issue && row_cmd == `DRAM_CMD_PRE;
 wire [1:0] row_class = row_from_w ? wq_class[row_widx] : rq_class[row_ridx];
-wire r_head_issue = col_rd && r_head[col_ridx];
-wire w_head_issue = col_wr && w_head[col_widx];
+// the queue's oldest request issued: its starvation count restarts
+wire r_head_issue = col_rd && !(|(rq_valid & rq_older[col_ridx]));
+wire w_head_issue = col_wr && !(|(wq_valid & wq_older[col_widx]));
 wire queue_busy = (|rq_valid) || (|wq_valid);
 wire idle = !queue_busy && !rd_active_reg && !wr_active_reg;
 // The burst length comes from AW; WLAST carries nothing the controller needs.
