@@ -117,8 +117,11 @@ class TB:
                 f"got {got[bad:bad + 8].tobytes().hex()} "
                 f"expected {exp[bad:bad + 8].tobytes().hex()} ({wrong.size} bytes wrong)")
 
-    async def worker(self, base: int, span: int, ops: int, max_len: int) -> None:
-        """Random reads and writes (lengths, offsets, sizes, IDs) inside [base, base+span)."""
+    async def worker(self, base: int, span: int, ops: int, max_len: int,
+                     read_back: float = 0.0) -> None:
+        """Random reads and writes (lengths, offsets, sizes, IDs) inside [base, base+span); with
+        probability ``read_back`` a write is read back at once, on another ID, around its bytes
+        (its B comes when the burst is queued, so the read can find the write still queued)."""
         rng = random.Random(self.rng.getrandbits(32))
         id_max = min(2 ** self.params["ID_WIDTH"], 4)
         max_size = (self.line - 1).bit_length()
@@ -132,6 +135,10 @@ class TB:
             if rng.random() < 0.5:
                 data = rng.randbytes(length)
                 await self.write(addr, data, awid=ident, size=size)
+                if rng.random() < read_back:
+                    lo = max(base, addr - rng.randrange(2 * self.line))
+                    hi = min(base + span, addr + length + rng.randrange(2 * self.line))
+                    await self.check_read(lo, hi - lo, arid=(ident + 1) % id_max)
             else:
                 await self.check_read(addr, length, arid=ident, size=size)
 
@@ -378,7 +385,8 @@ async def test_mixed_queued_writes(dut, backpressure: bool) -> None:
     probe = cocotb.start_soon(tb.count(tuple(seen), seen, stop))
     readers = [cocotb.start_soon(tb.reader(far, far_span, stop, 3)) for _ in range(2)]
     span = 32 * ln
-    workers = [cocotb.start_soon(tb.worker(w * 4 * span, span, 16 * _scale(), 4 * ln))
+    workers = [cocotb.start_soon(tb.worker(w * 4 * span, span, 16 * _scale(), 4 * ln,
+                                                 read_back=0.5))
                for w in range(3)]
     await cocotb.triggers.gather(*workers)
     stop.set()
