@@ -9,11 +9,13 @@ beat per controller cycle = 25.6 GB/s at 400 MHz). Patterns:
 - random 64-byte reads and writes mixed 2:1;
 - a 1 MiB copy in 4 KiB chunks, 8 or 32 chunks in flight, as the DMA engine's card-to-card
   channel does it (a read burst per chunk on its own ID, then a write burst, all writes on one
-  ID), with three destinations: the same banks as the source under the controller's address
+  ID), with four destinations: the same banks as the source under the controller's address
   mapping (every destination chunk in the banks of its source chunk: the hardest case), the
   region right after the source (the same banks under a plain bank-row-column mapping, which is
-  what a compaction that slides tensors down by a multiple of 128 KiB looks like), and a
-  destination in other banks than its source.
+  what a compaction that slides tensors down by a multiple of 128 KiB looks like), a
+  destination in other banks than its source, and one 32 KiB further than the region right
+  after the source (one bank over under the plain mapping: other banks for a controller without
+  the XOR map, partly the same banks with it).
 
 Each pattern runs on a freshly reset controller and is measured after refresh has reached steady
 state; the command trace gives activates and read/write turnarounds per 1000 bursts.
@@ -75,6 +77,7 @@ def copy_destinations(geom: dram.DramGeometry) -> dict[str, int]:
         "adjacent": COPY_SRC + COPY_BYTES,
         "other_banks": search(COPY_SRC + COPY_BYTES + 32 * 1024, CHUNK,
                               lambda a, b: not (a & b)),
+        "one_bank_over": COPY_SRC + COPY_BYTES + 32 * 1024,
     }
 
 
