@@ -35,7 +35,7 @@ sim: $(STAMP)
 	@$(RUN) python -m tb.sim
 
 test: $(STAMP)
-	@$(RUN) python -m pytest -n $(JOBS) tests
+	@$(RUN) python -m pytest -n $(JOBS) --durations=25 tests
 
 lint: $(STAMP)
 	@$(RUN) python -m pyhost.spec.gen --check
