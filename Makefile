@@ -4,7 +4,9 @@
 #   make lint    verilator --lint-only -Wall on every RTL top, ruff, generated-file check
 #   make waves   open the latest FST in GTKWave with its bench's save file
 #   make bench   benchmarks (printed summary + JSON in bench/results/)
+#   make compare a benchmark at BASE=<commit> beside this tree, in one run (BENCH=e2e)
 #   make gen     regenerate rtl/include/ from the Python spec
+#   make sweep   a design-space sweep: SPEC=file (default the shipped example), SCHEDULER=tcp://..
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -16,7 +18,7 @@ JOBS ?= 2
 RTL_SRCS := $(wildcard rtl/*/*.v)
 RTL_TOPS := $(foreach d,$(wildcard rtl/*/),$(if $(wildcard $(d)$(notdir $(d:/=)).v),$(notdir $(d:/=))))
 
-.PHONY: all sim test lint waves bench gen venv clean distclean
+.PHONY: all sim test lint waves bench compare gen sweep venv clean distclean
 
 all: test
 
@@ -54,8 +56,17 @@ waves: $(STAMP)
 bench: $(STAMP)
 	@$(RUN) python -m bench $(BENCH)
 
+# The same benchmark at an older commit beside this tree in one run: BENCH=e2e BASE=main REPEAT=1
+compare: $(STAMP)
+	@$(RUN) python -m bench.compare --base $(or $(BASE),main) --repeat $(or $(REPEAT),1) $(BENCH)
+
 gen: $(STAMP)
 	@$(RUN) python -m pyhost.spec.gen
+
+SPEC ?= tb/sweep/examples/example.yaml
+sweep: $(STAMP)
+	@$(RUN) python -m tb.sweep $(SPEC) $(if $(SCHEDULER),--scheduler $(SCHEDULER)) \
+	  $(if $(WORKERS),--workers $(WORKERS)) $(SWEEP_ARGS)
 
 clean:
 	rm -rf sim_build bench/results .pytest_cache .ruff_cache

@@ -150,7 +150,7 @@ async def _bench(dut, name: str) -> None:
     d = Path(os.environ["ACCEL_BENCH_WORK"]) / name
     job = json.loads((d / "job.json").read_text())
     image = (d / "image.bin").read_bytes()
-    start_clock(dut)
+    clock = start_clock(dut)
     card = RtlCard(dut, HostMemory(4 * job["span"] + (16 << 20)), irq_timeout_ns=IRQ_TIMEOUT_NS)
     await reset(dut)
     window = _Window()
@@ -161,7 +161,8 @@ async def _bench(dut, name: str) -> None:
         f"N*N = {job['n2']}"
     tag = os.environ["ACCEL_BENCH_BUILD"]
     (d / f"cosim_mem-{tag}.bin").write_bytes(out.pop("mem"))
-    (d / f"cosim-{tag}.json").write_text(json.dumps({**out, **window.result()}, indent=2))
+    (d / f"cosim-{tag}.json").write_text(json.dumps({**out, **window.result(), "clock": clock},
+                                                    indent=2))
 
 
 @cocotb.test(timeout_time=100, timeout_unit="ms")

@@ -280,9 +280,7 @@ def _say(*a: Any) -> None:
 
 def prepare() -> dict[str, Any]:
     """Model, compile, input, the onnxruntime and functional-card references; files in WORK."""
-    import onnx
     import onnxruntime as ort
-    from onnx import helper
 
     from compiler import xmodel, zoo
     from compiler.pipeline import compile_model
@@ -292,9 +290,7 @@ def prepare() -> dict[str, Any]:
 
     WORK.mkdir(parents=True, exist_ok=True)
     model = zoo.light_model(MODEL)
-    fc = [n for n in model.graph.node if n.op_type == "Gemm"][-1]
-    model.graph.output.append(helper.make_tensor_value_info(fc.output[0], onnx.TensorProto.FLOAT,
-                                                            None))
+    model, logits = zoo.with_logits(model)
     t0 = time.perf_counter()
     graph = compile_model(model, OPTIONS).graph
     compile_s = time.perf_counter() - t0
@@ -323,7 +319,7 @@ def prepare() -> dict[str, Any]:
         model_s = time.perf_counter() - t0
         model_stats = ex.stats.to_dict()
         ex.close()
-    return {"graph": graph, "images": images, "feeds": feeds, "ref": ref, "fc": fc.output[0],
+    return {"graph": graph, "images": images, "feeds": feeds, "ref": ref, "fc": logits,
             "model_out": model_out, "model_stats": model_stats, "compile_s": compile_s,
             "ort_s": ort_s, "model_s": model_s}
 
@@ -419,7 +415,7 @@ def _results_time(xml: Path) -> tuple[float, float]:
 def run_demos(sims: list[str]) -> dict[str, Any]:
     """tb/demo.py's flow (waves off) on each simulator: wall time and the RTL run's speed."""
     try:
-        from tb.demo import DemoOptions, run_demo
+        from tb.demo import DemoOptions, demo_build, run_demo
     except Exception as e:  # a broken demo must not hide the ResNet-50 figures
         return {sim: {"rc": 1, "error": f"importing tb.demo: {type(e).__name__}: {e}",
                       "wall_s": 0.0, "build_s": 0.0} for sim in sims}
@@ -432,8 +428,7 @@ def run_demos(sims: list[str]) -> dict[str, Any]:
             continue
         # the build first (cached after one run), so the timed run is the demo's own work
         t0 = time.perf_counter()
-        b = simulator.build(sim, "card_top", simulator.card_sources(),
-                         {"MEM_SIZE": f"64'd{opts.card_mem}"}, waves=False)
+        b = demo_build(opts)
         build_s = time.perf_counter() - t0
         t0, t_wall0 = time.perf_counter(), time.time()
         try:

@@ -38,8 +38,15 @@ class _Ids:
         return self.n - 1
 
 
-def onnx_trace(model: str | Path, *, batch: int = 1, training: bool = False) -> Trace:
-    """The API calls of one inference (or training iteration) of an ONNX model."""
+def onnx_trace(model: str | Path, *, batch: int = 1, training: bool = False,
+               iterations: int = 1) -> Trace:
+    """The API calls of `iterations` inferences (or training iterations) of an ONNX model.
+
+    The weights are allocated and written once and live through every iteration (training
+    updates them on the card); each iteration writes a new data input, allocates its own
+    activations (and gradients) and frees them, reads the outputs and frees them.
+    `meta["iteration_starts"]` holds the index of each iteration's first record.
+    """
     import onnx
     from onnx import shape_inference
 
@@ -93,34 +100,41 @@ def onnx_trace(model: str | Path, *, batch: int = 1, training: bool = False) -> 
         nodes.append((ins, out))
     outputs = [o.name for o in g.output if o.name in acts]
 
-    tr = Trace(meta={"name": f"{Path(path).stem.removeprefix('light_')}"
-                             f"{'-train' if training else ''}-b{batch}",
-                     "model": Path(path).stem, "batch": batch, "training": training})
+    stem = Path(path).stem.removeprefix("light_")
+    tr = Trace(meta={"name": f"{stem}{'-train' if training else ''}-b{batch}"
+                             f"{f'-x{iterations}' if iterations > 1 else ''}",
+                     "model": Path(path).stem, "batch": batch, "training": training,
+                     "iterations": iterations, "iteration_starts": []})
     ids = _Ids()
     for w, n in weights.items():
         tr.alloc(ids.new(w), n)
         tr.write(ids.of[w], n)
-    for d in data_inputs:
-        tr.alloc(ids.new(d), acts[d])
-        tr.write(ids.of[d], acts[d])
     last_use: dict[str, int] = {}
     for k, (ins, _) in enumerate(nodes):
         for i in ins:
             last_use[i] = k
     keep = set(outputs) | set(weights)
-    for k, (ins, out) in enumerate(nodes):
-        if out not in ids.of:
-            tr.alloc(ids.new(out), acts[out])
-        tr.need(*(ids.of[i] for i in ins), ids.of[out])
-        tr.updated(ids.of[out])
-        if not training:
-            for i in ins:
-                if last_use.get(i) == k and i not in keep:
-                    tr.free(ids.of.pop(i))
-    for o in outputs:
-        tr.read(ids.of[o], acts[o])
-    if training:
-        _backward(tr, ids, nodes, weights, acts, outputs)
+    for it in range(iterations):
+        tr.meta["iteration_starts"].append(len(tr.records) if it else 0)
+        for d in data_inputs:
+            tr.alloc(ids.new(d), acts[d])
+            tr.write(ids.of[d], acts[d])
+        for k, (ins, out) in enumerate(nodes):
+            if out not in ids.of:
+                tr.alloc(ids.new(out), acts[out])
+            tr.need(*(ids.of[i] for i in ins), ids.of[out])
+            tr.updated(ids.of[out])
+            if not training:
+                for i in ins:
+                    if last_use.get(i) == k and i not in keep:
+                        tr.free(ids.of.pop(i))
+        for o in outputs:
+            tr.read(ids.of[o], acts[o])
+        if training:
+            _backward(tr, ids, nodes, weights, acts, outputs)
+        for name in list(ids.of):
+            if name not in weights:
+                tr.free(ids.of.pop(name))
     for name in list(ids.of):
         tr.free(ids.of.pop(name))
     return tr
@@ -198,4 +212,61 @@ def many_small_trace(layers: int = 2000, *, seed: int = 0, lo: int = 256,
     for i in range(layers):
         tr.free(i)
     tr.free(act)
+    return tr
+
+
+def cyclic_trace(capacity: int, ratio: float, *, mixed: bool = False, tensors: int = 40,
+                 cycles: int = 10, seed: int = 0) -> Trace:
+    """Cyclic access to a working set of `ratio` times `capacity` (LRU's classic worst case).
+
+    `tensors` tensors (equal sizes, or `mixed`: log-uniform over a 25x range, at most a third
+    of the card) are written once and needed one per call in the same order, `cycles` times;
+    with `mixed`, every fourth tensor is updated on the card when needed and read back after
+    the last pass. Each pass is an iteration (`meta["iteration_starts"]`).
+    """
+    rng = np.random.default_rng(seed)
+    total = ratio * capacity
+    if mixed:
+        w = np.exp(rng.uniform(np.log(1.0), np.log(25.0), tensors))
+        raw = np.minimum(w / w.sum() * total, capacity / 3)
+        raw *= total / raw.sum()
+    else:
+        raw = np.full(tensors, total / tensors)
+    sizes = [max(64, int(x) // 64 * 64) for x in raw]
+    name = f"cyclic-{'mixed' if mixed else 'uniform'}-{ratio:g}x"
+    tr = Trace(meta={"name": name, "capacity": capacity, "iterations": cycles,
+                     "iteration_starts": []})
+    for t, n in enumerate(sizes):
+        tr.alloc(t, n)
+        tr.write(t, n)
+    for c in range(cycles):
+        tr.meta["iteration_starts"].append(len(tr.records) if c else 0)
+        for t in range(tensors):
+            tr.need(t)
+            if mixed and t % 4 == 0:
+                tr.updated(t)
+    for t, n in enumerate(sizes):
+        if mixed and t % 4 == 0:
+            tr.read(t, n)
+        tr.free(t)
+    return tr
+
+
+def small_tensors_trace(tensors: int = 10_000, size: int = 64) -> Trace:
+    """Many small tensors through the plain API, without a schedule: each is written, needed
+    (one per call), updated on the card and read back, in phases (all writes, all needs, all
+    reads), the way a library hands over a batch of small operands. One driver call per
+    transfer would be 2 per tensor."""
+    tr = Trace(meta={"name": f"small-{tensors}x{size}B", "iterations": 1,
+                     "iteration_starts": [0]})
+    for t in range(tensors):
+        tr.alloc(t, size)
+        tr.write(t, size)
+    for t in range(tensors):
+        tr.need(t)
+        tr.updated(t)
+    for t in range(tensors):
+        tr.read(t, size)
+    for t in range(tensors):
+        tr.free(t)
     return tr

@@ -263,6 +263,11 @@ def _compile(args: argparse.Namespace) -> int:
         print(f"compiled {model} -> {out} in {rep['total_s']:.2f} s: "
               + ", ".join(f"{n} {printable(d)} subgraph{'s' if n != 1 else ''}"
                           for d, n in devices.items()))
+        q = rep.get("quantize") or {}
+        for name, why in q.get("adjusted", {}).items():
+            print(f"  quantization adjusted {printable(name)!r}: {printable(why)}")
+        for name, why in q.get("float_ops", {}).items():
+            print(f"  quantization left {printable(name)!r} in float (CPU): {printable(why)}")
         for p in existed:
             print(f"replaced the existing {p}")
     return 0

@@ -61,7 +61,9 @@ def summarize(graph: Graph) -> dict[str, Any]:
         "inputs": [_tensor(op.output) for op in graph.inputs],
         "outputs": [_tensor(t) for t in graph.outputs],
         "quantized": "quantization" in graph.attrs,
-        "devices": dict(sorted(Counter(s["device"] for s in subs).items())),
+        # a subgraph without a device (a hand-edited file) counts under None, sorted last
+        "devices": dict(sorted(Counter(s["device"] for s in subs).items(),
+                               key=lambda kv: (kv[0] is None, str(kv[0])))),
         "subgraphs": subs,
     }
 

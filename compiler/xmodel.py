@@ -23,6 +23,7 @@ import math
 import os
 import re
 import tempfile
+import tokenize
 import zipfile
 from pathlib import Path
 from typing import IO, Any
@@ -284,7 +285,8 @@ def _read_npy(f: IO[bytes], size: int, where: str) -> np.ndarray:
             shape, fortran, dtype = fmt.read_array_header_2_0(f)
         else:
             raise ValueError(f"npy format version {version} is not supported")
-    except (ValueError, SyntaxError, TypeError, EOFError) as e:
+    except (ValueError, SyntaxError, TypeError, EOFError, tokenize.TokenError) as e:
+        # numpy parses the header as a Python literal (ast, then tokenize on failure)
         raise XmodelError(f"{where} is not a valid .npy array: {e}") from None
     if dtype.hasobject or dtype.kind not in _ARRAY_KINDS or dtype.fields or dtype.subdtype:
         raise XmodelError(f"{where} has dtype {dtype}; arrays are bool or numeric")
@@ -497,11 +499,18 @@ def _check_tensor(op: Op, what: str) -> None:
                               f"/{t.dtype}; the file is inconsistent")
 
 
+#: Subgraph attributes the compiler, runtime and summary read as names.
+_STRING_ATTRS = ("device", "runner", "plugin")
+
+
 def _restore(sub: Subgraph, doc: dict[str, Any], r: _Reader, ops: dict[str, Op],
              depth: int) -> None:
     if depth > MAX_DEPTH:
         raise XmodelError(f"the subgraph tree nests deeper than {MAX_DEPTH} levels")
     for k, v in r.attrs(doc.get("attrs", {}), f"subgraph {sub.name!r}: attrs").items():
+        if k in _STRING_ATTRS and not isinstance(v, str):
+            raise XmodelError(f"subgraph {sub.name!r}: attribute {k!r} is a "
+                              f"{type(v).__name__}, not a string; the file is corrupt")
         sub.attrs[k] = v
     if "children" not in doc:
         if not sub.is_root and "ops" not in doc:

@@ -1,7 +1,8 @@
-"""Models the project runs end to end: the demo CNN (built here with fixed seeds) and the onnx
-package's light/ models with random weights.
+"""Models the project runs end to end: the demo CNN and a MobileNet-class CNN (built here with
+fixed seeds) and the onnx package's light/ models with random weights.
 
-``python -m compiler.zoo demo out.onnx`` writes the demo model; ``resnet50`` (or any light model
+``python -m compiler.zoo demo out.onnx`` writes the demo model, ``mobilenet`` the MobileNet-class
+one; ``resnet50`` (or any light model
 name) writes that light model with He-uniform random weights.
 """
 
@@ -76,6 +77,89 @@ def demo_cnn(seed: int = 0) -> onnx.ModelProto:
     return model
 
 
+#: The MobileNet-class model's input name.
+MOBILENET_INPUT = "image"
+
+
+def mobilenet_cnn(seed: int = 0, size: int = 32, width: int = 16,
+                  classes: int = 10) -> onnx.ModelProto:
+    """A MobileNet-class CNN (MobileNet v1 / v2 building blocks) with fixed-seed weights.
+
+    Input (1, 3, size, size). Stem conv 3x3/2 (3 -> w) + BN + ReLU6; depthwise-separable
+    blocks (depthwise 3x3 + BN + ReLU6, pointwise 1x1 + BN + ReLU6): w -> 1.5w (stride 1),
+    1.5w -> 2w (stride 2); an inverted residual block (expand 1x1 2w -> 4w + ReLU6, depthwise
+    3x3 + ReLU6, linear project 4w -> 2w, residual Add); a depthwise-separable block 2w -> 4w
+    (stride 2); GlobalAveragePool, Flatten, Gemm (4w -> classes), Softmax. Every BN has its own
+    random statistics (folded by the compiler); ReLU6 is Clip(0, 6). ``width`` must be even.
+    """
+    if width % 2 or width < 2 or size < 8 or size % 8:
+        raise ValueError(f"mobilenet_cnn: width {width} must be even and size {size} a "
+                         "multiple of 8")
+    rng = np.random.default_rng(seed)
+    inits: dict[str, np.ndarray] = {"relu6_lo": np.array(0.0, np.float32),
+                                    "relu6_hi": np.array(6.0, np.float32)}
+    nodes: list[onnx.NodeProto] = []
+
+    def conv(x: str, name: str, cin: int, cout: int, k: int, stride: int, group: int = 1,
+             relu6: bool = True) -> str:
+        fan_in = cin // group * k * k
+        inits[f"{name}_w"] = (rng.standard_normal((cout, cin // group, k, k))
+                              * np.sqrt(2.0 / fan_in)).astype(np.float32)
+        nodes.append(helper.make_node(
+            "Conv", [x, f"{name}_w"], [f"{name}_c"], name=name, kernel_shape=[k, k],
+            strides=[stride, stride], pads=[k // 2] * 4, group=group))
+        for p, v in (("scale", rng.uniform(0.7, 1.3, cout)), ("bias", rng.normal(0, 0.1, cout)),
+                     ("mean", rng.normal(0, 0.1, cout)), ("var", rng.uniform(0.5, 1.5, cout))):
+            inits[f"{name}_bn_{p}"] = v.astype(np.float32)
+        nodes.append(helper.make_node(
+            "BatchNormalization", [f"{name}_c"] + [f"{name}_bn_{p}" for p in
+                                                   ("scale", "bias", "mean", "var")],
+            [f"{name}_bn"], name=f"{name}_bn", epsilon=1e-5))
+        if not relu6:
+            return f"{name}_bn"
+        nodes.append(helper.make_node("Clip", [f"{name}_bn", "relu6_lo", "relu6_hi"],
+                                      [f"{name}_r"], name=f"{name}_relu6"))
+        return f"{name}_r"
+
+    def separable(x: str, name: str, cin: int, cout: int, stride: int) -> str:
+        d = conv(x, f"{name}_dw", cin, cin, 3, stride, group=cin)
+        return conv(d, f"{name}_pw", cin, cout, 1, 1)
+
+    w = width
+    x = conv(MOBILENET_INPUT, "stem", 3, w, 3, 2)
+    x = separable(x, "b1", w, 3 * w // 2, 1)
+    x = separable(x, "b2", 3 * w // 2, 2 * w, 2)
+    e = conv(x, "b3_expand", 2 * w, 4 * w, 1, 1)
+    e = conv(e, "b3_dw", 4 * w, 4 * w, 3, 1, group=4 * w)
+    e = conv(e, "b3_project", 4 * w, 2 * w, 1, 1, relu6=False)
+    nodes.append(helper.make_node("Add", [x, e], ["b3_sum"], name="b3_residual"))
+    x = separable("b3_sum", "b4", 2 * w, 4 * w, 2)
+    nodes += [
+        helper.make_node("GlobalAveragePool", [x], ["gap"], name="gap"),
+        helper.make_node("Flatten", ["gap"], ["flat"], name="flatten", axis=1),
+        helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["logits"], name="fc", transB=1),
+        helper.make_node("Softmax", ["logits"], ["probs"], name="softmax", axis=-1),
+    ]
+    inits["fc_w"] = (rng.standard_normal((classes, 4 * w)) * np.sqrt(1.0 / (4 * w))
+                     ).astype(np.float32)
+    inits["fc_b"] = (rng.standard_normal(classes) * 0.05).astype(np.float32)
+    g = helper.make_graph(
+        nodes, "mobilenet_cnn",
+        [helper.make_tensor_value_info(MOBILENET_INPUT, TensorProto.FLOAT, [1, 3, size, size])],
+        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [1, classes])],
+        initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=8,
+                              producer_name="dnncard compiler.zoo")
+    onnx.checker.check_model(model)
+    return model
+
+
+def mobilenet_input(size: int = 32, seed: int = 1) -> np.ndarray:
+    """A fixed normalized input image for `mobilenet_cnn` (standard normal, like the
+    calibration's random samples)."""
+    return np.random.default_rng(seed).standard_normal((1, 3, size, size)).astype(np.float32)
+
+
 def demo_input(seed: int = 1) -> np.ndarray:
     """A fixed input image for the demo model (values in [0, 1))."""
     return np.random.default_rng(seed).random(DEMO_SHAPE, dtype=np.float32)
@@ -129,13 +213,24 @@ def light_model(name: str, seed: int = 0) -> onnx.ModelProto:
     return randomize_light(onnx.load(str(light_path(name))), seed)
 
 
+def with_logits(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
+    """``model`` with its last Gemm's output (the classifier's logits) as a second graph output,
+    and that tensor's name: the benchmarks and golden tests compare logits, not only the
+    softmax that saturates."""
+    fc = [n for n in model.graph.node if n.op_type == "Gemm"][-1]
+    model.graph.output.append(helper.make_tensor_value_info(fc.output[0], TensorProto.FLOAT,
+                                                            None))
+    return model, fc.output[0]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("model", help=f"demo or one of {', '.join(LIGHT)}")
+    ap.add_argument("model", help=f"demo, mobilenet or one of {', '.join(LIGHT)}")
     ap.add_argument("out", type=Path)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
-    model = demo_cnn(a.seed) if a.model == "demo" else light_model(a.model, a.seed)
+    model = (demo_cnn(a.seed) if a.model == "demo" else mobilenet_cnn(a.seed)
+             if a.model == "mobilenet" else light_model(a.model, a.seed))
     a.out.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(a.out))
     print(f"wrote {a.out}")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pyhost.accel.model import AccelModel
+from pyhost.accel.timing import perf_estimate_raw
 from pyhost.backend import (
     DEFAULT_HOST_BASE,
     DEFAULT_HOST_SIZE,
@@ -23,14 +24,15 @@ from pyhost.backend import (
     HostMemory,
     check_mmio,
 )
+from pyhost.card_timing import CardTiming, TimingEvent, dma_cycles
 from pyhost.spec import isa, regs
-from pyhost.spec.accel import AccelConfig
+from pyhost.spec.accel import DATA_WIDTH, AccelConfig
 from pyhost.spec.dram import DramGeometry
 from pyhost.spec.isa import AccelError
 from pyhost.spec.regs import Access, Channel, DmaError
 
 DEFAULT_MEM_SIZE = 1 << 30
-DEFAULT_BUS_WIDTH = 512
+DEFAULT_BUS_WIDTH = DATA_WIDTH
 
 _U32 = (1 << 32) - 1
 _U64 = (1 << 64) - 1
@@ -120,13 +122,19 @@ class ModelCard(CardBackend):
       ACC_STATUS, ACC_ERR_PC, the counters and IRQ_STATUS.ACCEL_DONE or ACCEL_ERR. The
       accelerator is never BUSY afterwards, so ABORT has nothing to stop and does nothing.
       `accel_schedule_seed` (None: the model's fixed round robin) picks a random interleaving of
-      the units for every run; the model's cycle counters are an estimate (AccelModel).
+      the units for every run.
+    - Performance model (`perf_model`, default on; pyhost/card_timing.py): a successful run
+      reports in ACC_CYCLES and the units' busy / stall counters the calibrated estimate of the
+      RTL's (`pyhost.accel.timing.perf_estimate`); the exact counters (instructions, MACs,
+      bytes) are the functional model's. Every chain and run is logged with its estimated
+      cycles in `timing` (`estimated_cycles()`: the card's estimated clock). With
+      `perf_model=False` the counters are AccelModel's own timing rules, as before.
     """
 
     def __init__(self, mem_size: int = DEFAULT_MEM_SIZE, *, host: HostMemory | None = None,
                  host_size: int = DEFAULT_HOST_SIZE, host_base: int = DEFAULT_HOST_BASE,
                  bus_width: int = DEFAULT_BUS_WIDTH, accel: AccelConfig | None = DEFAULT_ACCEL,
-                 accel_schedule_seed: int | None = None) -> None:
+                 accel_schedule_seed: int | None = None, perf_model: bool = True) -> None:
         if mem_size <= 0 or mem_size > _U64:
             raise ValueError(f"card memory size must be 1..2^64-1 bytes, got {mem_size}")
         self.host = host if host is not None else HostMemory(host_size, host_base)
@@ -138,6 +146,9 @@ class ModelCard(CardBackend):
         #: The accelerator's functional model (None: the card has no accelerator).
         self.accel = AccelModel(accel) if accel is not None else None
         self.accel_schedule_seed = accel_schedule_seed
+        self.perf_model = perf_model
+        #: Estimated cycles of every chain and accelerator run since construction.
+        self.timing = CardTiming()
         self._reads = self._read_table()
         self.reset()
 
@@ -283,8 +294,18 @@ class ModelCard(CardBackend):
         mem = self.card_memory[:_ACCEL_SPACE]
         result = self.accel.run_array(mem, base, count, slots,
                                       schedule_seed=self.accel_schedule_seed)
-        self._acc_counters = {c: v & _U64 for c, v in result.counters.items()}
+        counters = dict(result.counters)
+        if self.perf_model and result.ok:
+            est = perf_estimate_raw(mem[base:base + count * isa.INSN_BYTES], self.accel.cfg,
+                                    insn_base=base)
+            counters.update(est.counters())
+        self.timing.add(TimingEvent("ACCEL", int(counters["cycles"])))
+        self._acc_counters = {c: v & _U64 for c, v in counters.items()}
         self._accel_stop(result.error, result.err_pc)
+
+    def estimated_cycles(self) -> int:
+        """The card's estimated clock: the sum of every chain's and run's estimated cycles."""
+        return self.timing.cycles
 
     def _accel_stop(self, code: AccelError, pc: int) -> None:
         error = code != AccelError.NONE
@@ -338,6 +359,7 @@ class ModelCard(CardBackend):
         addr = self._reg64(f"{ch.name}_DESC_LO")
         visited: set[int] = set()
         want_irq = False
+        moved = descs = 0
         while True:
             if addr in visited:
                 return  # a loop without STOP: stays BUSY, holding the mover, until RESET
@@ -359,10 +381,13 @@ class ModelCard(CardBackend):
             c.completed += 1
             c.descs = (c.descs + 1) & _U32
             c.bytes = (c.bytes + d.length) & _U64
+            moved += d.length
+            descs += 1
             want_irq |= d.completed
             if d.stop:
                 break
             addr = d.next
+        self.timing.add(TimingEvent(ch.name, dma_cycles(ch, moved, descs), moved, descs))
         self._stop(ch, DmaError.NONE, done_irq=want_irq)
 
     def _stop(self, ch: Channel, code: DmaError, done_irq: bool = False) -> None:

@@ -7,10 +7,10 @@ the memory manager must evict; the summary compares it with onnxruntime and with
 card, and the run leaves an FST with its GTKWave save file and a Perfetto timeline.
 
 Options (environment or flags): MODEL=demo|<light model>|<file.onnx>, SIM=verilator|icarus,
-CARD_MEM=<bytes, K/M/G suffix>, BACKEND=rtl|model, IMAGES=<n>. Every value, whether a flag or
-a variable (``make sim SIM=...`` or the environment), is checked before anything is built
-(`check_options`): an unknown or out-of-range value is a one-line error and exit status 2,
-never run as something else.
+CARD_MEM=<bytes, K/M/G suffix>, BACKEND=rtl|model, IMAGES=<n>, WAVES=1|0 (0: no FST, the
+fastest run). Every value, whether a flag or a variable (``make sim SIM=...`` or the
+environment), is checked before anything is built (`check_options`): an unknown or out-of-range
+value is a one-line error and exit status 2, never run as something else.
 
 ``DEMO=card`` runs the earlier hardware demos instead:
 1. Builds dram_ctrl (product size under Verilator; a smaller card under Icarus, whose 4-state
@@ -91,11 +91,13 @@ def _choice(text: str, what: str, choices: tuple[str, ...]) -> str:
 
 def check_options(args: argparse.Namespace) -> argparse.Namespace:
     """Every make sim value checked and converted in one place (flags and variables alike):
-    DEMO, SIM, BACKEND from their lists, IMAGES and CYCLES whole numbers in range, CARD_MEM a
-    size (`parse_size`), MODEL a non-empty name. UsageError names the first bad one."""
+    DEMO, SIM, BACKEND, WAVES (1 or 0, default 1) from their lists, IMAGES and CYCLES whole
+    numbers in range, CARD_MEM a size (`parse_size`), MODEL a non-empty name. UsageError names
+    the first bad one."""
     args.demo = _choice(args.demo, "DEMO", ("e2e", "card"))
     args.sim = _choice(args.sim, "SIM", tuple(simulator.SIMULATORS))
     args.backend = _choice(args.backend, "BACKEND", ("rtl", "model"))
+    args.waves = _choice(str(getattr(args, "waves", "1")), "WAVES", ("1", "0")) == "1"
     args.images = _count(str(args.images), "IMAGES", MAX_IMAGES)
     args.cycles = _count(str(args.cycles), "CYCLES", MAX_CYCLES)
     args.card_mem = parse_size(args.card_mem) if args.card_mem else None
@@ -202,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backend", default=os.environ.get("BACKEND") or "rtl")
     ap.add_argument("--images", default=os.environ.get("IMAGES") or "2")
     ap.add_argument("--cycles", default=os.environ.get("CYCLES") or "40000")
+    ap.add_argument("--waves", default=os.environ.get("WAVES") or "1",
+                    help="write the FST (default 1; WAVES=0: no waveform, the fastest run)")
     try:
         args = check_options(ap.parse_args(argv))
     except UsageError as e:
@@ -216,7 +220,7 @@ def e2e(args: argparse.Namespace) -> int:
     from tb.demo import DemoError, DemoOptions, run_demo
 
     opts = DemoOptions(model=args.model, sim=args.sim, backend=args.backend,
-                       images=args.images)
+                       images=args.images, waves=args.waves)
     if args.card_mem:
         opts.card_mem = args.card_mem
     elif args.model != "demo":

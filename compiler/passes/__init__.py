@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from compiler.errors import PassError
+from compiler.passes.affine_to_conv import AffineToConv
 from compiler.passes.base import Pass, PassResult
 from compiler.passes.fold_batchnorm import FoldBatchNorm
 from compiler.passes.fold_constants import FoldConstants
@@ -22,7 +23,8 @@ from compiler.xir import Graph
 
 #: name -> pass class
 PASSES: dict[str, type[Pass]] = {
-    p.name: p for p in (InferShapes, FoldConstants, RemoveIdentity, FoldBatchNorm, RemoveDeadOps)
+    p.name: p for p in (InferShapes, FoldConstants, RemoveIdentity, FoldBatchNorm, AffineToConv,
+                        RemoveDeadOps)
 }
 
 #: The declared order. infer_shapes comes first because folding and every later stage rely on
@@ -32,6 +34,7 @@ PIPELINE: tuple[str, ...] = (
     "fold_constants",
     "remove_identity",
     "fold_batchnorm",
+    "affine_to_conv",
     "remove_dead_ops",
 )
 

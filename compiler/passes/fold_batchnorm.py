@@ -12,6 +12,8 @@ constants. Arithmetic is float64, rounded once to the weights' dtype.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import numpy as np
 
 from compiler.ops.op_batch_norm import bn_scale_shift
@@ -45,21 +47,29 @@ class FoldBatchNorm(Pass):
             if op.type not in counts:
                 continue
             kind = op.type
-            conv, scale, shift = self._match(graph, op)
-            if conv is None:
-                continue
-            w = conv.input_tensors("W")[0].producer.attrs["data"]
-            b_t = conv.input_tensors("B")
-            b = (_const(b_t[0]) if b_t else np.zeros(w.shape[0], w.dtype)).astype(np.float64)
-            w2 = (w.astype(np.float64) * scale.reshape((-1,) + (1,) * (w.ndim - 1)))
-            b2 = b * scale + shift
-            w_op = graph.create_const(graph.unique_name(f"{op.name}/W"), w2.astype(w.dtype))
-            b_op = graph.create_const(graph.unique_name(f"{op.name}/B"), b2.astype(w.dtype))
-            attrs = conv.attrs.copy()
-            graph.rewrite_op(op, "Conv", {"X": conv.input_tensors("X"), "W": [w_op],
-                                          "B": [b_op]}, attrs)
-            counts[kind] += 1
+            if self.fold(graph, op):
+                counts[kind] += 1
         return PassResult(sum(counts.values()), counts)
+
+    def fold(self, graph: Graph, op: Op, into: Collection[Op] | None = None) -> bool:
+        """Fold ``op`` (a BatchNormalization, Mul or Add) into the Conv before it, if it can
+        (and that Conv is one of ``into``, when given)."""
+        if op.type not in ("BatchNormalization", "Mul", "Add"):
+            return False
+        conv, scale, shift = self._match(graph, op)
+        if conv is None or (into is not None and conv not in into):
+            return False
+        w = conv.input_tensors("W")[0].producer.attrs["data"]
+        b_t = conv.input_tensors("B")
+        b = (_const(b_t[0]) if b_t else np.zeros(w.shape[0], w.dtype)).astype(np.float64)
+        w2 = (w.astype(np.float64) * scale.reshape((-1,) + (1,) * (w.ndim - 1)))
+        b2 = b * scale + shift
+        w_op = graph.create_const(graph.unique_name(f"{op.name}/W"), w2.astype(w.dtype))
+        b_op = graph.create_const(graph.unique_name(f"{op.name}/B"), b2.astype(w.dtype))
+        attrs = conv.attrs.copy()
+        graph.rewrite_op(op, "Conv", {"X": conv.input_tensors("X"), "W": [w_op],
+                                      "B": [b_op]}, attrs)
+        return True
 
     def _match(self, graph: Graph, op: Op) -> tuple[Op | None, np.ndarray, np.ndarray]:
         none = (None, np.empty(0), np.empty(0))

@@ -62,12 +62,31 @@ def calibration_samples(graph: Graph, opts: QuantizeOptions) -> list[dict[str, n
             if a.dtype.kind not in "biuf":
                 raise CalibrationFileError(f"calibration array {op.name!r} is {a.dtype}; expected "
                                         f"numbers ({op.output.dtype})")
-            if a.dtype.kind == "f" and not np.isfinite(a).all():
-                raise CalibrationFileError(f"calibration array {op.name!r} holds NaN or Inf; "
-                                        "calibrate with finite samples")
+            _check_calibration_array(op.name, path, a, op.output.dtype)
             arrays[op.name] = a.astype(op.output.dtype)
     count = min(min(a.shape[0] for a in arrays.values()), opts.samples)
     return [{k: v[i] for k, v in arrays.items()} for i in range(count)]
+
+
+def _check_calibration_array(name: str, path: Path, a: np.ndarray, dtype: str) -> None:
+    """Calibration data must be finite and representable in the input's dtype: a NaN, an Inf
+    or a float64 value beyond float32 (which would become Inf) has no int8 range."""
+    if a.dtype.kind != "f" or a.size == 0:
+        return
+    bad = ~np.isfinite(a)
+    if bad.any():
+        kinds = sorted({"NaN" if np.isnan(v) else "Inf" for v in a[bad].reshape(-1)[:1000]})
+        raise CalibrationFileError(
+            f"calibration array {name!r} in {str(path)!r} holds {int(bad.sum())} NaN or Inf "
+            f"value(s) (non-finite: {', '.join(kinds)}); calibrate with finite samples")
+    if np.dtype(dtype).kind == "f":
+        top = float(np.finfo(np.dtype(dtype)).max)
+        amax = float(np.abs(a).max())
+        if amax > top:
+            raise CalibrationFileError(
+                f"calibration array {name!r} in {str(path)!r} has values up to {amax:g}, "
+                f"outside {dtype} (largest {top:g}); scale the data into the model's input "
+                "range")
 
 
 def collect_ranges(graph: Graph, samples: Iterable[Mapping[str, np.ndarray]],
@@ -80,10 +99,22 @@ def collect_ranges(graph: Graph, samples: Iterable[Mapping[str, np.ndarray]],
     which ignores rare outliers.
     """
     per: dict[Tensor, list[tuple[float, float]]] = {}
+    #: the first tensor (in execution order) that held a NaN or an Inf, and which
+    bad: list[tuple[Tensor, int, str]] = []
+    sample = [0]
 
     def observe(t: Tensor, v: np.ndarray) -> None:
         if v.dtype.kind != "f" or v.size == 0:
             return
+        finite = np.isfinite(v)
+        if not finite.all():
+            if not bad:
+                kinds = sorted({"NaN" if np.isnan(x) else "Inf"
+                                for x in v[~finite].reshape(-1)[:1000]})
+                bad.append((t, sample[0], ", ".join(kinds)))
+            v = v[finite]
+            if v.size == 0:
+                return
         if method == "minmax":
             lo, hi = float(v.min()), float(v.max())
         else:
@@ -92,11 +123,24 @@ def collect_ranges(graph: Graph, samples: Iterable[Mapping[str, np.ndarray]],
 
     runner = CpuRunner(graph.root_subgraph, observer=observe)
     n = 0
-    for feed in samples:
-        runner.run(feed)
-        n += 1
+    with np.errstate(all="ignore"):
+        for feed in samples:
+            runner.run(feed)
+            n += 1
+            sample[0] = n
+            if bad:
+                break
     if n == 0:
         raise QuantizationError("calibration needs at least one sample")
+    if bad:
+        t, k, kinds = bad[0]
+        prod = t.producer
+        src = "model input" if prod.type == "data" else f"output of {prod.type} {prod.name!r}"
+        raise QuantizationError(
+            f"calibration: tensor {t.name!r} ({src}) has {kinds} values for calibration sample "
+            f"{k}: its range is not finite, so it has no int8 form. The calibration inputs "
+            "are outside what the model computes finitely (e.g. Sqrt or Log of negative values "
+            'from random calibration); give real samples as an .npz ("calibration": "data.npz")')
     out = {}
     for t, rs in per.items():
         if method == "minmax":

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from compiler.errors import QuantizationError
 
 #: int8 range of activations; weights use the symmetric [-127, 127] so that negating a weight
 #: never overflows.
@@ -40,25 +43,70 @@ def f32(x: float) -> float:
     return float(np.float32(x))
 
 
+#: Smallest activation scale: the smallest normal float32. A range narrower than 255 times this
+#: (every value within about 3e-36 of 0) is quantized with it: the tensor is 0 in int8, as it is
+#: to float32 precision.
+MIN_SCALE = float(np.finfo(np.float32).tiny)
+#: Largest activation scale: a range whose scale would not be a finite float32 has no int8 form.
+MAX_SCALE = float(np.finfo(np.float32).max)
+
+
 def activation_params(lo: float, hi: float, symmetric: bool) -> ActQuant:
-    """Parameters covering [lo, hi] (widened to include 0, so that 0 is exact)."""
-    lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
+    """Parameters covering [lo, hi] (widened to include 0, so that 0 is exact).
+
+    QuantizationError for a range that is not finite or whose scale is beyond float32; a range
+    too narrow for a normal float32 scale gets `MIN_SCALE` (never a zero or subnormal scale,
+    which would divide by zero downstream)."""
+    lo, hi = float(lo), float(hi)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise QuantizationError(f"the calibrated range [{lo:g}, {hi:g}] is not finite")
+    if lo > hi:
+        raise QuantizationError(f"the calibrated range [{lo:g}, {hi:g}] is empty")
+    lo, hi = min(lo, 0.0), max(hi, 0.0)
     if symmetric:
         amax = max(-lo, hi)
-        return ActQuant(f32(amax / QMAX) if amax > 0 else 1.0, 0)
+        if amax == 0:
+            return ActQuant(1.0, 0)
+        return ActQuant(_scale(amax / QMAX, lo, hi), 0)
     if hi == lo:
         return ActQuant(1.0, 0)
-    scale = f32((hi - lo) / (QMAX - QMIN))
+    scale = _scale((hi - lo) / (QMAX - QMIN), lo, hi)
     zp = int(np.clip(round(QMIN - lo / scale), QMIN, QMAX))
     return ActQuant(scale, zp)
 
 
-def weight_params(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per-channel symmetric int8: (int8 weights, float32 scales along ``axis``)."""
+def _scale(s: float, lo: float, hi: float) -> float:
+    if not math.isfinite(s) or s > MAX_SCALE:
+        raise QuantizationError(f"the calibrated range [{lo:g}, {hi:g}] is too wide for a "
+                                "float32 scale (values beyond float32)")
+    with np.errstate(over="ignore"):
+        v = f32(s)
+    if not math.isfinite(v):
+        raise QuantizationError(f"the calibrated range [{lo:g}, {hi:g}] is too wide for a "
+                                "float32 scale (values beyond float32)")
+    return max(v, MIN_SCALE)
+
+
+def weight_params(w: np.ndarray, axis: int, min_scale: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel symmetric int8: (int8 weights, float32 scales along ``axis``).
+
+    ``min_scale`` (per channel, optional) raises a channel's scale to at least that value (the
+    quantizer's remedy for a bias that would overflow int32 at the weights' own scale).
+    QuantizationError for weights that are not finite."""
     w64 = np.asarray(w, np.float64)
+    if not np.isfinite(w64).all():
+        raise QuantizationError("the weights are not all finite (NaN or Inf)")
     axes = tuple(i for i in range(w64.ndim) if i != axis)
     amax = np.abs(w64).max(axis=axes) if axes else np.abs(w64)
-    scale = np.where(amax > 0, amax / WMAX, 1.0).astype(np.float32)
+    scale = np.where(amax > 0, amax / WMAX, 1.0)
+    if min_scale is not None:
+        scale = np.maximum(scale, np.asarray(min_scale, np.float64))
+    scale = np.maximum(scale.astype(np.float32), np.float32(MIN_SCALE))
+    if min_scale is not None:
+        # float32 rounding may land just below the requested minimum: step up one ulp
+        low = scale.astype(np.float64) < np.asarray(min_scale, np.float64)
+        scale = np.where(low, np.nextafter(scale, np.float32(np.inf)), scale).astype(np.float32)
     shape = [1] * w64.ndim
     shape[axis] = -1
     q = np.clip(np.rint(w64 / scale.astype(np.float64).reshape(shape)), -WMAX, WMAX)

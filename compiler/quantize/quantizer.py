@@ -29,8 +29,8 @@ from compiler.quantize.params import ActQuant, activation_params, weight_params
 from compiler.quantize.requant import quantize_multipliers
 from compiler.xir import CONST, Graph, Op, Tensor
 
-SCALE_PRESERVING = frozenset({"MaxPool", "Reshape", "Flatten", "Transpose", "Squeeze",
-                              "Unsqueeze", "Identity", "Dropout"})
+SCALE_PRESERVING = frozenset({"MaxPool", "GlobalMaxPool", "Reshape", "Flatten", "Transpose",
+                              "Squeeze", "Unsqueeze", "Identity", "Dropout"})
 SCHEME = {
     "activations": "int8 per tensor, real = scale * (q - zero_point)",
     "weights": "int8 per output channel, symmetric [-127, 127]",
@@ -39,10 +39,17 @@ SCHEME = {
 }
 
 
+#: A requantization multiplier at or above this saturates every nonzero accumulator (|acc * M|
+#: >= 256 for |acc| >= 1), so it is stored as the largest one the requantizer has, 2**31 - 1,
+#: which gives the same int8 results (zero stays the zero point).
+SATURATING_MULTIPLIER = float(2**31 - 1)
+
+
 def requant_params(s_in: float, s_w: np.ndarray, s_out: float) -> tuple[np.ndarray, np.ndarray]:
-    """Per-channel (multiplier, shift) for M = s_in * s_w / s_out."""
+    """Per-channel (multiplier, shift) for M = s_in * s_w / s_out (a saturating M clamped to
+    `SATURATING_MULTIPLIER`, see there)."""
     m = float(s_in) * np.asarray(s_w, np.float64) / float(s_out)
-    return quantize_multipliers(m)
+    return quantize_multipliers(np.minimum(m, SATURATING_MULTIPLIER))
 
 
 def tensor_quant(t: Tensor) -> ActQuant | None:
@@ -55,36 +62,123 @@ def quantize_graph(graph: Graph, opts: QuantizeOptions) -> dict[str, Any]:
     samples = calibration_samples(graph, opts)
     ranges = collect_ranges(graph, samples, opts.method, opts.percentile)
     params: dict[Tensor, ActQuant] = {}
+    shared = _shared_params(graph, ranges, opts.symmetric_activations)
     for op in graph.topological_sort():
         t = op.output
         if op.type == CONST or t not in ranges:
             continue
         src = op.input_tensors()[0] if op.type in SCALE_PRESERVING and op.input_tensors() else None
-        if src is not None and src in params:
+        if t in shared:
+            params[t] = shared[t]
+        elif src is not None and src in params:
             params[t] = params[src]
         else:
-            params[t] = activation_params(*ranges[t], opts.symmetric_activations)
+            try:
+                params[t] = activation_params(*ranges[t], opts.symmetric_activations)
+            except QuantizationError as e:
+                raise QuantizationError(f"tensor {t.name!r} (output of {op.type} {op.name!r}): "
+                                        f"{e}") from None
     for t, p in params.items():
         t.attrs["quant"] = p.to_attr()
     counts: dict[str, int] = {}
+    notes: dict[str, str] = {}
+    skipped: dict[str, str] = {}
     for op in graph.topological_sort():
         done = False
-        if op.type in ("Conv", "Gemm", "MatMul"):
-            done = _quantize_linear_op(op, params)
-        elif op.type in ("Add", "Sum"):
-            done = _quantize_add(op, params)
+        try:
+            if op.type in ("Conv", "Gemm", "MatMul"):
+                done = _quantize_linear_op(op, params, notes)
+            elif op.type in ("Add", "Sum"):
+                done = _quantize_add(op, params)
+        except QuantizationError as e:
+            # this op has no int8 form: it stays in float (on the CPU), the model still compiles
+            op.attrs.pop("quant", None)
+            skipped[op.name] = f"{op.type}: {e}"
+            continue
         if done:
             counts[op.type] = counts.get(op.type, 0) + 1
     graph.attrs["quantization"] = dict(SCHEME)
-    return {"samples": len(samples), "calibration": opts.calibration, "method": opts.method,
-            "tensors": len(params), "ops": dict(sorted(counts.items()))}
+    report: dict[str, Any] = {"samples": len(samples), "calibration": opts.calibration,
+                              "method": opts.method, "tensors": len(params),
+                              "ops": dict(sorted(counts.items()))}
+    if notes:
+        report["adjusted"] = notes
+    if skipped:
+        report["float_ops"] = skipped
+    return report
+
+
+def _shared_params(graph: Graph, ranges: dict[Tensor, tuple[float, float]], symmetric: bool
+                   ) -> dict[Tensor, ActQuant]:
+    """One set of parameters for every tensor a Concat joins (its inputs and output, and
+    through scale-preserving ops the tensors those pass on), from the union of their ranges:
+    a concatenation is then a copy of int8 bytes, or no copy at all when the producers write
+    straight into the output (the accelerator's channel-offset writes). DenseNet's chains of
+    concatenations become one group per dense block. Tensors in no Concat's group are left to
+    the usual per-tensor rule (empty result)."""
+    parent: dict[Tensor, Tensor] = {}
+
+    def find(t: Tensor) -> Tensor:
+        while parent.get(t, t) is not t:
+            parent[t] = parent.get(parent[t], parent[t])
+            t = parent[t]
+        return t
+
+    def union(a: Tensor, b: Tensor) -> None:
+        ra, rb = find(a), find(b)
+        if ra is not rb:
+            parent[rb] = ra
+
+    joined: set[Tensor] = set()
+    for op in graph.topological_sort():
+        ins = [t for t in op.input_tensors() if t in ranges]
+        if op.type == "Concat" and op.output in ranges:
+            for t in ins:
+                union(op.output, t)
+            joined.add(op.output)
+        elif op.type in SCALE_PRESERVING and ins and op.output in ranges:
+            union(ins[0], op.output)
+    roots = {find(t) for t in joined}
+    if not roots:
+        return {}
+    members: dict[Tensor, list[Tensor]] = {}
+    for t in ranges:
+        r = find(t)
+        if r in roots:
+            members.setdefault(r, []).append(t)
+    out: dict[Tensor, ActQuant] = {}
+    for ts in members.values():
+        lo = min(ranges[t][0] for t in ts)
+        hi = max(ranges[t][1] for t in ts)
+        try:
+            q = activation_params(lo, hi, symmetric)
+        except QuantizationError as e:
+            raise QuantizationError(f"tensors {sorted(t.name for t in ts)[:4]} (joined by a "
+                                    f"Concat): {e}") from None
+        out.update(dict.fromkeys(ts, q))
+    return out
 
 
 def _const(t: Tensor | None) -> np.ndarray | None:
     return t.producer.attrs["data"] if t is not None and t.producer.type == CONST else None
 
 
-def _quantize_linear_op(op: Op, params: dict[Tensor, ActQuant]) -> bool:
+#: Largest |quantized bias| (int32 units). Half the int32 range: the other half is headroom for
+#: the products (|sum x*w| + |zp * sum w| <= 2 * 128 * 127 * K < 2**30 for a fan-in K below
+#: 33026), so the accumulator never wraps.
+BIAS_LIMIT = 2**30
+
+
+def bias_weight_floor(bias: np.ndarray, s_in: float) -> np.ndarray:
+    """Per channel, the smallest weight scale at which round(bias / (s_in * s_w)) fits
+    BIAS_LIMIT: raising a channel's weight scale to it is the standard remedy for a bias that
+    would overflow int32 (its weights are then so small next to its bias that the coarser grid
+    costs at most K * 64 * |b| / 2**30 of the output, e.g. 1e-4 of the bias for K = 2048)."""
+    return np.abs(np.asarray(bias, np.float64)) / (float(s_in) * (BIAS_LIMIT - 1))
+
+
+def _quantize_linear_op(op: Op, params: dict[Tensor, ActQuant],
+                        notes: dict[str, str] | None = None) -> bool:
     x = op.input_tensors()[0]
     w_arg = {"Conv": "W", "Gemm": "B", "MatMul": "B"}[op.type]
     ws = op.input_tensors(w_arg)
@@ -112,12 +206,31 @@ def _quantize_linear_op(op: Op, params: dict[Tensor, ActQuant]) -> bool:
                 if c is not None else np.zeros(n))
     if bias is None:
         return False
-    w_q, s_w = weight_params(w * alpha if alpha != 1.0 else w, axis)
+    bias = np.asarray(bias, np.float64)
+    if not np.isfinite(bias).all():
+        raise QuantizationError("the bias is not all finite (NaN or Inf)")
+    wa = w * alpha if alpha != 1.0 else w
+    w_q, s_w = weight_params(wa, axis)
     s_acc = qi.scale * s_w.astype(np.float64)
-    b_q = np.rint(np.asarray(bias, np.float64) / s_acc)
-    if np.any(np.abs(b_q) > 2**31 - 1):
-        raise QuantizationError(f"op {op.name!r}: the quantized bias overflows int32; the "
-                                "input or weight scale is too small for this bias")
+    b_q = np.rint(bias / s_acc)
+    over = np.abs(b_q) > BIAS_LIMIT
+    if over.any():
+        # the bias would overflow int32 at this weight scale (tiny folded weights next to a
+        # large bias): raise those channels' weight scales until it fits
+        floor = np.where(over, bias_weight_floor(bias, qi.scale), 0.0)
+        old = s_w.astype(np.float64)
+        w_q, s_w = weight_params(wa, axis, min_scale=floor)
+        s_acc = qi.scale * s_w.astype(np.float64)
+        b_q = np.rint(bias / s_acc)
+        if np.any(np.abs(b_q) > BIAS_LIMIT):  # pragma: no cover - the floor guarantees it
+            raise QuantizationError("the quantized bias overflows int32 even with raised "
+                                    "weight scales")
+        ratio = float((s_w.astype(np.float64)[over] / old[over]).max())
+        if notes is not None:
+            notes[op.name] = (f"{op.type}: bias up to {float(np.abs(bias).max()):.3g} would "
+                              f"overflow int32 at input scale {qi.scale:.3g}; raised the weight "
+                              f"scale of {int(over.sum())} of {over.size} output channel(s) "
+                              f"(up to {ratio:.3g}x)")
     sum_axes = tuple(i for i in range(w_q.ndim) if i != axis)
     w_sum = w_q.astype(np.int64).sum(axis=sum_axes)
     corrected = b_q.astype(np.int64) - qi.zero_point * w_sum

@@ -76,3 +76,37 @@ def qadd(xs: Sequence[np.ndarray], q: Quant) -> np.ndarray:
         total = total + np.left_shift(term, top - s)
     y = rounding_shift(np.asarray(total), top) + int(q["output_zero_point"])
     return np.clip(y, -128, 127).astype(np.int8)
+
+
+def qbinary(a_q: np.ndarray, b_q: np.ndarray, q: Quant,
+            bounds: tuple[int, int] = (-128, 127)) -> np.ndarray:
+    """Quantized elementwise Add, Sub, Mul, Max or Min of two int8 tensors with numpy
+    broadcasting, clamped to ``bounds`` (a fused Relu/Clip): the accelerator's binary kernel.
+
+    ``q``: ``op``, ``input_zero_points`` (z_a, z_b), ``output_zero_point`` and the fixed-point
+    parameters (`compiler.plugins.accel.kernels.binary_params`):
+
+    - add / sub: signed ``multipliers`` (m_a, m_b) with one ``shift`` S:
+      y = (((a - z_a) * m_a + (b - z_b) * m_b + 2**(S-1)) >> S) + z_y;
+    - mul: y = requantize((a - z_a) * (b - z_b), ``multiplier``, ``shift``, z_y);
+    - max / min: each operand requantized to the output on its own (``multipliers``,
+      ``shifts``) and clamped, then the larger / smaller (requantization is monotone).
+    """
+    op = q["op"]
+    za, zb = (int(z) for z in q["input_zero_points"])
+    zy = int(q["output_zero_point"])
+    lo, hi = (int(v) for v in bounds)
+    a = a_q.astype(np.int64) - za
+    b = b_q.astype(np.int64) - zb
+    if op == "mul":
+        y = requantize(a * b, int(q["multiplier"]), int(q["shift"]), zy).astype(np.int64)
+    elif op in ("max", "min"):
+        ya, yb = (np.clip(requantize(v, int(m), int(s), zy).astype(np.int64), lo, hi)
+                  for v, m, s in zip((a, b), q["multipliers"], q["shifts"], strict=True))
+        y = np.maximum(ya, yb) if op == "max" else np.minimum(ya, yb)
+    elif op in ("add", "sub"):
+        ma, mb = (int(m) for m in q["multipliers"])
+        y = np.clip(rounding_shift(a * ma + b * mb, int(q["shift"])) + zy, -128, 127)
+    else:
+        raise QuantizationError(f"qbinary: unknown op {op!r}")
+    return np.clip(y, lo, hi).astype(np.int8)

@@ -161,8 +161,9 @@ class IoSpec:
             raise AbiError(f"accel_io entry name must be a non-empty string, got {name!r}")
         what = f"accel_io entry {name!r}"
         shape = d["shape"]
-        if not isinstance(shape, (list, tuple)) or len(shape) not in (2, 4):
-            raise AbiError(f"{what}: shape must be a list of 2 or 4 dimensions, got {shape!r}")
+        if not isinstance(shape, (list, tuple)) or not 1 <= len(shape) <= 4:
+            raise AbiError(f"{what}: shape must be a list of 1 to 4 dimensions (the ranks with "
+                           f"a blocked layout, layout.nchw_view), got {shape!r}")
         dims = tuple(_int(v, f"{what}: a dimension", 1, ACCEL_SPACE) for v in shape)
         scale = d["scale"]
         if isinstance(scale, bool) or not isinstance(scale, (int, float)) \
@@ -189,8 +190,7 @@ class IoSpec:
 
     @property
     def nchw(self) -> tuple[int, int, int, int]:
-        s = self.shape
-        return (s[0], s[1], s[2], s[3]) if len(s) == 4 else (s[0], s[1], 1, 1)
+        return layout.nchw_view(self.shape)
 
     def pack(self, x: np.ndarray) -> np.ndarray:
         """Float array -> quantized blocked bytes (uint8 array of `nbytes`)."""

@@ -21,6 +21,22 @@ from collections.abc import Sequence
 import numpy as np
 
 
+def nchw_view(shape: Sequence[int]) -> tuple[int, int, int, int]:
+    """The (B, C, H, W) view a tensor of `shape` has in the blocked layout: NCHW as it is,
+    (N, C, L) as (N, C, 1, L), a (M, K) matrix as (M, K, 1, 1), a (K,) vector as (1, K, 1, 1).
+    ValueError for other ranks."""
+    s = tuple(int(v) for v in shape)
+    if len(s) == 4:
+        return s[0], s[1], s[2], s[3]
+    if len(s) == 3:
+        return s[0], s[1], 1, s[2]
+    if len(s) == 2:
+        return s[0], s[1], 1, 1
+    if len(s) == 1:
+        return 1, s[0], 1, 1
+    raise ValueError(f"shape {s} has no blocked layout (ranks 1 to 4 do)")
+
+
 def blocks(channels: int, n: int) -> int:
     """Channel blocks of N lanes that hold `channels` channels."""
     return -(-int(channels) // n)

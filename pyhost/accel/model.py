@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pyhost.accel import blas
 from pyhost.accel.timing import field_cycles
 from pyhost.fixedpoint import requantize_lanes, rounding_shift
 from pyhost.spec import isa, regs
@@ -28,6 +29,12 @@ _MASK32 = _ADDR_SPACE - 1
 _BLOCK = 1 << 16
 #: Instructions the fetcher reads from memory per `read` call.
 _FETCH_CHUNK = 64
+#: Largest matrix product (rows x depth x columns) of one BLAS call of the batched GEMM: OpenBLAS
+#: runs products below 4 * 65536 on the calling thread, and its threads cost more than they gain
+#: on products this thin (and on a busy machine, far more).
+_BLAS_MNK = 1 << 18
+#: Distinct instruction encodings the model keeps decoded (cleared when it grows past this).
+_DECODE_CACHE = 1 << 20
 
 COUNTER_NAMES = tuple(name for name, _ in regs.ACCEL_COUNTERS)
 
@@ -52,22 +59,31 @@ class AccelResult:
 
 
 class _Op:
-    """An instruction as the model runs it: fields by name, the token counters it pops/pushes."""
+    """A checked instruction as the model runs it: fields by name, the token counters it pops and
+    pushes, its busy cycles (`timing.field_cycles`). It does not know its pc: one object serves
+    every pc with the same encoding (the fetcher's decode cache)."""
 
-    __slots__ = ("pc", "op", "unit", "f", "pops", "pushes", "dispatch_t")
+    __slots__ = ("op", "unit", "f", "pops", "pushes", "cycles")
 
-    def __init__(self, pc: int, insn: Insn, f: dict[str, int]) -> None:
-        self.pc = pc
+    def __init__(self, insn: Insn, f: dict[str, int], n: int) -> None:
         self.op = insn.op
         self.unit = insn.unit
         self.f = f
         self.pops, self.pushes = isa.token_counters(self.unit, f)
-        self.dispatch_t = 0
+        self.cycles = field_cycles(self.op, f, n)
+
+
+class _Fields(dict):
+    """An instruction's fields by name; `pre` caches what the unit derives from them alone (the
+    same for every run: the fields never change)."""
+
+    __slots__ = ("pre",)
 
 
 def _fields(insn: Insn) -> dict[str, int]:
     """Every field of `insn` (0 when absent), range-checked like `isa.encode`."""
-    out = {}
+    out = _Fields()
+    out.pre = None
     for name, lo, hi in _RANGES[insn.op]:
         v = int(insn.fields.get(name, 0))
         if not lo <= v <= hi:
@@ -103,6 +119,23 @@ class _Memory:
     def scatter(self, starts: np.ndarray, data: np.ndarray) -> None:
         raise NotImplementedError
 
+    def load_rows(self, addr: int, rows: int, stride: int, length: int) -> np.ndarray | None:
+        """`rows` rows of `length` bytes from `addr`, `stride` bytes apart (addresses modulo
+        2**32), as a [rows, length] uint8 array; None on a bus error."""
+        starts = _row_starts(addr, rows, stride)
+        if not self.rows_ok(starts, length):
+            return None
+        return self.gather(starts, length)
+
+    def store_rows(self, addr: int, stride: int, data: np.ndarray) -> bool:
+        """Write the rows of `data` ([rows, length] uint8) from `addr`, `stride` bytes apart (a
+        later row wins where rows overlap); False on a bus error (nothing written)."""
+        starts = _row_starts(addr, data.shape[0], stride)
+        if not self.rows_ok(starts, data.shape[1]):
+            return False
+        self.scatter(starts, data)
+        return True
+
 
 class _ArrayMemory(_Memory):
     """Card memory that is a numpy uint8 array (ModelCard, `execute`): one fancy index per LOAD."""
@@ -116,6 +149,26 @@ class _ArrayMemory(_Memory):
 
     def _index(self, starts: np.ndarray, length: int) -> np.ndarray:
         return (starts[:, None] + np.arange(length, dtype=np.int64)[None, :]) & _MASK32
+
+    def _strided(self, addr: int, rows: int, stride: int, length: int) -> np.ndarray | None:
+        """The rows as a strided view of the array when they all lie below its end (then no
+        address wraps), else None."""
+        if addr + (rows - 1) * stride + length > self.size:
+            return None
+        return np.ndarray((rows, length), np.uint8, self.arr, addr, (stride, 1))
+
+    def load_rows(self, addr: int, rows: int, stride: int, length: int) -> np.ndarray | None:
+        view = self._strided(addr, rows, stride, length) if length else None
+        return view if view is not None else super().load_rows(addr, rows, stride, length)
+
+    def store_rows(self, addr: int, stride: int, data: np.ndarray) -> bool:
+        rows, length = data.shape
+        if length and (rows == 1 or stride >= length):      # rows that do not overlap
+            view = self._strided(addr, rows, stride, length)
+            if view is not None:
+                view[...] = data
+                return True
+        return super().store_rows(addr, stride, data)
 
     def gather(self, starts: np.ndarray, length: int) -> np.ndarray:
         s0 = int(starts[0])
@@ -187,36 +240,70 @@ class _ProgramSource:
 
 
 class _ListProgram(_ProgramSource):
-    def __init__(self, program: Sequence[Insn | bytes]) -> None:
+    def __init__(self, program: Sequence[Insn | bytes], n: int) -> None:
         self.program = program
         self.count = len(program)
+        self.n = n
 
     def get(self, pc: int) -> _Op | AccelError:
-        return _check(pc, self.program[pc])
+        return _check(self.program[pc], self.n)
 
 
 class _MemoryProgram(_ProgramSource):
-    """The program in card memory, read in chunks as the fetcher advances."""
+    """The program in card memory, read in chunks of _FETCH_CHUNK instructions as the fetcher
+    advances; each 16-byte encoding is decoded and checked once (`decoded`, kept by the model
+    across runs: a compiled program repeats its encodings many times)."""
 
-    def __init__(self, mem: _Memory, base: int, count: int) -> None:
+    def __init__(self, mem: _Memory, base: int, count: int, n: int,
+                 decoded: dict[bytes, _Op | AccelError]) -> None:
         self.mem = mem
         self.base = base
         self.count = count
-        self._cache: dict[int, _Op | AccelError] = {}
+        self.n = n
+        self.decoded = decoded
+        self._lo = self._hi = 0                  # the chunk held: pcs [lo, hi)
+        self._chunk: list[_Op | AccelError] = []
 
     def get(self, pc: int) -> _Op | AccelError:
-        if pc not in self._cache:
-            self._cache.clear()
-            for k in range(pc, min(self.count, pc + _FETCH_CHUNK)):
-                addr = (self.base + isa.INSN_BYTES * k) & _MASK32
-                if not self.mem.rows_ok(np.array([addr], np.int64), isa.INSN_BYTES):
-                    self._cache[k] = AccelError.FETCH_BUS
-                    break
-                self._cache[k] = _check(k, self.mem.read(addr, isa.INSN_BYTES))
-        return self._cache[pc]
+        if not self._lo <= pc < self._hi:
+            self._read(pc)
+        return self._chunk[pc - self._lo]
+
+    def _read(self, pc: int) -> None:
+        ib = isa.INSN_BYTES
+        end = min(self.count, pc + _FETCH_CHUNK)
+        size = self.mem.size
+        ok = pc
+        if ((self.base + ib * pc) & _MASK32) + ib * (end - pc) <= min(size, _ADDR_SPACE):
+            ok = end                             # the whole chunk exists (the usual case)
+        while ok < end:                          # instructions whose bytes all exist
+            addr = (self.base + ib * ok) & _MASK32
+            if not (addr + ib <= size or (addr + ib > _ADDR_SPACE and size >= _ADDR_SPACE)):
+                break
+            ok += 1
+        chunk: list[_Op | AccelError] = []
+        if ok > pc:
+            first = (self.base + ib * pc) & _MASK32
+            if first + ib * (ok - pc) <= min(size, _ADDR_SPACE):
+                raw = self.mem.read(first, ib * (ok - pc))
+                words = [raw[i:i + ib] for i in range(0, len(raw), ib)]
+            else:                                # the program wraps at 2**32
+                words = [self.mem.read((self.base + ib * k) & _MASK32, ib) for k in range(pc, ok)]
+            cache = self.decoded
+            if len(cache) > _DECODE_CACHE:
+                cache.clear()
+            for w in words:
+                d = cache.get(w)
+                if d is None:
+                    d = cache[w] = _check(w, self.n)
+                chunk.append(d)
+        if ok < end:
+            chunk.append(AccelError.FETCH_BUS)   # the first instruction with a missing byte
+        self._lo, self._hi = pc, pc + len(chunk)
+        self._chunk = chunk
 
 
-def _check(pc: int, item: Insn | bytes) -> _Op | AccelError:
+def _check(item: Insn | bytes, n: int) -> _Op | AccelError:
     """Decode and statically check one instruction, like the fetch unit."""
     if isinstance(item, Insn):
         insn = item
@@ -228,7 +315,7 @@ def _check(pc: int, item: Insn | bytes) -> _Op | AccelError:
     err = isa.check_static(insn)
     if err != AccelError.NONE:
         return err
-    return _Op(pc, insn, _fields(insn))
+    return _Op(insn, _fields(insn), n)
 
 
 # --- the model -----------------------------------------------------------------------------------
@@ -274,6 +361,16 @@ class AccelModel:
         self.inp = np.zeros((cfg.inp_depth, n), np.int8)
         self.wgt = np.zeros((cfg.wgt_depth, n, n), np.int8)
         self.acc = np.zeros((cfg.acc_depth, n), np.int32)
+        #: decoded and checked instructions by encoding (the fetcher's cache, kept across runs)
+        self._decoded: dict[bytes, _Op | AccelError] = {}
+        #: GEMMs started but not yet computed (during a run; see `_GemmBatch`)
+        self._batch: _GemmBatch | None = None
+        #: compute consecutive GEMMs together (False: each as it starts; the same result)
+        self.batch_gemms = True
+        #: (element bytes, scratchpad depth) of each LOAD/STORE buffer
+        self._buffers = {int(b): (cfg.element_bytes(b), cfg.depth(b)) for b in Buffer}
+        #: row sequences of GEMM accumulator loops, and whether their rows are distinct
+        self._loops: dict[tuple[int, ...], tuple[np.ndarray, bool]] = {}
 
     # --- public API --------------------------------------------------------------------------
 
@@ -287,14 +384,16 @@ class AccelModel:
         never reaches the callbacks. The caller checks INSN_BASE / INSN_COUNT (BAD_CONFIG).
         """
         mem = _CallbackMemory(read, write, mem_size)
-        return self._run(mem, _MemoryProgram(mem, insn_base & _MASK32, insn_count), slots,
+        return self._run(mem, _MemoryProgram(mem, insn_base & _MASK32, insn_count, self.cfg.n,
+                                                   self._decoded), slots,
                          schedule_seed)
 
     def run_array(self, mem: np.ndarray, insn_base: int, insn_count: int, slots: Sequence[int],
                   *, schedule_seed: int | None = None) -> AccelResult:
         """`run` on card memory that is a writable uint8 numpy array (its size is mem_size)."""
         m = _ArrayMemory(_as_u8(mem))
-        return self._run(m, _MemoryProgram(m, insn_base & _MASK32, insn_count), slots,
+        return self._run(m, _MemoryProgram(m, insn_base & _MASK32, insn_count, self.cfg.n,
+                                                self._decoded), slots,
                          schedule_seed)
 
     def execute(self, program: Sequence[Insn | bytes], mem: bytearray | np.ndarray,
@@ -304,7 +403,8 @@ class AccelModel:
         `mem` is a bytearray (or a writable uint8 numpy array); its length is the memory size.
         Items of `program` may be 16-byte images instead of Insn, for illegal encodings.
         """
-        return self._run(_ArrayMemory(_as_u8(mem)), _ListProgram(program), slots, schedule_seed)
+        return self._run(_ArrayMemory(_as_u8(mem)), _ListProgram(program, self.cfg.n), slots,
+                         schedule_seed)
 
     # --- scheduler ---------------------------------------------------------------------------
 
@@ -320,28 +420,37 @@ class AccelModel:
 
     def _load(self, f: dict[str, int], mem: _Memory, slots: list[int], c: dict[str, int]
               ) -> AccelError:
-        cfg, n = self.cfg, self.cfg.n
-        buf = Buffer(f["buf"])
-        e = cfg.element_bytes(buf)
+        n = self.cfg.n
+        buf = f["buf"]
+        e, depth = self._buffers[buf]
         y, x = f["y_size"], f["x_size"]
         pt, pb, pl, pr = f["pad_top"], f["pad_bottom"], f["pad_left"], f["pad_right"]
         rows, cols = pt + y + pb, pl + x + pr
         total = rows * cols
         base = f["sp_base"]
-        if total and base + total > cfg.depth(buf):
+        if total and base + total > depth:
             return AccelError.SP_RANGE
         addr = (slots[f["slot"]] + f["offset"]) & _MASK32
         if addr % e:
             return AccelError.MISALIGNED
         data = None
         if y and x:
-            starts = _row_starts(addr, y, f["y_stride"] * e)
-            if not mem.rows_ok(starts, x * e):
+            data = mem.load_rows(addr, y, f["y_stride"] * e, x * e)
+            if data is None:
                 return AccelError.LOAD_BUS
-            data = mem.gather(starts, x * e).reshape(y, x, e)
+            data = data.reshape(y, x, e)
         if total:
             pad = f["pad_value"]
-            if buf == Buffer.INP:
+            if data is not None and not (pt or pb or pl or pr) and buf != Buffer.ACC:
+                # no padding: the rows go straight in
+                d8 = data.view(np.int8).reshape(total, e)
+                if buf == Buffer.INP:
+                    self.inp[base:base + total] = d8
+                elif buf == Buffer.WGT:
+                    self.wgt[base:base + total] = d8.reshape(total, n, n)
+                else:
+                    self.acc[base:base + total] = d8
+            elif buf == Buffer.INP:
                 tile = np.full((rows, cols, n), pad, np.int8)
                 if data is not None:
                     tile[pt:pt + y, pl:pl + x] = data.view(np.int8)
@@ -364,8 +473,8 @@ class AccelModel:
     def _store(self, f: dict[str, int], mem: _Memory, slots: list[int], c: dict[str, int]
                ) -> AccelError:
         cfg = self.cfg
-        buf = Buffer(f["buf"])
-        e = cfg.element_bytes(buf)
+        buf = f["buf"]
+        e = self._buffers[buf][0]
         y, x = f["y_size"], f["x_size"]
         total = y * x
         base = f["sp_base"]
@@ -375,24 +484,45 @@ class AccelModel:
         if addr % e:
             return AccelError.MISALIGNED
         if total:
-            starts = _row_starts(addr, y, f["y_stride"] * e)
-            if not mem.rows_ok(starts, x * e):
-                return AccelError.STORE_BUS
             rows = self.acc[base:base + total]
             lanes = rows.astype("<i4") if buf == Buffer.ACC else rows.astype(np.int8)
-            mem.scatter(starts, np.ascontiguousarray(lanes).view(np.uint8).reshape(y, x * e))
+            if not mem.store_rows(addr, f["y_stride"] * e,
+                                  np.ascontiguousarray(lanes).view(np.uint8).reshape(y, x * e)):
+                return AccelError.STORE_BUS
         c["bytes_stored"] += total * e
         return AccelError.NONE
 
     def _gemm(self, f: dict[str, int], c: dict[str, int]) -> AccelError:
+        pre = getattr(f, "pre", None)
+        if pre is None:
+            pre = self._gemm_check(f)
+            if isinstance(f, _Fields):
+                f.pre = pre
+        err, macs, a_last, i_last = pre
+        if err != AccelError.NONE or not macs:
+            return err
+        c["macs"] += macs
+        if self._batch is not None:                  # in a run: computed with its neighbours
+            self._batch.add(f, a_last, i_last)
+        else:
+            self._gemm_now(f)
+        return AccelError.NONE
+
+    def _gemm_check(self, f: dict[str, int]) -> tuple[AccelError, int, int, int]:
+        """(SP_RANGE or NONE, MACs, last accumulator row, last input row) of a GEMM."""
         cfg, n = self.cfg, self.cfg.n
         outer, inner = f["outer"], f["inner"]
         if not (outer and inner):
-            return AccelError.NONE
+            return AccelError.NONE, 0, 0, 0
         a_last = f["acc_base"] + (outer - 1) * f["acc_so"] + (inner - 1) * f["acc_si"]
         i_last = f["inp_base"] + (outer - 1) * f["inp_so"] + (inner - 1) * f["inp_si"]
         if a_last >= cfg.acc_depth or i_last >= cfg.inp_depth or f["wgt_base"] >= cfg.wgt_depth:
-            return AccelError.SP_RANGE
+            return AccelError.SP_RANGE, 0, 0, 0
+        return AccelError.NONE, outer * inner * n * n, a_last, i_last
+
+    def _gemm_now(self, f: dict[str, int]) -> None:
+        """One GEMM instruction's effect, computed alone (its fields already checked)."""
+        outer, inner = f["outer"], f["inner"]
         a = _loop_rows(f["acc_base"], outer, inner, f["acc_so"], f["acc_si"])
         x = _loop_rows(f["inp_base"], outer, inner, f["inp_so"], f["inp_si"])
         w = self.wgt[f["wgt_base"]].astype(np.int32)
@@ -413,8 +543,82 @@ class AccelModel:
                 # Accumulating into repeated rows: addition modulo 2**32 is order-free.
                 rows, sums = _group_reduce(ab, prod.astype(np.int64), np.add)
                 self.acc[rows] = _wrap32(self.acc[rows].astype(np.int64) + sums)
-        c["macs"] += outer * inner * n * n
-        return AccelError.NONE
+
+    def _acc_loop(self, key: tuple[int, ...]) -> tuple[np.ndarray, bool, np.ndarray, np.ndarray]:
+        """(rows, rows distinct, outer index, inner index of each iteration) of the accumulator
+        loop key = (acc_base, outer, inner, so, si)."""
+        hit = self._loops.get(key)
+        if hit is None:
+            if len(self._loops) > _DECODE_CACHE:
+                self._loops.clear()
+            rows = _loop_rows(*key)
+            outer, inner = key[1], key[2]
+            hit = self._loops[key] = (
+                rows, _unique(rows), np.repeat(np.arange(outer, dtype=np.int64), inner)[:, None],
+                np.tile(np.arange(inner, dtype=np.int64), outer)[:, None])
+        return hit
+
+    def _gemm_many(self, fs: list[dict[str, int]]) -> None:
+        """The effect of GEMM instructions `fs` run one after the other, with nothing else
+        touching the scratchpads in between.
+
+        Instructions with the same accumulator loop (base, counts, strides) form a group: each
+        row of the group gets the sum of its products over the group's instructions (after the
+        last one that resets, or added to the row), computed as one matrix product of the
+        instructions' input rows side by side ([rows, T*N]) with their weight tiles stacked
+        ([T*N, N]). Groups whose rows overlap an earlier group's are computed in order, one
+        part at a time. Addition modulo 2**32 is associative, and every partial sum is an
+        integer below 2**24 (float32) or 2**53 (float64) in magnitude, so the floating-point
+        product (BLAS) is exact and the result is bit for bit the sequential one's.
+        """
+        depth = self.cfg.acc_depth
+        groups: dict[tuple[int, ...], list[dict[str, int]]] = {}
+        taken = np.zeros(depth, bool)
+        for f in fs:
+            key = (f["acc_base"], f["outer"], f["inner"], f["acc_so"], f["acc_si"])
+            g = groups.get(key)
+            if g is not None:
+                g.append(f)
+                continue
+            rows, distinct, _, _ = self._acc_loop(key)
+            if not distinct:                         # rows repeat inside the instruction
+                self._gemm_groups(groups)
+                groups = {}
+                taken[:] = False
+                self._gemm_now(f)
+                continue
+            if groups and taken[rows].any():         # overlaps an earlier group: in order
+                self._gemm_groups(groups)
+                groups = {}
+                taken[:] = False
+            taken[rows] = True
+            groups[key] = [f]
+        self._gemm_groups(groups)
+
+    def _gemm_groups(self, groups: dict[tuple[int, ...], list[dict[str, int]]]) -> None:
+        n = self.cfg.n
+        for key, fs in groups.items():
+            if len(fs) == 1:
+                self._gemm_now(fs[0])
+                continue
+            last = max((j for j, f in enumerate(fs) if f["reset"]), default=-1)
+            use = fs[last:] if last >= 0 else fs
+            rows, _, o, i = self._acc_loop(key)
+            t = len(use)
+            ib = np.array([[f["inp_base"] for f in use], [f["inp_so"] for f in use],
+                           [f["inp_si"] for f in use]], np.int64)
+            idx = ib[0][None, :] + o * ib[1][None, :] + i * ib[2][None, :]
+            dt = np.float32 if t * n <= 512 else np.float64      # exact: see _gemm_many
+            w = self.wgt[[f["wgt_base"] for f in use]].reshape(t * n, n).astype(dt)
+            step = max(1, _BLAS_MNK // (t * n * n))
+            for lo in range(0, rows.size, step):
+                r = rows[lo:lo + step]
+                s = (self.inp[idx[lo:lo + step]].reshape(r.size, t * n).astype(dt) @ w
+                     ).astype(np.int64)
+                if last >= 0:
+                    self.acc[r] = _wrap32(s)
+                else:
+                    self.acc[r] = _wrap32(self.acc[r].astype(np.int64) + s)
 
     def _alu(self, f: dict[str, int]) -> AccelError:
         cfg = self.cfg
@@ -569,10 +773,91 @@ def _new_counters() -> dict[str, int]:
     return dict.fromkeys(COUNTER_NAMES, 0)
 
 
+class _GemmBatch:
+    """GEMMs a run has started whose arithmetic waits, so that consecutive ones are computed
+    together (`AccelModel._gemm_many`). Their checks and counters are done when they start; the
+    batch is computed before any instruction that could see or change what they touch, in the
+    run's order, so the result is the one of computing each as it starts: another unit's LOAD,
+    STORE or ALU runs at once only if the rows it touches lie outside the batch's row ranges
+    (then the two commute); anything else first computes the batch (`sync`)."""
+
+    __slots__ = ("fs", "acc", "inp", "wgt")
+
+    def __init__(self) -> None:
+        self.fs: list[dict[str, int]] = []
+        self.acc = [1 << 30, -1]      # [lowest, highest] row of each scratchpad touched
+        self.inp = [1 << 30, -1]
+        self.wgt = [1 << 30, -1]
+
+    def add(self, f: dict[str, int], a_last: int, i_last: int) -> None:
+        self.fs.append(f)
+        r = self.acc
+        if f["acc_base"] < r[0]:
+            r[0] = f["acc_base"]
+        if a_last > r[1]:
+            r[1] = a_last
+        r = self.inp
+        if f["inp_base"] < r[0]:
+            r[0] = f["inp_base"]
+        if i_last > r[1]:
+            r[1] = i_last
+        r = self.wgt
+        w = f["wgt_base"]
+        if w < r[0]:
+            r[0] = w
+        if w > r[1]:
+            r[1] = w
+
+    def flush(self, model: AccelModel) -> None:
+        if self.fs:
+            fs, self.fs = self.fs, []
+            self.acc = [1 << 30, -1]
+            self.inp = [1 << 30, -1]
+            self.wgt = [1 << 30, -1]
+            model._gemm_many(fs)
+
+    def commutes(self, op: Opcode, f: dict[str, int]) -> bool:
+        """Whether instruction (op, f) of another kind touches no row the batch touches."""
+        def clear(r: list[int], lo: int, hi: int) -> bool:
+            return hi < r[0] or lo > r[1]
+
+        if op == Opcode.LOAD:
+            total = (f["pad_top"] + f["y_size"] + f["pad_bottom"]) \
+                * (f["pad_left"] + f["x_size"] + f["pad_right"])
+            if not total:
+                return True
+            buf = f["buf"]
+            r = self.inp if buf == Buffer.INP else self.wgt if buf == Buffer.WGT else self.acc
+            return clear(r, f["sp_base"], f["sp_base"] + total - 1)
+        if op == Opcode.STORE:
+            total = f["y_size"] * f["x_size"]
+            return not total or clear(self.acc, f["sp_base"], f["sp_base"] + total - 1)
+        if op == Opcode.ALU:
+            outer, inner = f["outer"], f["inner"]
+            if not (outer and inner):
+                return True
+            d_last = f["dst_base"] + (outer - 1) * f["dst_so"] + (inner - 1) * f["dst_si"]
+            if not clear(self.acc, f["dst_base"], d_last):
+                return False
+            if f["use_imm"]:
+                return True
+            s_last = f["src_base"] + (outer - 1) * f["src_so"] + (inner - 1) * f["src_si"] + 1
+            return clear(self.acc, f["src_base"], s_last)
+        return False                  # an instruction this batch knows nothing about
+
+
+_LOAD, _STORE, _GEMM = int(Opcode.LOAD), int(Opcode.STORE), int(Opcode.GEMM)
+
+
 class _Run:
-    """One run of a program: queues, token counters, the schedule, the timing estimate."""
+    """One run of a program: queues, token counters, the schedule, the timing estimate.
+
+    Queue entries are (pc, instruction, dispatch time). The default schedule (round robin:
+    fetcher, load, compute, store, repeated) is `_go_round_robin`, the same steps as the random
+    one with the agents' conditions written out, since it runs once per instruction."""
 
     FETCH = 3     # agent index after the three units
+    UNIT_NAMES = ("load", "compute", "store")
 
     def __init__(self, model: AccelModel, mem: _Memory, prog: _ProgramSource,
                  slots: list[int]) -> None:
@@ -581,7 +866,7 @@ class _Run:
         self.prog = prog
         self.slots = slots
         self.cap = model.cfg.queue_depth + 1
-        self.queues: list[deque[_Op]] = [deque(), deque(), deque()]
+        self.queues: list[deque[tuple[int, _Op, int]]] = [deque(), deque(), deque()]
         self.tokens = [0, 0, 0, 0]
         self.pc = 0
         self._next: _Op | AccelError | None = None      # instruction pc, decoded and checked
@@ -589,6 +874,7 @@ class _Run:
         self.error = AccelError.NONE
         self.err_pc = 0
         self.c = _new_counters()
+        self.batch = _GemmBatch()
         # timing estimate
         self.fetch_t = 0
         self.unit_t = [0, 0, 0]                          # when each unit is free again
@@ -596,6 +882,8 @@ class _Run:
         self.finish_t: list[list[int]] = [[], [], []]    # finish time of each started insn
         self.dispatched = [0, 0, 0]
         self.last_t = 0
+        self._busy = [f"{u}_busy" for u in self.UNIT_NAMES]
+        self._stall = [f"{u}_stall" for u in self.UNIT_NAMES]
 
     # --- agents ------------------------------------------------------------------------------
 
@@ -627,9 +915,9 @@ class _Run:
         k = self.dispatched[u] - self.cap                # its queue entry frees when k finishes
         if k >= 0:
             t = max(t, self.finish_t[u][k])
-        self.fetch_t = item.dispatch_t = t
+        self.fetch_t = t
         self.dispatched[u] += 1
-        self.queues[u].append(item)
+        self.queues[u].append((self.pc, item, t))
         self.pc += 1
         self._next = None
 
@@ -640,29 +928,53 @@ class _Run:
 
     def unit_enabled(self, u: int) -> bool:
         q = self.queues[u]
-        return bool(q) and not self.error and all(self.tokens[t] for t in q[0].pops)
+        return bool(q) and not self.error and all(self.tokens[t] for t in q[0][1].pops)
 
     def unit_step(self, u: int) -> None:
-        op = self.queues[u].popleft()
-        for t in op.pops:
-            self.tokens[t] -= 1
-        m, f, c = self.model, op.f, self.c
-        if op.op == Opcode.LOAD:
-            err = m._load(f, self.mem, self.slots, c)
-        elif op.op == Opcode.STORE:
-            err = m._store(f, self.mem, self.slots, c)
-        elif op.op == Opcode.GEMM:
+        pc, op, dispatch_t = self.queues[u].popleft()
+        tokens = self.tokens
+        pops = op.pops
+        for t in pops:
+            tokens[t] -= 1
+        m, f, c, code = self.model, op.f, self.c, op.op
+        if code == _GEMM:
             err = m._gemm(f, c)
         else:
-            err = m._alu(f)
-        if err != AccelError.NONE:
-            self.fail(err, op.pc)
+            if self.batch.fs and not self.batch.commutes(code, f):
+                self.batch.flush(m)
+            if code == _LOAD:
+                err = m._load(f, self.mem, self.slots, c)
+            elif code == _STORE:
+                err = m._store(f, self.mem, self.slots, c)
+            else:
+                err = m._alu(f)
+        if err:
+            self.fail(err, pc)
             return
-        finish = self._time(u, op)
+        # the timing estimate: start when the unit is free and the popped tokens are there
+        ready = self.unit_t[u]
+        if dispatch_t >= ready:
+            ready = dispatch_t + 1
+        start = ready
+        for t in pops:
+            pushed = self.token_t[t].popleft()
+            if pushed > start:
+                start = pushed
+        dur = op.cycles
+        finish = start + dur
+        c[self._busy[u]] += dur
+        if start != ready:
+            c[self._stall[u]] += start - ready
+        if code == _GEMM:
+            c["gemm_busy"] += dur
+        self.unit_t[u] = finish
+        self.finish_t[u].append(finish)
+        if finish > self.last_t:
+            self.last_t = finish
         for t in op.pushes:
-            self.tokens[t] += 1
+            tokens[t] += 1
             self.token_t[t].append(finish)
-            if self.tokens[t] > isa.TOKEN_MAX:
+            if tokens[t] > isa.TOKEN_MAX:
                 self.fail(AccelError.TOKEN_OVERFLOW, self.c["insns"])
                 return
 
@@ -670,52 +982,72 @@ class _Run:
         if not self.error:
             self.error, self.err_pc = err, pc
 
-    # --- timing estimate ---------------------------------------------------------------------
-
-    def _time(self, u: int, op: _Op) -> int:
-        f, c = op.f, self.c
-        ready = max(self.unit_t[u], op.dispatch_t + 1)
-        start = ready
-        for t in op.pops:
-            start = max(start, self.token_t[t].popleft())
-        dur = field_cycles(op.op, f, self.model.cfg.n)
-        finish = start + dur
-        c[("load", "compute", "store")[u] + "_busy"] += dur
-        c[("load", "compute", "store")[u] + "_stall"] += start - ready
-        if op.op == Opcode.GEMM:
-            c["gemm_busy"] += dur
-        self.unit_t[u] = finish
-        self.finish_t[u].append(finish)
-        self.last_t = max(self.last_t, finish)
-        return finish
-
     # --- the loop ----------------------------------------------------------------------------
 
     def go(self, seed: int | None) -> AccelResult:
+        self.model._batch = self.batch if self.model.batch_gemms else None
+        try:
+            with blas.single_thread():
+                if seed is None:
+                    self._go_round_robin()
+                else:
+                    self._go_random(seed)
+                self.batch.flush(self.model)
+        finally:
+            self.model._batch = None
+        self.c["cycles"] = max(self.last_t, self.fetch_t)
+        return AccelResult(self.error, self.err_pc if self.error else 0, dict(self.c))
+
+    def _go_round_robin(self) -> None:
+        """Each round: the fetcher, then the load, compute and store units, each stepping once
+        if it can; stops at an error, or when no agent could move (done or DEADLOCK)."""
+        queues, tokens, cap = self.queues, self.tokens, self.cap
+        count = self.prog.count
+        fetch_step, unit_step = self.fetch_step, self.unit_step
+        while not self.error:
+            moved = False
+            if not self.ended:
+                if self.pc >= count:
+                    enabled = True
+                else:
+                    item = self._next
+                    if item is None:
+                        item = self._next = self.prog.get(self.pc)
+                    enabled = isinstance(item, AccelError) or item.unit is None \
+                        or len(queues[item.unit]) < cap
+                if enabled:
+                    fetch_step()
+                    moved = True
+            for u in (0, 1, 2):
+                if self.error:
+                    break
+                q = queues[u]
+                if q:
+                    for t in q[0][1].pops:
+                        if not tokens[t]:
+                            break
+                    else:
+                        unit_step(u)
+                        moved = True
+            if not moved:
+                if not (self.ended and not any(queues)):
+                    self.fail(AccelError.DEADLOCK, self.c["insns"])
+                break
+
+    def _go_random(self, seed: int) -> None:
         agents: list[tuple[Callable[[], bool], Callable[[], None]]] = [
             (lambda u=u: self.unit_enabled(u), lambda u=u: self.unit_step(u)) for u in range(3)]
         agents.append((self.fetch_enabled, self.fetch_step))
-        order = [agents[3], agents[0], agents[1], agents[2]]
-        rng = random.Random(seed) if seed is not None else None
+        rng = random.Random(seed)
         while not self.error:
-            if rng is None:
-                moved = False
-                for enabled, step in order:
-                    if not self.error and enabled():
-                        step()
-                        moved = True
+            live = [a for a in agents if a[0]()]
+            if live:
+                enabled, step = rng.choice(live)
+                for _ in range(rng.choice((1, 1, 1, 2, 3, 8, 32))):
+                    if self.error or not enabled():
+                        break
+                    step()
             else:
-                live = [a for a in agents if a[0]()]
-                moved = bool(live)
-                if live:
-                    enabled, step = rng.choice(live)
-                    for _ in range(rng.choice((1, 1, 1, 2, 3, 8, 32))):
-                        if self.error or not enabled():
-                            break
-                        step()
-            if not moved:
                 if not (self.ended and not any(self.queues)):
                     self.fail(AccelError.DEADLOCK, self.c["insns"])
                 break
-        self.c["cycles"] = max(self.last_t, self.fetch_t)
-        return AccelResult(self.error, self.err_pc if self.error else 0, dict(self.c))

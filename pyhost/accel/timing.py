@@ -9,22 +9,31 @@ are the RTL's defaults from pyhost.spec.accel.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
 
 from pyhost.spec import isa
 from pyhost.spec.accel import (
     BEAT_BYTES,
     DEFAULT_CONFIG,
+    FETCH_BUFFER_BEATS,
+    FETCH_MAX_BURST,
     MEM_MAX_BURST,
     MEM_MAX_OUTSTANDING,
     AccelConfig,
 )
 from pyhost.spec.isa import Buffer, Insn, Opcode, Unit
 
-__all__ = ["BEAT_BYTES", "MAX_BURST_BEATS", "MAX_OUTSTANDING", "RTL_MEM_LATENCY", "Estimate",
-           "StreamOrderError", "estimate", "field_cycles", "insn_cycles", "mem_cycles"]
+__all__ = ["BEAT_BYTES", "MAX_BURST_BEATS", "MAX_OUTSTANDING", "PERF_PARAMS", "RTL_MEM_LATENCY",
+           "Estimate", "PerfEstimate", "PerfParams", "PerfParamsError", "StreamOrderError",
+           "estimate", "field_cycles", "insn_cycles", "load_perf_params", "mem_cycles",
+           "perf_estimate", "perf_estimate_raw", "perf_params_for"]
 
 
 class StreamOrderError(ValueError):
@@ -147,3 +156,349 @@ def estimate(insns: Sequence[Insn], cfg: AccelConfig = DEFAULT_CONFIG, mem_laten
             tokens[c].append(end)
     return Estimate(max([fetch_t, *unit_t]), gemm_it, gemm_busy, busy[Unit.COMPUTE],
                     busy[Unit.LOAD], busy[Unit.STORE], count)
+
+
+# --- the calibrated performance model ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PerfParams:
+    """The constants of `perf_estimate`, in accelerator clock cycles (400 MHz), calibrated
+    against card_top under Verilator (bench/perf_model_bench.py, docs/perf-model.md).
+
+    The rules above (`field_cycles`, `estimate`) stay what they were: the functional model's
+    own counters and the compiler's tiling search use them. These model what they leave out:
+    the fetch latency, each unit's hand-over and start cycles, the memory latency of every
+    LOAD and STORE, the write responses, the token hand-over and the end of a run.
+
+    Only fitted numbers: what the hardware's build defines (burst lengths, outstanding bursts,
+    queue depth, bus width, the fetch buffer) comes from pyhost.spec.accel and the run's
+    AccelConfig. The values live in one place, perf_params.json (`load_perf_params`).
+    """
+
+    #: An instruction burst's request to its first beat (the fetch unit's read latency).
+    fetch_latency: int
+    #: Dispatch to the unit holding the instruction (the queue's registers).
+    dispatch: int
+    #: Cycles a compute instruction occupies the unit beyond its iterations.
+    compute_extra: int
+    #: Last iteration issued to its result written (the push of a compute instruction).
+    compute_push: int
+    #: A LOAD starting to its first burst's address, and its first data beat's latency.
+    load_start: int
+    read_latency: int
+    #: The last element written to the LOAD's push.
+    load_end: int
+    #: A STORE starting to its first write beat; the last beat to its B response.
+    store_start: int
+    write_latency: int
+    #: Cycles between a unit finishing one instruction and starting the next it holds
+    #: (load, compute, store: taking the next instruction from the queue and decoding it).
+    load_gap: int
+    compute_gap: int
+    store_gap: int
+    #: A token pushed to the unit that pops it seeing it (the token counters' registers).
+    token_latency: int
+    #: The last unit finishing to the end of the run (the counter stops).
+    end: int
+    #: Extra cycles per memory row of a LOAD's tile (moving to the next row's first beat).
+    load_row: float = 0.0
+
+
+#: Where the calibrated constants live: data written by the calibration
+#: (bench/perf_model_bench.py --fit), so that refitting them changes no code.
+PERF_PARAMS_FILE = Path(__file__).with_name("perf_params.json")
+
+
+class PerfParamsError(ValueError):
+    """A performance-model calibration file that is missing, malformed or incomplete."""
+
+
+def load_perf_params(path: Path = PERF_PARAMS_FILE) -> dict[int | None, PerfParams]:
+    """The calibration file's PerfParams: ``params`` (key None: any array size) and, optional,
+    ``by_n`` (per array size N, values over ``params``). Every field without a default must be
+    in ``params``; an unknown name, a missing one or a value that is not a number is an error
+    naming it."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise PerfParamsError(f"{path}: cannot read the performance-model calibration: {e}"
+                              ) from e
+    if not isinstance(data, dict) or not isinstance(data.get("params"), dict):
+        raise PerfParamsError(f"{path}: expected an object with a 'params' object")
+    fields = {f.name: f for f in dataclasses.fields(PerfParams)}
+    required = {n for n, f in fields.items() if f.default is dataclasses.MISSING}
+    base = data["params"]
+    by_n = data.get("by_n", {})
+    if not isinstance(by_n, dict):
+        raise PerfParamsError(f"{path}: 'by_n' must be an object of N -> params")
+    out: dict[int | None, PerfParams] = {}
+    for n, over in [(None, {}), *by_n.items()]:
+        if not isinstance(over, dict):
+            raise PerfParamsError(f"{path}: by_n[{n}] must be an object")
+        vals = {**base, **over}
+        bad = sorted(set(vals) - set(fields))
+        if bad:
+            raise PerfParamsError(f"{path}: unknown performance-model parameter(s) {bad}")
+        missing = sorted(required - set(vals))
+        if missing:
+            raise PerfParamsError(f"{path}: missing performance-model parameter(s) {missing}")
+        for k, v in vals.items():
+            if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+                raise PerfParamsError(f"{path}: {k} must be a non-negative number, got {v!r}")
+        try:
+            key = None if n is None else int(n)
+        except ValueError:
+            raise PerfParamsError(f"{path}: by_n key {n!r} is not an array size") from None
+        out[key] = PerfParams(**vals)
+    return out
+
+
+_PERF_BY_N = load_perf_params()
+#: The calibrated constants of any N without its own fit (docs/perf-model.md).
+PERF_PARAMS = _PERF_BY_N[None]
+
+
+def perf_params_for(n: int) -> PerfParams:
+    """The calibrated constants for an array of size ``n``."""
+    return _PERF_BY_N.get(n, _PERF_BY_N[None])
+
+
+@dataclass(frozen=True)
+class PerfEstimate:
+    """What `perf_estimate` says of one run: the counters the RTL reports, estimated."""
+
+    cycles: int
+    load_busy: int
+    load_stall: int
+    compute_busy: int
+    compute_stall: int
+    store_busy: int
+    store_stall: int
+    gemm_busy: int
+
+    def counters(self) -> dict[str, int]:
+        return {k: getattr(self, k) for k in ("cycles", "load_busy", "load_stall",
+                                              "compute_busy", "compute_stall", "store_busy",
+                                              "store_stall", "gemm_busy")}
+
+
+def _field(lo: np.ndarray, hi: np.ndarray, lsb: int, width: int) -> np.ndarray:
+    """An unsigned field of every 128-bit instruction (``lo``/``hi``: its two 64-bit halves)."""
+    mask = np.uint64((1 << width) - 1)
+    if lsb >= 64:
+        v = hi >> np.uint64(lsb - 64)
+    elif lsb + width <= 64:
+        v = lo >> np.uint64(lsb)
+    else:
+        v = (lo >> np.uint64(lsb)) | (hi << np.uint64(64 - lsb))
+    return (v & mask).astype(np.int64)
+
+
+def _positions(op: Opcode) -> dict[str, tuple[int, int]]:
+    out, lsb = {}, 0
+    for f in isa.FORMATS[op]:
+        out[f.name] = (lsb, f.width)
+        lsb += f.width
+    return out
+
+
+def _unit_cycles(raw: np.ndarray, n: int, p: PerfParams
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per instruction of ``raw`` (uint8, a whole number of instructions): opcode, the flags
+    (pop_prev, pop_next, push_prev, push_next as bits 0..3), the cycles it occupies its unit
+    from its start and the cycles from its start to its push, under `perf_estimate`'s rules:
+
+    - GEMM / ALU: one iteration per cycle, `compute_extra` more; the push `compute_push` after
+      the last (an empty loop: one cycle);
+    - LOAD: `load_start`, then the later of its scratchpad writes (one row per cycle) and its
+      memory data: bursts of at most MAX_BURST_BEATS beats per memory row, MAX_OUTSTANDING in
+      flight, `read_latency` to the first beat of each, one beat per cycle; then `load_end`;
+    - STORE: `store_start`, one scratchpad row or beat per cycle, then the last write
+      response (`write_latency`).
+    """
+    words = raw.view("<u8").reshape(-1, 2)
+    lo, hi = words[:, 0], words[:, 1]
+    op = (lo & np.uint64(0xF)).astype(np.int64)
+    flags = ((lo >> np.uint64(4)) & np.uint64(0xF)).astype(np.int64)
+    occ = np.zeros(op.size, np.int64)
+    push = np.zeros(op.size, np.int64)
+    comp = (op == Opcode.GEMM) | (op == Opcode.ALU)
+    if comp.any():
+        it = np.zeros(op.size, np.int64)
+        for code in (Opcode.GEMM, Opcode.ALU):
+            sel = op == code
+            if sel.any():
+                pos = _positions(code)
+                it[sel] = _field(lo[sel], hi[sel], *pos["outer"]) \
+                    * _field(lo[sel], hi[sel], *pos["inner"])
+        c_occ = np.where(it > 0, it + p.compute_extra, 1)
+        occ[comp] = c_occ[comp]
+        push[comp] = np.where(it > 0, c_occ + p.compute_push, 1)[comp]
+    mem = (op == Opcode.LOAD) | (op == Opcode.STORE)
+    if mem.any():
+        pos = _positions(Opcode.LOAD)                  # LOAD and STORE share the MEM format
+        ml, mh = lo[mem], hi[mem]
+        g = {k: _field(ml, mh, *pos[k]) for k in ("buf", "y_size", "x_size", "pad_top",
+                                                    "pad_bottom", "pad_left", "pad_right")}
+        e = np.array([isa.element_bytes(Buffer(b), n) for b in range(4)], np.int64)[g["buf"]]
+        y, x = g["y_size"], g["x_size"]
+        sp = (g["pad_top"] + y + g["pad_bottom"]) * (g["pad_left"] + x + g["pad_right"])
+        rows = np.where(x > 0, y, 0)
+        beats_row = -(-(x * e) // BEAT_BYTES)
+        bursts = rows * -(-beats_row // MAX_BURST_BEATS)
+        beats = rows * beats_row
+        m = beats / np.maximum(bursts, 1)
+        period = np.maximum(m, (p.read_latency + m) / MAX_OUTSTANDING)
+        data = np.where(bursts > 0, np.floor(p.read_latency + m + (bursts - 1) * period + 0.5),
+                        0).astype(np.int64)
+        is_load = op[mem] == Opcode.LOAD
+        l_occ = p.load_start + np.maximum(sp + np.floor(rows * p.load_row).astype(np.int64),
+                                          data) + p.load_end
+        s_occ = p.store_start + np.maximum(sp, beats) + np.where(bursts > 0, p.write_latency, 0)
+        m_occ = np.where(sp > 0, np.where(is_load, l_occ, s_occ), 1)
+        occ[mem] = m_occ
+        push[mem] = m_occ
+    return op, flags, occ, push, comp
+
+
+#: The fetch unit's prefetch buffer (beats) and the instructions per beat.
+_FETCH_BUF = FETCH_BUFFER_BEATS
+_IPB = BEAT_BYTES // isa.INSN_BYTES
+
+
+class _Fetcher:
+    """When instruction k of a run is in the fetch unit's buffer: bursts of FETCH_MAX_BURST
+    beats, each requested when the buffer has room for it (beats are freed as their last
+    instruction is dispatched) and `fetch_latency` cycles to its first beat."""
+
+    def __init__(self, p: PerfParams, first_slot: int) -> None:
+        self.lat = p.fetch_latency
+        self.slot0 = first_slot
+        self.issue: list[int] = []              # request cycle of each burst
+        self.freed: list[int] = []              # cycle each beat was freed
+
+    def ready(self, k: int) -> int:
+        beat = (k + self.slot0) // _IPB
+        b = beat // FETCH_MAX_BURST
+        while len(self.issue) <= b:
+            j = len(self.issue)
+            t = self.issue[-1] + 1 if self.issue else 0
+            need = (j + 1) * FETCH_MAX_BURST - _FETCH_BUF     # beats that must be free first
+            if need > 0:
+                t = max(t, self.freed[need - 1] + 1)
+            self.issue.append(t)
+        return self.issue[b] + self.lat + beat - b * FETCH_MAX_BURST
+
+    def dispatched(self, k: int, t: int) -> None:
+        if (k + self.slot0) % _IPB == _IPB - 1:
+            self.freed.append(t)
+
+
+def perf_estimate(insns: Sequence[Insn], cfg: AccelConfig = DEFAULT_CONFIG,
+                  p: PerfParams | None = None, insn_base: int = 0) -> PerfEstimate:
+    """`perf_estimate_raw` of a program given as instructions."""
+    return perf_estimate_raw(b"".join(isa.encode(i) for i in insns), cfg, p, insn_base)
+
+
+#: Unit of each opcode (LOAD 1, GEMM 2, ALU 3, STORE 4, END 5 in isa.Opcode), -1: none.
+_UNIT_OF = np.full(16, -1, np.int64)
+for _op, _unit in isa.UNIT_OF.items():
+    _UNIT_OF[_op] = int(_unit)
+#: Counters popped / pushed per unit and flag bit (pop_prev, pop_next, push_prev, push_next).
+_FLAG_COUNTERS = {u: [isa.POPS[Unit(u)].get("pop_prev"), isa.POPS[Unit(u)].get("pop_next"),
+                      isa.PUSHES[Unit(u)].get("push_prev"), isa.PUSHES[Unit(u)].get("push_next")]
+                  for u in (Unit.LOAD, Unit.COMPUTE, Unit.STORE)}
+
+
+def perf_estimate_raw(raw: bytes | np.ndarray, cfg: AccelConfig = DEFAULT_CONFIG,
+                      p: PerfParams | None = None, insn_base: int = 0) -> PerfEstimate:
+    """The calibrated cycle estimate of one run of the program image ``raw`` (up to its END;
+    the RTL's ACC_CYCLES and the units' busy and stall counters): the fetch unit's bursts
+    (`_Fetcher`), one dispatch per cycle in order, blocked while the unit's queue is full,
+    `estimate`'s token chains, and `_unit_cycles` for the units; `PerfParams` for the
+    constants (None: `perf_params_for` the array size). ``insn_base``: the program's card
+    address (where it sits in its first beat). The units' cycles are computed with numpy for
+    the whole program; the loop that follows the queues and tokens runs on plain ints
+    (ResNet-50's 508k instructions in about 2 s)."""
+    if p is None:
+        p = perf_params_for(cfg.n)
+    arr = np.frombuffer(raw, np.uint8) if isinstance(raw, bytes | bytearray | memoryview) \
+        else np.asarray(raw, np.uint8)
+    arr = arr[:arr.size - arr.size % isa.INSN_BYTES]
+    op, flags, occ, push, comp = _unit_cycles(np.ascontiguousarray(arr), cfg.n, p)
+    ends = np.flatnonzero(op == Opcode.END)
+    count = int(ends[0]) if ends.size else op.size
+    units = _UNIT_OF[op[:count]].tolist()
+    flags_l = flags[:count].tolist()
+    occ_l = occ[:count].tolist()
+    push_l = push[:count].tolist()
+    gemm_l = (op[:count] == Opcode.GEMM).tolist()
+    if any(u < 0 for u in units):
+        raise ValueError("perf_estimate: an instruction with an illegal opcode before END")
+    cap = cfg.queue_depth + 1
+    fetcher = _Fetcher(p, (insn_base % BEAT_BYTES) // isa.INSN_BYTES)
+    fetch_t = -1
+    gaps = (p.load_gap, p.compute_gap, p.store_gap)
+    unit_t = [0, 0, 0]
+    started = [False, False, False]
+    finish: list[list[int]] = [[], [], []]
+    tokens: list[deque[int]] = [deque() for _ in range(4)]
+    busy = [0, 0, 0]
+    stall = [0, 0, 0]
+    gemm_busy = 0
+    last = 0
+    tl = p.token_latency
+    disp = p.dispatch
+    slot0, issue, freed = fetcher.slot0, fetcher.issue, fetcher.freed
+    flat = p.fetch_latency
+    for pc in range(count):
+        u = units[pc]
+        fl = flags_l[pc]
+        t = fetch_t + 1
+        beat = (pc + slot0) // _IPB
+        b = beat // FETCH_MAX_BURST
+        if len(issue) <= b:
+            fetcher.ready(pc)                  # request the bursts up to this one
+        r = issue[b] + flat + beat - b * FETCH_MAX_BURST
+        if r > t:
+            t = r
+        k = len(finish[u]) - cap
+        if k >= 0 and finish[u][k] > t:
+            t = finish[u][k]
+        fetch_t = t
+        if (pc + slot0) % _IPB == _IPB - 1:
+            freed.append(t)
+        ready = t + disp
+        if started[u] and unit_t[u] + gaps[u] > ready:
+            ready = unit_t[u] + gaps[u]
+        start = ready
+        fc = _FLAG_COUNTERS[u]
+        for bit in (0, 1):
+            if fl >> bit & 1 and fc[bit] is not None:
+                q = tokens[fc[bit]]
+                if not q:
+                    raise StreamOrderError(f"instruction {pc} pops a token that no earlier "
+                                           "instruction pushed")
+                v = q.popleft()
+                if v > start:
+                    start = v
+        end = start + occ_l[pc]
+        unit_t[u] = end
+        started[u] = True
+        finish[u].append(end)
+        busy[u] += occ_l[pc]
+        stall[u] += start - ready
+        if gemm_l[pc]:
+            gemm_busy += occ_l[pc]
+        pt = start + push_l[pc]
+        for bit in (2, 3):
+            if fl >> bit & 1 and fc[bit] is not None:
+                tokens[fc[bit]].append(pt + tl)
+        if pt > last:
+            last = pt
+    t_end = fetch_t + 1
+    r = fetcher.ready(count) if count < op.size else t_end
+    fetch_t = max(t_end, r)
+    cycles = max(last, *unit_t, fetch_t) + p.end
+    return PerfEstimate(cycles, busy[Unit.LOAD], stall[Unit.LOAD], busy[Unit.COMPUTE],
+                        stall[Unit.COMPUTE], busy[Unit.STORE], stall[Unit.STORE], gemm_busy)

@@ -6,6 +6,7 @@ See docs/memory-manager.md. The main entry points are re-exported here.
 from pyhost.memory.codec import Bf16, Codec, Fp16, Int8Affine, PrecisionReport
 from pyhost.memory.errors import (
     CardCapacityError,
+    ConcurrentUseError,
     DoubleFreeError,
     FreedTensorError,
     HostAllocationError,
@@ -34,7 +35,8 @@ from pyhost.memory.transport import DryRunDriver
 
 __all__ = [
     "DEFAULT_POLICY", "POLICIES", "Bf16", "BeladyPolicy", "CardCapacityError", "Codec",
-    "DoubleFreeError", "DryRunDriver", "EvictionPolicy", "Fp16", "FreedTensorError",
+    "ConcurrentUseError", "DoubleFreeError", "DryRunDriver", "EvictionPolicy", "Fp16",
+    "FreedTensorError",
     "GreedyDualSizePolicy", "HostAllocationError", "Int8Affine", "LruPolicy", "ManagerStats",
     "MemoryManager", "MemoryManagerError", "NaivePolicy", "NeverWrittenError", "NotOnCardError",
     "OutOfMemoryError", "PrecisionError", "PrecisionReport", "ScheduleError", "TensorHandle",

@@ -31,6 +31,16 @@ class Move:
     copy: bool
 
 
+#: A map of more blocks than this is "large": compaction then looks at windows around its
+#: LOCAL_HOLES largest holes only (see CardAllocator._slide), and cheapest_window likewise.
+LARGE = 4096
+LOCAL_HOLES = 8
+#: ... and follows windows over at most this many blocks in all; cheapest_window tries runs
+#: at the first LOCAL_NEAR of the blocks it is given.
+LOCAL_WALK = 256
+LOCAL_NEAR = 32
+
+
 class AllocatorInvariantError(AssertionError):
     """The block / hole map is inconsistent (a bug in the allocator; see `check`)."""
 
@@ -171,7 +181,7 @@ class CardAllocator:
         if size > self.free:
             raise ValueError(f"compaction cannot make a {size}-byte hole with {self.free} bytes "
                              "free; evict first")
-        slide_cost, slide = self._best_slide(size, loaded)
+        slide_cost, slide = self._slide(size, loaded)
         reloc = self._best_relocation(size, loaded, slide_cost)
         if reloc is not None:
             moves = []
@@ -185,27 +195,38 @@ class CardAllocator:
                 self.free_block(m.src)
             assert self.largest_hole() >= size, "relocation left no hole large enough"
             return moves
-        j, k, segs = slide
-        lo = segs[j][0]
-        hi = segs[k][0] + segs[k][1]
-        inside = [(s, ln, key) for s, ln, key in segs[j:k + 1] if key is not None]
+        assert slide is not None
+        lo, hi, inside = slide
         moves = self._pack(lo, hi, inside, size, loaded)
         assert self.largest_hole() >= size, "compaction left no hole large enough"
         return moves
 
     def compaction_cost(self, size: int, loaded: Callable[[Hashable], bool]) -> int:
-        """Bytes `compact_for(size, loaded)` would copy (nothing is changed)."""
-        slide_cost, _ = self._best_slide(size, loaded)
+        """Bytes `compact_for(size, loaded)` would copy (nothing is changed). For a large map
+        whose local windows (see _slide) make no room, an estimate: the capacity (so costly
+        that evicting neighbours is worth considering), not an O(map) search."""
+        slide_cost, slide = self._slide(size, loaded, exact=False)
+        if slide is None:
+            return self.capacity
         reloc = self._best_relocation(size, loaded, slide_cost)
         if reloc is None:
             return slide_cost
         return sum(ln for _, ln, key in reloc[2] if loaded(key))
 
-    def cheapest_window(self, size: int, cost: Callable[[Hashable], float | None]
-                        ) -> tuple[float, list[int]] | None:
+    def key_at(self, start: int) -> Hashable:
+        """The key of the block starting at `start`."""
+        return self._blocks[start][1]
+
+    def cheapest_window(self, size: int, cost: Callable[[Hashable], float | None],
+                        near: list[int] | None = None) -> tuple[float, list[int]] | None:
         """The run of adjacent holes and blocks, at least `size` bytes long, whose blocks all
         have a cost (None: the block must stay) and add up to the least: (cost, block starts).
-        Freeing those blocks leaves one hole of at least `size` bytes."""
+        Freeing those blocks leaves one hole of at least `size` bytes. For a large map with
+        `near` (the starts of the blocks that have a cost, best first), only runs starting at
+        one of the first LOCAL_NEAR of them or at the hole just below it are tried (O(run)
+        each, not O(map))."""
+        if near is not None and len(self._blocks) > LARGE:
+            return self._window_near(size, cost, near)
         segs = sorted([(s, self._holes[s], None) for s in self._hstarts]
                       + [(s, self._blocks[s][0], self._blocks[s][1]) for s in self._bstarts],
                       key=lambda x: x[0])
@@ -230,6 +251,34 @@ class CardAllocator:
         c, j, k = best
         return c, [s for s, _, key in segs[j:k + 1] if key is not None]
 
+    def _window_near(self, size: int, cost: Callable[[Hashable], float | None],
+                     near: list[int]) -> tuple[float, list[int]] | None:
+        holes, blocks = self._holes, self._blocks
+        best: tuple[float, list[int]] | None = None
+        for b in near[:LOCAL_NEAR]:
+            i = bisect.bisect_right(self._hstarts, b - 1) - 1
+            starts = [b]
+            if i >= 0 and self._hstarts[i] + holes[self._hstarts[i]] == b:
+                starts.append(self._hstarts[i])
+            for at in starts:
+                length, total, inside = 0, 0.0, []
+                while length < size and at < self.capacity and len(inside) < LOCAL_WALK:
+                    ln = holes.get(at)
+                    if ln is None:
+                        ln, key = blocks[at]
+                        c = cost(key)
+                        if c is None:
+                            break
+                        total += c
+                        inside.append(at)
+                        if best is not None and total >= best[0]:
+                            break
+                    length += ln
+                    at += ln
+                if length >= size and (best is None or total < best[0]):
+                    best = (total, inside)
+        return best
+
     def _alloc_avoiding(self, size: int, key: Hashable, lo: int, hi: int) -> int:
         """Best fit for `size` in a hole wholly outside [lo, hi) (the rule _fits_elsewhere
         simulates)."""
@@ -249,7 +298,9 @@ class CardAllocator:
         elsewhere, if it copies fewer than `limit` bytes."""
         best: tuple[int, int, list[tuple[int, int, Hashable]]] | None = None
         best_cost = limit
-        for hstart in self._hstarts:
+        large = len(self._blocks) > LARGE
+        starts = self._hstarts if not large else [h for _, h in self._bysize[-LOCAL_HOLES:]]
+        for hstart in starts:
             hend = hstart + self._holes[hstart]
             for lo in (hstart, hend - size):          # window from the hole's start or to its end
                 hi = lo + size
@@ -273,7 +324,9 @@ class CardAllocator:
                     continue
                 span_lo = min(lo, inside[0][0])
                 span_hi = max(hi, inside[-1][0] + inside[-1][1])
-                if self._fits_elsewhere([ln for _, ln, _ in inside], span_lo, span_hi):
+                sizes = [ln for _, ln, _ in inside]
+                if (self._fits_elsewhere_fast(sizes, span_lo, span_hi) if large
+                        else self._fits_elsewhere(sizes, span_lo, span_hi)):
                     best, best_cost = (span_lo, span_hi, inside), cost
         return best
 
@@ -292,6 +345,63 @@ class CardAllocator:
                 if piece[0] > 0:
                     bisect.insort(avail, piece)
         return True
+
+    def _fits_elsewhere_fast(self, sizes: list[int], lo: int, hi: int) -> bool:
+        """Like _fits_elsewhere, for a large map: each block gets a hole of its own (not
+        reusing a hole's rest, so it may say no where _fits_elsewhere says yes, never the
+        reverse), found by bisect instead of copying the hole index."""
+        used: set[int] = set()
+        for n in sorted(sizes, reverse=True):
+            i = bisect.bisect_left(self._bysize, (n, -1))
+            for ln, st in self._bysize[i:i + 64]:
+                if st in used or (st < hi and lo < st + ln) or self._fit(st, ln, n) is None:
+                    continue
+                used.add(st)
+                break
+            else:
+                return False
+        return True
+
+    def _slide(self, size: int, loaded: Callable[[Hashable], bool], exact: bool = True
+               ) -> tuple[int, tuple[int, int, list[tuple[int, int, Hashable]]] | None]:
+        """(cost, (lo, hi, blocks)) of the cheapest slide: over every window of the map, or,
+        for a large map, over the windows starting at its LOCAL_HOLES largest holes, LOCAL_WALK
+        blocks in all (so a compaction costs O(window), not O(map), with 100k tensors on the
+        card). When those make no room: the whole map if `exact`, else (0, None)."""
+        if len(self._blocks) <= LARGE:
+            cost, (j, k, segs) = self._best_slide(size, loaded)
+            return cost, (segs[j][0], segs[k][0] + segs[k][1],
+                          [(s, ln, key) for s, ln, key in segs[j:k + 1] if key is not None])
+        best: tuple[int, tuple[int, int, list[tuple[int, int, Hashable]]]] | None = None
+        holes, blocks = self._holes, self._blocks
+        budget = LOCAL_WALK
+        for _, h in reversed(self._bysize[-LOCAL_HOLES:]):
+            at, free, cost = h, 0, 0
+            inside: list[tuple[int, int, Hashable]] = []
+            while free < size and at < self.capacity and len(inside) < budget:
+                ln = holes.get(at)
+                if ln is not None:
+                    free += ln
+                else:
+                    ln, key = blocks[at]
+                    inside.append((at, ln, key))
+                    if loaded(key):
+                        cost += ln
+                        if best is not None and cost >= best[0]:
+                            break
+                at += ln
+            if free >= size and (best is None or cost < best[0]):
+                best = (cost, (h, at, inside))
+            budget -= len(inside)
+            if budget <= 0:
+                break
+        if best is None:                  # the free bytes lie spread out, or below the holes
+            if not exact:
+                return 0, None
+            cost, (j, k, segs) = self._best_slide(size, loaded)
+            return cost, (segs[j][0], segs[k][0] + segs[k][1],
+                          [(s, ln, key) for s, ln, key in segs[j:k + 1] if key is not None])
+        return best
 
     def _best_slide(self, size: int, loaded: Callable[[Hashable], bool]):
         """(cost, (first hole index, last segment index, segments)) of the cheapest slide."""
@@ -328,7 +438,8 @@ class CardAllocator:
         if hi - top < size:
             new = layout(1)
         # Rebuild the window: drop its holes and blocks, then add them back packed.
-        for s in [h for h in self._hstarts if lo <= h < hi]:
+        for s in self._hstarts[bisect.bisect_left(self._hstarts, lo):
+                               bisect.bisect_left(self._hstarts, hi)]:
             self._del_hole(s)
         moves = []
         for (s, ln, key), at in zip(inside, new, strict=True):

@@ -25,7 +25,7 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -55,10 +55,31 @@ class IntervalModel:
     version: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # -1: clean
     tensor: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))   # trace id
     version_size: dict[int, int] = field(default_factory=dict)   # unread dirty versions
+    #: per interval: its reload counts in the objective (count_from, below); all by default
+    counted: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    #: unread dirty versions whose write-back counts (created at or after count_from)
+    version_counted: set[int] = field(default_factory=set)
+    #: per interval: False for a dead tail (hold_dead): dropping it costs no reload
+    reload: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
 
 
-def interval_model(trace: Trace, card_sizes: dict[int, int] | None = None) -> IntervalModel:
-    """Reuse intervals, versions and compulsory bytes of `trace` (card_sizes: encoded sizes)."""
+def interval_model(trace: Trace, card_sizes: dict[int, int] | None = None,
+                   count_from: int = 0, hold_dead: bool = False) -> IntervalModel:
+    """Reuse intervals, versions and compulsory bytes of `trace` (card_sizes: encoded sizes).
+
+    `count_from` (a record index) counts only the bytes a manager must move after that record:
+    reloads at needs after it, write-backs of versions created after it, and compulsory
+    transfers of versions written or created after it. Every step still has its capacity row,
+    so this bounds the bytes any manager moves from that record on, provided it moves a tensor
+    back to the card only in the need call that uses it (no manager here reloads
+    speculatively); the benchmark uses it to judge a manager from a trace's second iteration on.
+
+    `hold_dead` models what a manager that does not know the future must do with a dirty
+    tensor after its last need: keep it on the card until it is freed (or overwritten), or
+    write it back. Each such *dead tail* is an interval from the last need to the free whose
+    drop costs the version's write-back and no reload. The bound leaves them out (a manager
+    that knows the future drops dead bytes for free); the repeat detector's plans use them.
+    """
     host_sizes = trace.sizes()
     sizes = dict(host_sizes)
     if card_sizes:
@@ -72,7 +93,24 @@ def interval_model(trace: Trace, card_sizes: dict[int, int] | None = None) -> In
     compulsory = 0
     nver = 0
     step = -1
-    for op, t, size, _ in trace.records:
+    written_at: dict[int, int] = {}      # tensor -> record index of its last host write
+    born: dict[int, int] = {}            # version -> record index of its update
+    icount: list[bool] = []
+    ireload: list[bool] = []
+
+    def tail(t: int, rec_i: int) -> None:
+        """The dirty tensor t leaves the card without a write-back: a dead tail."""
+        p = prev.get(t)
+        if hold_dead and p is not None and t in dirty and sizes[t]:
+            starts.append(p)
+            ends.append(step + 1)
+            isz.append(sizes[t])
+            iver.append(dirty[t])
+            itensor.append(t)
+            icount.append(born[dirty[t]] >= count_from)
+            ireload.append(False)
+    for rec_i, (op, t, size, _) in enumerate(trace.records):
+        late = rec_i >= count_from
         if op == "need":
             step += 1
             ids = dict.fromkeys(t)
@@ -84,33 +122,43 @@ def interval_model(trace: Trace, card_sizes: dict[int, int] | None = None) -> In
                 if x not in content:
                     pass                          # no bytes to keep yet: dropping is free
                 elif p is None:
-                    compulsory += sizes[x]
+                    if written_at.get(x, -1) >= count_from:
+                        compulsory += sizes[x]
                 else:
                     starts.append(p)
                     ends.append(step)
                     isz.append(sizes[x])
                     iver.append(dirty.get(x, -1))
                     itensor.append(x)
+                    icount.append(late)
+                    ireload.append(True)
                 prev[x] = step
         elif op == "updated":
             content.add(t)
             if sizes[t]:
                 dirty[t] = nver
                 vsize[nver] = sizes[t]
+                born[nver] = rec_i
                 nver += 1
         elif op == "write":
             if size < host_sizes[t] and t in dirty:
                 read_versions.add(dirty[t])
-                compulsory += sizes[t]
+                if born[dirty[t]] >= count_from:
+                    compulsory += sizes[t]
+            else:
+                tail(t, rec_i)
             content.add(t)
+            written_at[t] = rec_i
             dirty.pop(t, None)
             prev.pop(t, None)
         elif op == "read":
             if t in dirty:
                 v = dirty.pop(t)
                 read_versions.add(v)
-                compulsory += sizes[t]
+                if born[v] >= count_from:
+                    compulsory += sizes[t]
         elif op == "free":
+            tail(t, rec_i)
             prev.pop(t, None)
             dirty.pop(t, None)
             content.discard(t)
@@ -123,7 +171,10 @@ def interval_model(trace: Trace, card_sizes: dict[int, int] | None = None) -> In
                          np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64),
                          np.array(isz, dtype=np.int64), ver,
                          tensor=np.array(itensor, dtype=np.int64),
-                         version_size={v: vsize[v] for v in used})
+                         version_size={v: vsize[v] for v in used},
+                         counted=np.array(icount, dtype=bool),
+                         version_counted={v for v in used if born[v] >= count_from},
+                         reload=np.array(ireload, dtype=bool))
 
 
 @dataclass(frozen=True)
@@ -166,6 +217,11 @@ def _program(m: IntervalModel, capacity: int):
     long = np.flatnonzero(m.end - m.start >= 2)       # intervals that span at least one step
     a, b = m.start[long], m.end[long]
     s = m.size[long].astype(np.float64) / capacity
+    cost = s.copy()
+    if m.counted.size:
+        cost[~m.counted[long]] = 0.0
+    if m.reload.size:
+        cost[~m.reload[long]] = 0.0
     ver = m.version[long]
     n_d = long.size
     # occupancy of kept intervals per step: difference array over (a, b)
@@ -178,7 +234,8 @@ def _program(m: IntervalModel, capacity: int):
     vers = sorted(set(ver[ver >= 0].tolist()))
     vidx = {v: n_d + j for j, v in enumerate(vers)}
     n = n_d + len(vers)
-    c = np.concatenate([s, np.array([m.version_size[v] / capacity for v in vers])])
+    c = np.concatenate([cost, np.array([m.version_size[v] / capacity
+                                        if v in m.version_counted else 0.0 for v in vers])])
     # capacity rows: sum_{i spans k} s_i d_i >= rhs_k
     rows, cols, vals = [], [], []
     row_of = {int(k): r for r, k in enumerate(steps)}
@@ -207,13 +264,16 @@ def _program(m: IntervalModel, capacity: int):
 
 def lower_bound(trace: Trace, capacity: int, *, integer: bool = False,
                 card_sizes: dict[int, int] | None = None,
-                time_limit: float | None = None) -> BoundResult:
+                time_limit: float | None = None, count_from: int = 0,
+                hold_dead: bool = False) -> BoundResult:
     """The interval LP bound in bytes; with integer=True the MILP's proven bound (>= the LP).
 
     A MILP stopped by `time_limit` still gives a valid lower bound (HiGHS's dual bound).
+    `count_from`: bound the bytes moved after that record only; `hold_dead`: for managers that
+    cannot drop dead dirty bytes (see `interval_model`).
     """
     t0 = time.perf_counter()
-    m = interval_model(trace, card_sizes)
+    m = interval_model(trace, card_sizes, count_from, hold_dead)
     c, A, lb, n_d, n = _program(m, capacity)
     comp = m.compulsory
     if n == 0 or A.shape[0] == 0:
@@ -240,19 +300,43 @@ def lower_bound(trace: Trace, capacity: int, *, integer: bool = False,
                        optimal, sched)
 
 
-def plan_drops(trace: Trace, capacity: int, *, time_limit: float = 5.0) -> set[tuple[int, int]]:
+def plan_drops(trace: Trace, capacity: int, *, time_limit: float = 5.0,
+               tie: Callable[[int, int], Hashable] | None = None,
+               hold_dead: bool = False) -> set[tuple[int, int]]:
     """(tensor id, start step) of the reuse intervals an optimal schedule drops.
 
     From the MILP's best integer solution within `time_limit` if it is optimal or within
-    PLAN_GAP of the dual bound; otherwise empty.
+    PLAN_GAP of the dual bound; otherwise empty. With `tie`, intervals for which it returns the
+    same key (not None) are all dropped or all kept: the repeat detector ties the intervals of
+    the same role and phase in every copy of a recorded repetition, so that the solution is a
+    periodic schedule (optimal among those), which can be applied to every repetition.
+    `hold_dead`: plan for a manager that cannot drop dead dirty bytes (interval_model).
     """
-    m = interval_model(trace)
+    m = interval_model(trace, hold_dead=hold_dead)
     c, A, lb, n_d, n = _program(m, capacity)
     long = np.flatnonzero(m.end - m.start >= 2)
     if n == 0 or A.shape[0] == 0:
         return set()
+    constraints = [LinearConstraint(A, lb, np.inf)]
+    if tie is not None:
+        groups: dict[Hashable, list[int]] = {}
+        for j, i in enumerate(long):
+            k = tie(int(m.tensor[i]), int(m.start[i]))
+            if k is not None:
+                groups.setdefault(k, []).append(j)
+        rows, cols, vals = [], [], []
+        for g in groups.values():
+            for a, b in zip(g, g[1:], strict=False):
+                r = len(rows) // 2
+                rows += [r, r]
+                cols += [a, b]
+                vals += [1.0, -1.0]
+        if rows:
+            neq = len(rows) // 2
+            A_eq = sparse.csr_matrix((vals, (rows, cols)), shape=(neq, n))
+            constraints.append(LinearConstraint(A_eq, np.zeros(neq), np.zeros(neq)))
     with _quiet_stdout():
-        r = milp(c, constraints=LinearConstraint(A, lb, np.inf), integrality=np.ones(n),
+        r = milp(c, constraints=constraints, integrality=np.ones(n),
                  bounds=Bounds(0, 1), options={"time_limit": time_limit})
     gap = getattr(r, "mip_gap", None)
     if r.x is None or not (r.status == 0 or (gap is not None and gap <= PLAN_GAP)):

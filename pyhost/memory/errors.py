@@ -62,3 +62,11 @@ class ScheduleError(MemoryManagerError, ValueError):
 
 class TraceError(MemoryManagerError, ValueError):
     """A malformed or inconsistent trace record (record / replay)."""
+
+
+class ConcurrentUseError(MemoryManagerError, RuntimeError):
+    """A manager call started while another thread was inside a call of the same manager.
+
+    The manager is not thread-safe (the addresses need_in_device returns hold only until the
+    next call, whichever thread makes it): it refuses the overlapping call, changing nothing,
+    instead of corrupting its state."""

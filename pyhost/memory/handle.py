@@ -37,7 +37,8 @@ class _Entry:
     """
 
     __slots__ = ("id", "key", "size", "card_size", "home", "codec", "addr", "written",
-                 "host_valid", "dirty", "pin", "report", "handle", "discarded")
+                 "host_valid", "dirty", "pin", "report", "handle", "discarded", "spec",
+                 "useq", "gathered")
 
     def __init__(self, handle: TensorHandle, key: str, card_size: int, home: HostHome | None,
                  codec: Codec | None) -> None:
@@ -55,6 +56,9 @@ class _Entry:
         self.pin = -1
         self.report: PrecisionReport | None = None
         self.discarded = False    # dropped dirty as dead (complete schedule): bytes are gone
+        self.spec = False         # uploaded with a batch of deferred writes, not yet needed
+        self.useq = -1            # order of its last tensor_updated (read gathering)
+        self.gathered = False     # written back with a gathered read, not yet read
 
     @property
     def resident(self) -> bool:

@@ -23,24 +23,28 @@ from __future__ import annotations
 
 import bisect
 import collections
+import functools
 import json
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from pyhost.backend import HostBuffer, HostRangeError
 from pyhost.memory.allocator import CardAllocator
-from pyhost.memory.codec import Codec, PrecisionReport
+from pyhost.memory.codec import Codec, PrecisionReport, codec_from_json
 from pyhost.memory.errors import (
     CardCapacityError,
+    ConcurrentUseError,
     DoubleFreeError,
     FreedTensorError,
     MemoryManagerError,
     NeverWrittenError,
     NotOnCardError,
+    PrecisionError,
     ScheduleError,
     TensorSizeError,
     UnknownTensorError,
@@ -48,6 +52,8 @@ from pyhost.memory.errors import (
 from pyhost.memory.handle import TensorHandle, _Entry
 from pyhost.memory.hoststore import HostArena, HostProvider, RealHost, VirtualHost
 from pyhost.memory.policies import INF, EvictionPolicy, make_policy
+from pyhost.memory.repeat import RepeatDetector
+from pyhost.memory.stats import LatencyHistogram
 from pyhost.memory.transport import Driver, DryRunDriver, Transport
 
 if TYPE_CHECKING:
@@ -60,16 +66,62 @@ DEFAULT_ALIGN = 64
 #: compaction would copy more than this many times the bytes it places, evicting the policy's
 #: next victims where they sit together is considered instead.
 C2C_PER_PCIE = 4
-#: Compaction copying more than this many times the bytes it places is pathological (free
-#: space in many small holes); then evicting neighbours is considered, among the policy's next
-#: victims (EvictionPolicy.window_candidates times the bytes to place, window_cost).
-COMPACTION_LIMIT = 16
+#: When compaction would copy more than EvictionPolicy.window_gate times the bytes it places,
+#: evicting neighbours is considered, among the policy's next victims (window_candidates times
+#: the bytes to place, window_cost), if that evicts at most this many times those bytes.
 WINDOW_MAX_COST = 2
-#: The default policy: the best online policy measured by bench/memory_bench.py (see
-#: docs/memory-manager.md). With a schedule (set_schedule_trace), use "planned".
-DEFAULT_POLICY = "gds"
+#: The default policy: LIRS, plus the plan of the repetition when the repeat detector finds the
+#: need sequence repeating (and "planned" when given a schedule); see docs/memory-manager.md.
+DEFAULT_POLICY = "auto"
+#: Deferred writes: host writes of tensors up to this many card bytes are uploaded together, at
+#: the first need of any of them, into the free card space (no eviction for them), at most
+#: DEFER_SHARE of the card per call.
+DEFER_MAX = 64 << 10
+DEFER_SHARE = 0.5
+#: Read gathering: a read that writes back a small dirty tensor also writes back the next ones
+#: in update order once the reads have followed that order; the batch starts at GATHER_START
+#: tensors and doubles while the reader keeps up, to GATHER_MAX tensors / GATHER_MAX_BYTES.
+GATHER_START = 4
+GATHER_MAX = 1024
+GATHER_MAX_BYTES = 1 << 20
+#: A plan learned from a repetition is used only if its replay moves this much less than
+#: next-use order alone, and dropped when a repetition moves this much more than its replay.
+PLAN_MARGIN = 0.05
+#: Copies of the recorded repetition replayed to estimate plan and next-use order (the first
+#: and the last are not measured: an empty card, no future).
+SIM_COPIES = 6
 
 HostData = HostBuffer | np.ndarray | bytes | bytearray | memoryview
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _exclusive(fn: _F) -> _F:
+    """One thread at a time: a call that starts while another thread is inside a call of the
+    same manager raises ConcurrentUseError before touching anything. The same thread may nest
+    calls (the seed's aliases call the API)."""
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    def call(self: MemoryManager, *args: Any, **kwargs: Any) -> Any:
+        busy = self._busy
+        if not busy.acquire(blocking=False):
+            holder = self._busy_in
+            raise ConcurrentUseError(
+                f"MemoryManager.{name} was called from thread "
+                f"{threading.current_thread().name!r} while thread {holder[0]!r} is inside "
+                f"{holder[1]}: the memory manager is not thread-safe (the addresses "
+                "need_in_device returns hold only until the next call); serialize the calls "
+                "and the use of those addresses with one lock, or give each thread its own "
+                "manager")
+        try:
+            if self._busy_depth == 0:
+                self._busy_in = (threading.current_thread().name, name)
+            self._busy_depth += 1
+            return fn(self, *args, **kwargs)
+        finally:
+            self._busy_depth -= 1
+            busy.release()
+    return call  # type: ignore[return-value]
 
 
 @dataclass
@@ -83,10 +135,18 @@ class ManagerStats:
     writebacks: int = 0         # dirty tensors written back (eviction or read)
     compactions: int = 0
     prefetched: int = 0
-    plan_s: float = 0.0         # time spent planning a schedule (set_schedule_trace)
+    plan_s: float = 0.0         # time spent planning (set_schedule_trace, learned repetitions)
+    deferred_uploads: int = 0   # tensors uploaded with another's deferred write, unasked
+    deferred_unused: int = 0    # ... of which left the card (or were freed) before a need
+    gathered_reads: int = 0     # dirty tensors written back with another's read, unasked
+    gathered_unused: int = 0    # ... of which were updated or freed again before a read
+    repeats_detected: int = 0   # times the repeat detector locked on a repetition
+    repeat_breaks: int = 0      # ... and dropped it
+    planned_repeats: int = 0    # plans made from a recorded repetition
     window_evictions: int = 0   # placements done by evicting neighbours instead of compacting
     time_s: dict[str, float] = field(default_factory=dict)   # manager time, driver time excluded
-    need_times_s: list[float] = field(default_factory=list)  # per need call, driver excluded
+    #: need-call times (driver excluded): a fixed-size histogram, not one entry per call
+    need_hist: LatencyHistogram = field(default_factory=LatencyHistogram)
 
 
 class MemoryManager:
@@ -101,6 +161,9 @@ class MemoryManager:
                  batching: bool = True, prefetch_calls: int = 32,
                  prefetch_max_tensor: int = 256 << 10,
                  record: IO[str] | None = None) -> None:
+        self._busy = threading.RLock()     # held by the thread inside a call (_exclusive)
+        self._busy_in = ("", "")
+        self._busy_depth = 0
         self.driver = driver
         self.capacity = int(driver.mem_size)
         if host is None:
@@ -113,6 +176,24 @@ class MemoryManager:
         self.transport = Transport(driver, batching=batching)
         self.policy = make_policy(policy)
         self.policy.next_use = self._next_use
+        self.policy.capacity = self.capacity
+        #: the repeat detector, for a policy that learns (the default): see repeat.py
+        self.detector = RepeatDetector() if self.policy.learns else None
+        self._observes = self.policy.observes
+        self._plan_lock: object = None   # the detector lock the current plan was made for
+        self._arms: dict[str, int] = {}  # plan / order -> bytes per repetition (estimated)
+        self._arm = "order"
+        self._arm_warm = True
+        self._learned_drops: set[tuple[Any, int]] = set()
+        self._period_mark = (0, 0)       # (epoch, bytes moved) at the last repetition start
+        self._pending: collections.OrderedDict[int, _Entry] = collections.OrderedDict()
+        self._spec_used = 0.0            # deferred uploads that were needed / not: the share
+        self._spec_unused = 0.0          # of the card a batch of deferred writes may take
+        self._useq = 0
+        self._upd_log: list[_Entry] = []   # updates in order (stale entries skipped, pruned)
+        self._upd_seq: list[int] = []      # ... their useq, for bisect
+        self._last_read = -1               # useq of the last small dirty tensor read
+        self._gather = 0                   # tensors the next sequential read gathers
         self.stats = ManagerStats()
         self.prefetch_calls = prefetch_calls if batching else 0
         self.prefetch_max_tensor = prefetch_max_tensor
@@ -141,14 +222,18 @@ class MemoryManager:
 
     # --- the API ----------------------------------------------------------------------------
 
+    @_exclusive
     def allocate_tensor(self, host_buffer_or_size: HostBuffer | int, size: int | None = None,
-                        *, precision: Codec | None = None, name: str | None = None) -> TensorHandle:
+                        *, precision: Codec | str | None = None, name: str | None = None
+                        ) -> TensorHandle:
         """A new tensor of `size` bytes (or the size of the given host buffer).
 
         With a HostBuffer, that buffer is the tensor's host copy (the manager reads and writes it
         and never frees it); with a size, the manager allocates the host copy. Nothing is placed
         on the card until the tensor is needed there, so a tensor larger than the card may exist.
-        `precision` opts the tensor into reduced-precision transfer (fp32 data only).
+        `precision` opts the tensor into reduced-precision transfer (fp32 data only): a Codec, or
+        one of the names "fp16", "bf16", "int8" (per-tensor int8); anything else is a
+        PrecisionError.
         """
         t0 = time.perf_counter()
         buf = host_buffer_or_size if isinstance(host_buffer_or_size, HostBuffer) else None
@@ -169,6 +254,7 @@ class MemoryManager:
                     or nbytes < 0:
                 raise TensorSizeError(f"tensor size {nbytes!r} is not a non-negative integer")
             nbytes = int(nbytes)
+        precision = self._codec(precision)
         if precision is not None:
             precision.check(nbytes)
         card_size = precision.encoded_size(nbytes) if precision is not None else nbytes
@@ -182,6 +268,8 @@ class MemoryManager:
         e = _Entry(handle, key, card_size, home, precision)
         self._entries[handle.id] = e
         self._by_key[key] = e
+        if self.detector is not None:
+            self.detector.allocated(e.id, card_size, self._epoch)
         if self._record is not None:
             rec: dict[str, Any] = {"op": "alloc", "t": handle.id, "size": nbytes}
             if name is not None:
@@ -192,6 +280,7 @@ class MemoryManager:
         self._account("alloc", t0, self.transport.stats.driver_time_s)
         return handle
 
+    @_exclusive
     def write_tensor(self, tensor: TensorHandle, size: int, host_src: HostData | None) -> None:
         """Write the first `size` bytes of the tensor from `host_src` (lazily: host copy only).
 
@@ -216,10 +305,19 @@ class MemoryManager:
             if dst.__array_interface__["data"][0] != src.__array_interface__["data"][0]:
                 dst[:] = src
         e.written, e.host_valid, e.dirty, e.discarded = True, True, False, False
+        self._ungather(e)
+        if 0 < e.card_size <= DEFER_MAX and self.transport.batching:
+            self._pending[e.id] = e               # deferred: uploaded with the next batch
+            self._pending.move_to_end(e.id)
+        if self.detector is not None:
+            self.detector.op("write", e.id, size, self._epoch)
+        if self._observes:
+            self.policy.observe("write", [e], self._epoch)
         if self._record is not None:
             self._rec({"op": "write", "t": e.id, "size": size})
         self._account("write", t0, d0)
 
+    @_exclusive
     def read_tensor(self, tensor: TensorHandle, size: int, host_dst: HostData | None) -> None:
         """Copy the first `size` bytes of the tensor to `host_dst` (a transfer only if dirty)."""
         t0, d0 = time.perf_counter(), self.transport.stats.driver_time_s
@@ -234,9 +332,18 @@ class MemoryManager:
                 "schedule given to set_schedule_trace never reads or needs it again; pass the "
                 "complete upcoming trace, or use set_schedule, which never discards data")
         if e.dirty:
-            self._writeback([e, *self._read_ahead(e)])
+            ahead = self._read_ahead(e)
+            self._writeback([e, *(ahead or self._gathered_with(e))])
+        elif e.gathered:
+            e.gathered = False                    # the gathering was right
+        if 0 < e.card_size <= DEFER_MAX and e.useq >= 0:
+            self._last_read = e.useq
         if self._will_read[e.key] > 0:
             self._will_read[e.key] -= 1
+        if self.detector is not None:
+            self.detector.op("read", e.id, size, self._epoch)
+        if self._observes:
+            self.policy.observe("read", [e], self._epoch)
         if self.payload and size:
             dst = self._destination(host_dst, size)
             assert e.home is not None
@@ -247,6 +354,7 @@ class MemoryManager:
             self._rec({"op": "read", "t": e.id, "size": size})
         self._account("read", t0, d0)
 
+    @_exclusive
     def need_in_device(self, t1: TensorHandle, t2: TensorHandle | None = None,
                        t3: TensorHandle | None = None, *more: TensorHandle | None
                        ) -> tuple[int, ...]:
@@ -257,9 +365,17 @@ class MemoryManager:
         A zero-size tensor gets address 0 (it has no bytes).
         """
         t0, d0 = time.perf_counter(), self.transport.stats.driver_time_s
-        args = [t for t in (t1, t2, t3, *more) if t is not None]
+        given = (t1, t2, t3, *more)
+        n = len(given)
+        while n and given[n - 1] is None:      # trailing Nones: the optional arguments unused
+            n -= 1
+        args = list(given[:n])
         if not args:
             raise TypeError("need_in_device needs at least one tensor")
+        if None in args:
+            raise TypeError(
+                f"need_in_device argument {args.index(None) + 1} is None but a tensor follows "
+                "it; the addresses answer the arguments in order, so pass tensors without gaps")
         distinct: dict[int, _Entry] = {}
         for t in args:
             e = self._entry(t)
@@ -279,9 +395,16 @@ class MemoryManager:
                 "into smaller tensors")
         self._epoch += 1
         epoch = self._epoch
+        if self.detector is not None:
+            self._learn(ents, epoch)
+        if self._observes:
+            self.policy.observe("need", ents, epoch)
         self._advance_schedule(ents)
         for e in ents:
             e.pin = epoch
+            if e.spec:
+                e.spec = False                    # a deferred upload that paid off
+                self._spec_used += 1
         if not self.policy.keeps_resident:
             self._evict([e for e in self._entries.values()
                          if e.addr is not None and e.pin != epoch and e.card_size])
@@ -306,6 +429,7 @@ class MemoryManager:
         self._account("need", t0, d0, need=True)
         return out  # type: ignore[return-value]
 
+    @_exclusive
     def tensor_updated(self, tensor: TensorHandle) -> None:
         """The card changed the tensor: its card copy is now the only current one."""
         t0, d0 = time.perf_counter(), self.transport.stats.driver_time_s
@@ -319,12 +443,20 @@ class MemoryManager:
         if e.card_size:
             e.dirty, e.host_valid = True, False
             self.policy.recost(e, self._now)
+            self._ungather(e)
+            if e.card_size <= DEFER_MAX:
+                self._log_update(e)
         else:
             e.host_valid = True         # no bytes: the host copy is trivially current
+        if self.detector is not None:
+            self.detector.op("updated", e.id, None, self._epoch)
+        if self._observes:
+            self.policy.observe("updated", [e], self._epoch)
         if self._record is not None:
             self._rec({"op": "updated", "t": e.id})
         self._account("updated", t0, d0)
 
+    @_exclusive
     def free_tensor(self, tensor: TensorHandle) -> None:
         """Forget the tensor: its card space and host copy are released, nothing is written."""
         t0, d0 = time.perf_counter(), self.transport.stats.driver_time_s
@@ -334,9 +466,18 @@ class MemoryManager:
         e = self._entry(tensor)
         if e.addr is not None:
             self._release(e)
+        else:
+            self.policy.forget(e)
+        self._pending.pop(e.id, None)
+        self._ungather(e)
+        e.useq = -1
         if e.home is not None:
             self.arena.free(e.home)
         del self._entries[e.id]
+        if self.detector is not None:
+            self.detector.freed(e.id, self._epoch)
+        if self._observes:
+            self.policy.observe("free", [e], self._epoch)
         if self._by_key.get(e.key) is e:
             del self._by_key[e.key]
         if self._record is not None:
@@ -373,6 +514,7 @@ class MemoryManager:
 
     # --- schedule hint ------------------------------------------------------------------------
 
+    @_exclusive
     def set_schedule(self, needs: Iterable[Sequence[TensorHandle | str]] | None,
                      reads: Iterable[TensorHandle | str] = ()) -> None:
         """The upcoming need_in_device calls, in order (handles, or names given at allocation).
@@ -409,30 +551,40 @@ class MemoryManager:
                     positions.setdefault(k, []).append(i)
             self._sched, self._positions, self._sched_pos = sched, positions, 0
         self._now = 0 if self._sched is not None else self._epoch
+        self._set_planning()
         self.policy.rekey([e for e in self._entries.values() if e.addr is not None
                            and e.card_size], self._now)
 
-    def set_schedule_trace(self, trace: Trace, key_of: Callable[[int], str] = "t{}".format
-                           ) -> None:
+    @_exclusive
+    @_exclusive
+    def set_schedule_trace(self, trace: Trace, key_of: Callable[[int], str] = "t{}".format,
+                           *, plan: set[tuple[int, int]] | None = None,
+                           complete: bool = True) -> None:
         """The upcoming calls as a whole trace (sizes, writes, reads): the need sequence and
-        reads as in `set_schedule`, plus, for a planning policy ("planned"), its plan. `key_of`
-        maps the trace's tensor ids to the names given to allocate_tensor."""
+        reads as in `set_schedule`, plus, for a planning policy ("planned"), its plan (`plan`:
+        (tensor id, start step) drops already solved, else the interval MILP is solved here).
+        `key_of` maps the trace's tensor ids to the names given to allocate_tensor. With
+        `complete` the trace is the whole future: dirty tensors it never needs or reads again
+        are dropped without a write-back."""
         self.set_schedule([[key_of(t) for t in ts] for ts in trace.needs()],
                           reads=[key_of(r[1]) for r in trace.records if r[0] == "read"])
-        self._complete_hint = True
+        self._complete_hint = complete
         self._future_sizes = {key_of(t): n for t, n in trace.sizes().items()}
         set_plan = getattr(self.policy, "set_plan", None)
+        planner = getattr(self.policy, "planner", self.policy)
+        if hasattr(planner, "plan_key"):           # plans name intervals by key and position
+            planner.plan_key = lambda e, since: (e.key, since)
         if set_plan is not None:
-            # scipy (the MILP) is loaded only when a planning policy needs it
-            from pyhost.memory.bound import BoundError, plan_drops
-
             t0 = time.perf_counter()
-            try:
-                drops = plan_drops(trace, self.capacity,
-                                   time_limit=getattr(self.policy, "plan_seconds", 5.0))
-            except BoundError:
-                drops = set()           # a call larger than the card: no plan, Belady order
-            set_plan({(key_of(t), s) for t, s in drops})
+            if plan is None:
+                # scipy (the MILP) is loaded only when a planning policy needs it
+                from pyhost.memory.bound import BoundError, plan_drops
+                try:
+                    plan = plan_drops(trace, self.capacity,
+                                      time_limit=getattr(self.policy, "plan_seconds", 5.0))
+                except BoundError:
+                    plan = set()        # a call larger than the card: no plan, Belady order
+            set_plan({(key_of(t), s) for t, s in plan})
             self.stats.plan_s += time.perf_counter() - t0
             self.policy.rekey([e for e in self._entries.values() if e.addr is not None
                                and e.card_size], self._now)
@@ -452,8 +604,230 @@ class MemoryManager:
         self._sched = None           # off the schedule: fall back to recency
         self._positions = {}
         self._now = self._epoch
+        self._set_planning()
         self.policy.rekey([e for e in self._entries.values() if e.addr is not None
                            and e.card_size], self._now)
+
+    # --- learning the repetition ------------------------------------------------------------
+
+    def _set_planning(self) -> None:
+        """A policy with an online and a planning half plans while it has a schedule: a hint,
+        or a repetition the detector follows."""
+        if hasattr(self.policy, "planning"):
+            det = self.detector
+            self.policy.planning = self._sched is not None or (     # type: ignore[attr-defined]
+                det is not None and det.lock is not None)
+
+    def _learn(self, ents: list[_Entry], epoch: int) -> None:
+        """Report the call to the repeat detector; on a new lock, plan the repetition."""
+        det = self.detector
+        assert det is not None
+        had = det.lock
+        det.observe(epoch, [e.id for e in ents], [e.card_size for e in ents])
+        lock = det.lock
+        if lock is not had:
+            if had is not None:
+                self.stats.repeat_breaks += 1
+            if lock is not None:
+                self.stats.repeats_detected += 1
+        if lock is not None and lock is self._plan_lock:
+            self._check_plan()
+        if lock is not self._plan_lock:
+            if lock is not None and self._sched is None:
+                self._plan_repetition()
+            self._plan_lock = lock
+            self._set_planning()
+            if self._sched is None:
+                self._now = epoch
+                self.policy.rekey([e for e in self._entries.values() if e.addr is not None
+                                   and e.card_size], self._now)
+
+    def _plan_repetition(self) -> None:
+        """Solve the interval MILP on the recorded repetition (as set_schedule_trace does for a
+        hint) and name its drops by role and phase, so that they apply to every repetition.
+
+        A plan applied periodically is optimal among periodic schedules, which can be worse
+        than next-use order (a loop over 40 tensors of which 38 fit: Belady reloads 2.05 per
+        pass, a one-pass plan 3), and either can fare worse from the card's actual state than
+        from the empty card of a replay. So the manager replays the recorded repetition (three
+        copies, dry run) with the plan and with next-use order alone and starts with the one
+        that moves fewer bytes in the middle copy; after each repetition, if the one in use
+        moved more than PLAN_MARGIN over its estimate, that becomes its estimate and the
+        cheaper one is used (`_check_plan`)."""
+        det = self.detector
+        planner = getattr(self.policy, "planner", None)
+        if det is None or planner is None:
+            return
+        from pyhost.memory.bound import BoundError, plan_drops  # scipy: only when needed
+
+        t0 = time.perf_counter()
+        tr = det.plan_trace()
+        drops: set[tuple[Any, int]] = set()
+        self._arms = {}
+        if tr is not None:
+            phases, mid, off = tr.meta["step_phase"], tr.meta["middle"], tr.meta["offset"]
+            all_phases = tr.meta["phases"]
+            try:
+                got = plan_drops(tr, self.capacity, time_limit=planner.plan_seconds,
+                                 tie=lambda t, k: (t % off, all_phases[k]), hold_dead=True)
+            except BoundError:
+                got = set()
+            # the middle copy's intervals, named by the recorded tensor and the phase
+            drops = {(t % off, phases[k - mid]) for t, k in got if 0 <= k - mid < len(phases)}
+            long = det.plan_trace(copies=SIM_COPIES)
+            try:
+                assert long is not None
+                self._arms["order"] = self._simulate(long, "belady", None)
+                if drops:
+                    self._arms["plan"] = self._simulate(long, "planned", drops)
+            except MemoryManagerError:      # a recording the replay cannot follow
+                self._arms = {}
+        self._learned_drops = drops
+        planner.plan_key = lambda e, since: (det.role_of(e.id), det.phase(since))
+        self._use_arm(min(self._arms, key=self._arms.__getitem__) if self._arms else "order")
+        self._period_mark = (self._epoch, self._moved())
+        self.stats.planned_repeats += bool(drops)
+        self.stats.plan_s += time.perf_counter() - t0
+
+    def _use_arm(self, arm: str) -> None:
+        self._arm = arm
+        self._arm_warm = True
+        planner = self.policy.planner                       # type: ignore[attr-defined]
+        planner.set_plan(self._learned_drops if arm == "plan" else set())
+        self.policy.rekey([e for e in self._entries.values() if e.addr is not None
+                           and e.card_size], self._now)
+
+    def _moved(self) -> int:
+        s = self.transport.stats
+        return s.bytes_h2c + s.bytes_c2h
+
+    def _simulate(self, tr: Trace, policy: str, drops: set[tuple[int, int]] | None) -> int:
+        """PCIe bytes of the middle copy of a plan trace, replayed in a dry run with the trace
+        as the (incomplete: dirty tensors are written back) schedule and, for "planned", the
+        drops named by role and phase as the live manager applies them: in every copy."""
+        sim = MemoryManager.dry_run(self.capacity, policy=policy, align=self.alloc.align,
+                                    batching=self.transport.batching)
+        sim.set_schedule_trace(tr, plan=set(), complete=False)
+        if drops:
+            off, phases = tr.meta["offset"], tr.meta["phases"]
+            sim.policy.plan_key = lambda e, since: (   # type: ignore[attr-defined]
+                int(e.key[1:]) % off, phases[since] if since < len(phases) else -1)
+            sim.policy.set_plan(drops)                  # type: ignore[attr-defined]
+        # measured over the copies between the first and the last, per copy
+        cs = tr.meta["copy_starts"]
+        first, last = cs[1], cs[-1]
+        start = end = 0
+        handles: dict[int, TensorHandle] = {}
+        for op, t, size, _ in tr.records:
+            if op == "alloc":
+                handles[t] = sim.allocate_tensor(size, name=f"t{t}")
+            elif op == "write":
+                sim.write_tensor(handles[t], size, None)
+            elif op == "need":
+                if sim._epoch == first:
+                    start = sim._moved()
+                elif sim._epoch == last:
+                    end = sim._moved()
+                sim.need_in_device(*(handles[x] for x in t))
+            elif op == "updated":
+                sim.tensor_updated(handles[t])
+            elif op == "read":
+                sim.read_tensor(handles[t], size, None)
+            elif op == "free":
+                sim.free_tensor(handles.pop(t))
+        return ((end or sim._moved()) - start) // max(len(cs) - 2, 1)
+
+    def _check_plan(self) -> None:
+        """After each repetition of a learned one: what the way of choosing victims in use
+        (the plan, or next-use order) moved becomes its estimate, and if the other's estimate
+        is lower by PLAN_MARGIN, that one is used from now on. The repetition after a lock or
+        a switch is not measured (the card's state is still the previous policy's)."""
+        det = self.detector
+        if not self._arms or det is None or det.lock is None:
+            return
+        t, moved = self._period_mark
+        if self._epoch - t < det.lock.lag:
+            return
+        now = self._moved()
+        self._period_mark = (self._epoch, now)
+        if self._arm_warm:
+            self._arm_warm = False
+            return
+        self._arms[self._arm] = now - moved
+        best = min(self._arms, key=self._arms.__getitem__)
+        if self._arms[best] < (1 - PLAN_MARGIN) * self._arms[self._arm]:
+            self._use_arm(best)
+
+    # --- deferred writes and gathered reads ---------------------------------------------------
+
+    def _deferred_companions(self, placing: set[int]) -> list[_Entry]:
+        """Deferred writes to upload with this call's: the oldest pending small tensors that
+        fit the free card space (nothing is evicted for them), at most a share of the card that
+        shrinks when such uploads go unused."""
+        if not self._pending or self._sched is not None or not self.policy.keeps_resident:
+            return []
+        used, unused = self._spec_used, self._spec_unused
+        share = DEFER_SHARE * (used + 1) / (used + unused + 1)
+        budget = min(self.alloc.free, int(share * self.capacity))
+        out, got = [], 0
+        for e in self._pending.values():
+            if e.id in placing or e.addr is not None:
+                continue
+            if got + e.card_size > budget:
+                break
+            out.append(e)
+            got += e.card_size
+        return out
+
+    def _ungather(self, e: _Entry) -> None:
+        """e is updated, overwritten or freed: a gathered write-back of it was for nothing."""
+        if e.gathered:
+            e.gathered = False
+            self.stats.gathered_unused += 1
+            self._gather = 0
+
+    def _log_update(self, e: _Entry) -> None:
+        self._useq += 1
+        e.useq = self._useq
+        log, seq = self._upd_log, self._upd_seq
+        log.append(e)
+        seq.append(e.useq)
+        if len(log) > 2 * len(self._entries) + 64:        # drop stale entries: O(live)
+            keep = [(x, q) for x, q in zip(log, seq, strict=True)
+                    if x.useq == q and x.dirty and x.id in self._entries]
+            self._upd_log = [x for x, _ in keep]
+            self._upd_seq = [q for _, q in keep]
+
+    def _gathered_with(self, e: _Entry) -> list[_Entry]:
+        """Dirty small tensors to write back with e's read: once reads follow the update order
+        (this read is of the dirty tensor updated right after the last one read), the next
+        ones in that order; the batch doubles while the pattern holds."""
+        if not self.transport.batching or not 0 < e.card_size <= DEFER_MAX or e.useq < 0:
+            return []
+        log, seq = self._upd_log, self._upd_seq
+        i = bisect.bisect_left(seq, e.useq)
+        if i == len(seq) or log[i] is not e:
+            return []
+        # sequential: no dirty small tensor updated between the last one read and this one
+        j = bisect.bisect_right(seq, self._last_read)
+        sequential = 0 <= self._last_read < e.useq and i - j <= 64 and not any(
+            x.dirty and x.useq == q and x.id in self._entries
+            for x, q in zip(log[j:i], seq[j:i], strict=True))
+        if not sequential:
+            self._gather = 0
+            return []
+        self._gather = min(GATHER_MAX, max(GATHER_START, 2 * self._gather))
+        out, got = [], 0
+        for x, q in zip(log[i + 1:], seq[i + 1:], strict=False):
+            if len(out) >= self._gather or got >= GATHER_MAX_BYTES:
+                break
+            if x.useq == q and x.dirty and x.id in self._entries:
+                out.append(x)
+                got += x.card_size
+        for x in out:
+            x.gathered = True
+        self.stats.gathered_reads += len(out)
+        return out
 
     def _read_ahead(self, first: _Entry) -> list[_Entry]:
         """Dirty tensors the schedule says the host reads and the card no longer needs."""
@@ -467,6 +841,9 @@ class MemoryManager:
         return out
 
     def _next_use(self, e: _Entry) -> float:
+        if self._sched is None:
+            det = self.detector
+            return det.next_use(e.id, self._now) if det is not None else INF
         lst = self._positions.get(e.key)
         if not lst:
             return INF
@@ -509,6 +886,22 @@ class MemoryManager:
                     placing.add(e.id)
                     self.policy.insert(e, self._now)
                     self.stats.prefetched += 1
+        deferred = [self._pending.pop(e.id, None) for e in missing]
+        if not pre and any(x is not None for x in deferred):
+            # a deferred write is needed: upload the other deferred writes with it
+            comp = self._deferred_companions(placing)
+            comp.sort(key=lambda e: (e.home.chunk, e.home.address))  # type: ignore[union-attr]
+            addrs = self.alloc.alloc_run([e.card_size for e in comp], [e.id for e in comp]) \
+                if comp else []
+            if addrs is None:
+                addrs = [self.alloc.alloc(e.card_size, e.id) for e in comp]
+            for e, a in zip(comp, addrs, strict=True):
+                if a is not None:
+                    e.addr = a
+                    e.spec = True
+                    placing.add(e.id)
+                    self.policy.insert(e, self._now)
+                    self.stats.deferred_uploads += 1
         if moves:
             self.stats.compactions += 1
             self.transport.move([(m.src, m.size, m.dst) for m in moves if m.copy])
@@ -573,21 +966,22 @@ class MemoryManager:
         if not self.policy.window_candidates:
             return False
         comp = self.alloc.compaction_cost(size, loaded)
-        if comp <= COMPACTION_LIMIT * size:
+        if comp <= self.policy.window_gate * size:
             return False
         cands = self.policy.pick(min(self.capacity, self.policy.window_candidates * size), epoch,
                                  self._now)
         allowed = {}
+        near = []
         for e in cands:
             c = self.policy.window_cost(e)
             if c is not None and e.id not in placing:
                 allowed[e.id] = c
-        win = self.alloc.cheapest_window(size, allowed.get)
+                near.append(e.addr)
+        win = self.alloc.cheapest_window(size, allowed.get, near)
         # Worth it only if it copies far less, and never evicting much more than it places.
         if win is None or win[0] * C2C_PER_PCIE >= comp or win[0] > WINDOW_MAX_COST * size:
             return False
-        blocks = {s: k for s, _, k in self.alloc.blocks()}
-        self._evict([self._entries[blocks[s]] for s in win[1]],   # type: ignore[index]
+        self._evict([self._entries[self.alloc.key_at(s)] for s in win[1]],  # type: ignore[index]
                     in_order=False)
         self.stats.window_evictions += 1
         return True
@@ -646,6 +1040,10 @@ class MemoryManager:
 
     def _release(self, e: _Entry, evicted: bool = False) -> None:
         """Give up the card copy (no write-back: callers decide that)."""
+        if e.spec:
+            e.spec = False                        # uploaded for nothing
+            self._spec_unused += 1
+            self.stats.deferred_unused += 1
         if e.card_size:
             self.alloc.free_block(e.addr)  # type: ignore[arg-type]
             if evicted:
@@ -690,7 +1088,9 @@ class MemoryManager:
 
     def _upload(self, ents: list[_Entry]) -> None:
         items, staged = [], []
+        pending = self._pending
         for e in ents:
+            pending.pop(e.id, None)
             assert e.addr is not None and e.home is not None
             if e.codec is None:
                 items.append((e.home.address, e.card_size, e.addr, e.home.chunk))
@@ -720,6 +1120,15 @@ class MemoryManager:
         if e is None:
             raise FreedTensorError(f"{t!r} was freed; allocate a new tensor")
         return e
+
+    @staticmethod
+    def _codec(precision: object) -> Codec | None:
+        if precision is None or isinstance(precision, Codec):
+            return precision
+        if isinstance(precision, str):
+            return codec_from_json({"codec": precision})
+        raise PrecisionError(f"precision {precision!r} is not a codec; pass Fp16(), Bf16(), "
+                             "Int8Affine(), one of 'fp16', 'bf16', 'int8', or None")
 
     @staticmethod
     def _check_size(e: _Entry, size: object, what: str) -> None:
@@ -779,30 +1188,36 @@ class MemoryManager:
         st.calls[op] = st.calls.get(op, 0) + 1
         st.time_s[op] = st.time_s.get(op, 0.0) + dt
         if need:
-            st.need_times_s.append(dt)
+            st.need_hist.add(dt)
 
     # --- inspection ---------------------------------------------------------------------------
 
+    @_exclusive
     def address(self, tensor: TensorHandle) -> int | None:
         """The tensor's card address now (None when not on the card). For tests and tools."""
         return self._entry(tensor).addr
 
+    @_exclusive
     def is_dirty(self, tensor: TensorHandle) -> bool:
         return self._entry(tensor).dirty
 
+    @_exclusive
     def precision_report(self, tensor: TensorHandle) -> PrecisionReport | None:
         """Error of the tensor's last reduced-precision upload (None: exact, or not yet sent)."""
         return self._entry(tensor).report
 
     @property
+    @_exclusive
     def resident_bytes(self) -> int:
         return self.alloc.used
 
+    @_exclusive
     def resident(self) -> list[tuple[TensorHandle, int, int]]:
         """(handle, card address, card bytes) of every tensor holding card space."""
         return [(e.handle, e.addr, e.card_size) for e in self._entries.values()
                 if e.addr is not None and e.card_size]
 
+    @_exclusive
     def check(self) -> None:
         """Raise AssertionError if the manager's state breaks an invariant (for tests)."""
         self.alloc.check()
@@ -818,6 +1233,7 @@ class MemoryManager:
                 f"{e.handle!r} lost its bytes"
         assert self.alloc.used <= self.capacity
 
+    @_exclusive
     def close(self) -> None:
         """Release every host copy the manager allocated."""
         self.arena.close()

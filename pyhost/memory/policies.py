@@ -18,7 +18,7 @@ import abc
 import heapq
 import itertools
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Iterable
 from typing import ClassVar, Protocol
 
 INF = float("inf")
@@ -44,9 +44,20 @@ class EvictionPolicy(abc.ABC):
     uses_schedule: ClassVar[bool] = False
     #: Instead of a pathological compaction the manager may evict, out of order, candidates
     #: among `pick`'s first (this many times the bytes to place) with a `window_cost`. Off for
-    #: recency policies: evicting out of their order was measured to cost more PCIe bytes than
-    #: the card copies it saves.
+    #: plain LRU and GDS (they stay the textbook baselines); on for the size- and dirt-aware
+    #: recency experts of the default (SizedLruPolicy, LirsPolicy), where it was measured to
+    #: save more card copies than the PCIe bytes it adds (counted 1 : C2C_PER_PCIE).
     window_candidates: ClassVar[int] = 0
+    #: ... considered when the compaction would copy more than this many times the bytes it
+    #: places (16 for the schedule-aware ones: only pathological compactions, free space in
+    #: many small holes; 4 for the recency experts, see SizedLruPolicy).
+    window_gate: ClassVar[float] = 16.0
+
+    #: True: the manager runs its repeat detector and hands the policy its predictions
+    #: (`learn`); see AutoPolicy.
+    learns: ClassVar[bool] = False
+    #: Set by the manager: the card's capacity in bytes.
+    capacity: int = 0
 
     #: Set by the manager: position of the next need of a tensor after the current call (INF
     #: when the schedule has none, or there is no schedule).
@@ -80,6 +91,23 @@ class EvictionPolicy(abc.ABC):
         """`e` was evicted (one of `pick`'s candidates, or another the manager chose)."""
         self.remove(e)
 
+    def forget(self, e: Resident) -> None:
+        """`e` was freed while not resident: drop any history of it (ghost entries)."""
+        return None
+
+    def observe(self, kind: str, ents: list[Resident], epoch: int) -> None:
+        """The API call stream, whatever the card holds: "need" (the distinct tensors of need
+        call `epoch`), "updated", "write", "read", "free" (one tensor). For policies that
+        simulate others (AutoPolicy); called only when `observes` is set."""
+        return None
+
+    #: True: the manager reports every call to `observe`.
+    observes: ClassVar[bool] = False
+
+    def state_size(self) -> int:
+        """Entries held in the policy's structures (bounded by the live tensors; tested)."""
+        return 0
+
     def window_cost(self, e: Resident) -> float | None:
         """Cost of evicting candidate `e` out of `pick`'s order, to avoid a costly compaction
         or to make room for prefetches (None: not allowed)."""
@@ -103,6 +131,9 @@ class LruPolicy(EvictionPolicy):
     def remove(self, e: Resident) -> None:
         del self._order[e.id]
 
+    def state_size(self) -> int:
+        return len(self._order)
+
     def pick(self, nbytes: int, epoch: int, now: int) -> list[Resident]:
         out, got = [], 0
         for e in self._order.values():
@@ -121,6 +152,61 @@ class NaivePolicy(LruPolicy):
     keeps_resident = False
 
 
+def pick_in_order(cands: Iterable[Resident], nbytes: int, epoch: int, look: int = 8
+                  ) -> list[Resident]:
+    """Victims in the given order until `nbytes` are free, skipping pinned ones, with two
+    corrections within the next `look` candidates that keep the order's intent and save bytes:
+    a candidate much larger than what is still needed (over twice) gives way to the smallest
+    later one that covers it (evicting a 144 MB weight to free 10 MB costs a 144 MB reload),
+    and a dirty one to a clean one (its eviction would cost a write-back too)."""
+    out: list[Resident] = []
+    got = 0
+    taken: set[int] = set()
+    buf: list[Resident] = []
+    it = iter(cands)
+    while got < nbytes:
+        buf = [c for c in buf if c.id not in taken]
+        while len(buf) < look + 1:
+            x = next(it, None)
+            if x is None:
+                break
+            if x.pin != epoch and x.id not in taken:
+                buf.append(x)
+        if not buf:
+            break
+        e = buf[0]
+        rest = nbytes - got
+        choice = e
+        if e.card_size > 2 * rest:
+            fit = [c for c in buf[1:] if rest <= c.card_size < e.card_size]
+            if fit:
+                choice = min(fit, key=lambda c: c.card_size)
+        elif e.dirty:
+            choice = next((c for c in buf[1:] if not c.dirty), e)
+        out.append(choice)
+        taken.add(choice.id)
+        got += choice.card_size
+    return out
+
+
+class SizedLruPolicy(LruPolicy):
+    """LRU whose victims follow `pick_in_order` (size- and dirt-aware near the LRU end): the
+    recency expert of AutoPolicy."""
+
+    name = "lru-sized"
+    #: Compaction against eviction: when compacting would copy more than 4x the bytes it
+    #: places, the next victims anyway (up to 64x the bytes to place, in LRU order) that sit
+    #: together may be evicted instead, if that costs 4x fewer bytes (C2C_PER_PCIE: one PCIe
+    #: byte ~ four card-copy bytes). The card copies are bounded and their cost counted against
+    #: transfers. (A gate of 1 was measured to trade too many PCIe bytes for card copies:
+    #: Inception v2 inference 1.26x the bound instead of 1.00x.)
+    window_candidates = 64
+    window_gate = 4.0
+
+    def pick(self, nbytes: int, epoch: int, now: int) -> list[Resident]:
+        return pick_in_order(self._order.values(), nbytes, epoch)
+
+
 class _LazyHeap:
     """Min-heap of (key, seq, id) with lazy deletion: an entry counts while its seq is current."""
 
@@ -133,6 +219,8 @@ class _LazyHeap:
         s = next(self._seq)
         self.current[e.id] = (s, e, key)
         heapq.heappush(self.heap, (key, s, e.id))
+        if len(self.heap) > 4 * len(self.current) + 64:
+            self.compact()
 
     def drop(self, e: Resident) -> None:
         self.current.pop(e.id, None)
@@ -147,7 +235,8 @@ class _LazyHeap:
         return None
 
     def compact(self) -> None:
-        """Drop stale entries once they dominate (keeps the heap O(resident))."""
+        """Drop stale entries once they dominate: the heap stays O(entries), whatever the
+        number of calls (put and remove both check)."""
         if len(self.heap) > 4 * len(self.current) + 64:
             self.heap = [x for x in self.heap
                          if (c := self.current.get(x[2])) is not None and c[0] == x[1]]
@@ -192,6 +281,9 @@ class GreedyDualSizePolicy(EvictionPolicy):
         self._heap.drop(e)
         self._heap.compact()
 
+    def state_size(self) -> int:
+        return len(self._heap.heap) + len(self._heap.current)
+
     def pick(self, nbytes: int, epoch: int, now: int) -> list[Resident]:
         out, skipped, got = [], [], 0
         while got < nbytes:
@@ -226,7 +318,6 @@ class BeladyPolicy(EvictionPolicy):
     def __init__(self) -> None:
         self._clean = _LazyHeap()
         self._dirty = _LazyHeap()
-        self._last: dict[int, int] = {}
 
     def _put(self, e: Resident, now: int) -> None:
         nu = self.next_use(e)
@@ -253,6 +344,9 @@ class BeladyPolicy(EvictionPolicy):
         self._dirty.drop(e)
         self._clean.compact()
         self._dirty.compact()
+
+    def state_size(self) -> int:
+        return sum(len(h.heap) + len(h.current) for h in (self._clean, self._dirty))
 
     def window_cost(self, e: Resident) -> float | None:
         # Out of order only tensors with no next use: any other choice may cost bytes the
@@ -319,10 +413,14 @@ class PlannedPolicy(BeladyPolicy):
 
     def __init__(self) -> None:
         super().__init__()
-        self.drops: set[tuple[str, int]] = set()
+        self.drops: set[tuple[Hashable, int]] = set()
         self._since: dict[int, int] = {}      # tensor id -> position of its last need
+        #: how a reuse interval is named in `drops`: (tensor key, position of the need that
+        #: starts it); the manager's repeat detector names them by role and phase instead
+        self.plan_key: Callable[[Resident, int], tuple[Hashable, int]] = \
+            lambda e, since: (e.key, since)
 
-    def set_plan(self, drops: set[tuple[str, int]]) -> None:
+    def set_plan(self, drops: set[tuple[Hashable, int]]) -> None:
         self.drops = drops
 
     def _put(self, e: Resident, now: int) -> None:
@@ -330,7 +428,7 @@ class PlannedPolicy(BeladyPolicy):
         since = self._since.get(e.id, now)
         if nu == INF:
             key = -1e18 + now
-        elif (e.key, since) in self.drops:      # type: ignore[attr-defined]
+        elif self.plan_key(e, since) in self.drops:
             key = -1e16 - nu                    # planned drop: before every kept tensor
         else:
             key = -nu
@@ -349,9 +447,13 @@ class PlannedPolicy(BeladyPolicy):
         super().remove(e)
         self._since.pop(e.id, None)
 
+    def state_size(self) -> int:
+        return super().state_size() + len(self._since) + len(self.drops)
+
     def window_cost(self, e: Resident) -> float | None:
         # Out of order only tensors the plan drops anyway or that have no next use.
-        if self.next_use(e) != INF and (e.key, self._since.get(e.id)) not in self.drops:
+        if self.next_use(e) != INF and \
+                self.plan_key(e, self._since.get(e.id, -1)) not in self.drops:
             return None
         return float(e.card_size * (2 if e.dirty else 1))
 
@@ -362,9 +464,390 @@ class PlannedPolicy(BeladyPolicy):
         return BeladyPolicy._score(key, now, dirty)
 
 
+_LIR, _HIR, _GHOST = 0, 1, 2
+
+
+class LirsPolicy(EvictionPolicy):
+    """LIRS (Jiang & Zhang, SIGMETRICS 2002) adapted to variable sizes: scan- and cycle-resistant.
+
+    A tensor's *reuse distance* (bytes of other tensors used between two uses) decides, not its
+    recency: tensors whose last reuse distance was short are LIR and stay, up to
+    `1 - hir_fraction` of the card (in bytes); the others are HIR and cycle through the rest of
+    the card in FIFO order. A recency stack S holds the LIR tensors, resident HIR tensors and
+    ghosts (evicted HIR tensors, their history only) no older than its oldest LIR tensor; a HIR
+    tensor used again while still in S has a reuse distance shorter than that LIR tensor's and
+    takes its place. So a scan (tensors used once) only ever displaces HIR tensors, and a loop
+    over a working set larger than the card keeps most of it resident (LRU keeps nothing).
+
+    Victims are the resident HIR tensors, oldest first; only when they do not free enough, the
+    LIR tensors from the bottom of S, with `pick_in_order`'s corrections (a clean or a smaller
+    sufficient tensor among the next few is taken first).
+    Ghosts are bounded: at most the card's capacity in bytes and never a freed tensor
+    (`forget`), so the policy holds O(live tensors) entries whatever the number of calls.
+    """
+
+    name = "lirs"
+    window_candidates = 64     # as SizedLruPolicy
+    window_gate = 4.0
+    #: Share of the card (bytes) for resident HIR tensors (the paper uses ~1 %; DNN tensors are
+    #: a large part of a card, so more).
+    hir_fraction = 0.1
+    #: How far past a victim the policy looks for a clean one, or a smaller one that covers
+    #: what is still needed (pick_in_order).
+    lookahead = 8
+    #: Ghost bytes kept, relative to the capacity.
+    ghost_factor = 1.0
+
+    def __init__(self) -> None:
+        self._s: OrderedDict[int, None] = OrderedDict()      # recency stack, bottom first
+        self._q: OrderedDict[int, Resident] = OrderedDict()  # resident HIR, next victim first
+        self._ghosts: OrderedDict[int, int] = OrderedDict()  # ghost id -> bytes, oldest first
+        self._status: dict[int, int] = {}
+        self._size: dict[int, int] = {}
+        self._res: dict[int, Resident] = {}                   # resident tensors (LIR and HIR)
+        self._inserted: dict[int, int] = {}                   # id -> pin of the inserting call
+        self._lir_bytes = 0
+        self._ghost_bytes = 0
+
+    @property
+    def _lir_limit(self) -> float:
+        return (1.0 - self.hir_fraction) * self.capacity if self.capacity else INF
+
+    def _prune(self) -> None:
+        s, status = self._s, self._status
+        while s:
+            i = next(iter(s))
+            st = status[i]
+            if st == _LIR:
+                return
+            del s[i]
+            if st == _GHOST:
+                self._drop_ghost(i)
+
+    def _drop_ghost(self, i: int) -> None:
+        self._ghost_bytes -= self._ghosts.pop(i)
+        del self._status[i], self._size[i]
+        self._s.pop(i, None)
+
+    def _make_lir(self, i: int) -> None:
+        self._status[i] = _LIR
+        self._lir_bytes += self._size[i]
+        s = self._s
+        s[i] = None
+        s.move_to_end(i)
+        limit = self._lir_limit
+        while self._lir_bytes > limit:                       # demote the bottom LIR tensors
+            b = next(iter(s))
+            if b == i:
+                break
+            del s[b]
+            self._status[b] = _HIR
+            self._lir_bytes -= self._size[b]
+            self._q[b] = self._res[b]
+            self._prune()
+
+    def insert(self, e: Resident, now: int) -> None:
+        i = e.id
+        self._res[i] = e
+        self._inserted[i] = e.pin
+        st = self._status.get(i)
+        if st == _GHOST:                                     # reused while still in S
+            self._ghost_bytes -= self._ghosts.pop(i)
+            self._size[i] = e.card_size
+            self._make_lir(i)
+            self._prune()
+            return
+        self._size[i] = e.card_size
+        if self._lir_bytes + e.card_size <= self._lir_limit:  # warming up: room for LIR
+            self._status[i] = _LIR
+            self._lir_bytes += e.card_size
+            self._s[i] = None
+            return
+        self._status[i] = _HIR
+        self._s[i] = None
+        self._q[i] = e
+
+    def touch(self, e: Resident, now: int) -> None:
+        i = e.id
+        if self._inserted.pop(i, None) == e.pin:
+            return                                           # the miss of this very call
+        st = self._status[i]
+        s = self._s
+        if st == _LIR:
+            s.move_to_end(i)
+            self._prune()
+        elif i in s:                                         # resident HIR reused: now LIR
+            del self._q[i]
+            self._make_lir(i)
+            self._prune()
+        else:
+            s[i] = None
+            self._q.move_to_end(i)
+
+    def pick(self, nbytes: int, epoch: int, now: int) -> list[Resident]:
+        lir = (self._res[i] for i in self._s if self._status[i] == _LIR)
+        return pick_in_order(itertools.chain(self._q.values(), lir), nbytes, epoch,
+                             self.lookahead)
+
+    def evicted(self, e: Resident) -> None:
+        i = e.id
+        st = self._status.get(i)
+        if st is None:
+            return
+        self._leave_card(i, st)
+        if i in self._s:                                     # history stays, as a ghost
+            self._status[i] = _GHOST
+            self._ghosts[i] = self._size[i]
+            self._ghost_bytes += self._size[i]
+            limit = self.ghost_factor * self.capacity if self.capacity else INF
+            while self._ghost_bytes > limit and self._ghosts:
+                self._drop_ghost(next(iter(self._ghosts)))
+            self._prune()
+        else:
+            del self._status[i], self._size[i]
+
+    def _leave_card(self, i: int, st: int) -> None:
+        """Tensor ``i`` (status ``st``) is no longer resident: out of the resident maps, its
+        LIR bytes or its place in the HIR queue given back (a ghost holds neither)."""
+        self._res.pop(i, None)
+        self._inserted.pop(i, None)
+        if st == _LIR:
+            self._lir_bytes -= self._size[i]
+        elif st == _HIR:
+            self._q.pop(i, None)
+
+    def remove(self, e: Resident) -> None:
+        i = e.id
+        st = self._status.get(i)
+        if st is None:
+            return
+        self._leave_card(i, st)
+        if st == _GHOST:
+            self._ghost_bytes -= self._ghosts.pop(i)
+        self._s.pop(i, None)
+        del self._status[i], self._size[i]
+        self._prune()
+
+    def forget(self, e: Resident) -> None:
+        if self._status.get(e.id) == _GHOST:
+            self._drop_ghost(e.id)
+            self._prune()
+
+    def state_size(self) -> int:
+        return (len(self._s) + len(self._q) + len(self._ghosts) + len(self._status)
+                + len(self._size) + len(self._res) + len(self._inserted))
+
+
+class _Stub:
+    """A tensor as a shadow cache sees it."""
+
+    __slots__ = ("id", "key", "card_size", "dirty", "pin")
+
+    def __init__(self, i: int, size: int) -> None:
+        self.id, self.key, self.card_size, self.dirty, self.pin = i, "", size, False, -1
+
+
+class ShadowCache:
+    """A policy run on simulated residency of a card of the same capacity: the bytes it would
+    move (reloads and write-backs, ignoring fragmentation), exponentially forgotten over
+    `memory` need calls. AutoPolicy compares two of them to choose its online expert."""
+
+    def __init__(self, policy: EvictionPolicy, capacity: int, memory: int = 512) -> None:
+        self.policy = policy
+        policy.capacity = capacity
+        self.capacity = capacity
+        self.res: dict[int, _Stub] = {}
+        self.used = 0
+        self.cost = 0.0
+        self.decay = 1.0 - 1.0 / memory
+
+    def need(self, ents: list[Resident], epoch: int) -> None:
+        p, res = self.policy, self.res
+        self.cost *= self.decay
+        stubs, missing, need = [], [], 0
+        for e in ents:
+            s = res.get(e.id)
+            if s is None:
+                s = _Stub(e.id, e.card_size)
+                missing.append(s)
+                need += e.card_size
+            s.pin = epoch
+            stubs.append(s)
+        short = self.used + need - self.capacity
+        if short > 0:
+            for v in p.pick(short, epoch, epoch):
+                p.evicted(v)
+                del res[v.id]
+                self.used -= v.card_size
+                if v.dirty:
+                    self.cost += v.card_size
+        for s in missing:
+            res[s.id] = s
+            self.used += s.card_size
+            self.cost += s.card_size
+            p.insert(s, epoch)
+        for s in stubs:
+            p.touch(s, epoch)
+
+    def event(self, kind: str, e: Resident) -> None:
+        s = self.res.get(e.id)
+        if kind == "updated":
+            if s is not None:
+                s.dirty = True
+                self.policy.recost(s, 0)
+        elif kind == "read":
+            if s is not None and s.dirty:
+                s.dirty = False
+                self.cost += s.card_size
+                self.policy.recost(s, 0)
+        elif s is not None:                  # "write" (the card copy is stale) or "free"
+            self.policy.remove(s)
+            del self.res[e.id]
+            self.used -= s.card_size
+        if kind == "free" and s is None:
+            self.policy.forget(e)
+
+    def state_size(self) -> int:
+        return len(self.res) + self.policy.state_size()
+
+
+class AutoPolicy(EvictionPolicy):
+    """The online default: the better of LIRS and LRU, and the plan of a repetition when the
+    need sequence repeats.
+
+    Online, victims come from one of two experts that both track the card's residents: LIRS
+    (scan- and cycle-resistant) or LRU (recency, which suits the produce-then-consume order of
+    DNN activations). Which one is decided by shadow caches: each expert also runs on simulated
+    residency of a card of the same size, fed the same calls, and the one whose shadow would
+    have moved fewer bytes recently (by SWITCH_MARGIN) is followed. Without a hint the
+    manager's repeat detector (repeat.py) watches the need calls; while it follows a
+    repetition of an earlier window, it predicts next uses, may supply a plan (the interval
+    MILP solved on the recorded window) and `planning` is on: victims come from the
+    schedule-aware `PlannedPolicy` fed with those predictions. When the pattern breaks the
+    detector drops back to the online experts. Every part sees every residency event all the
+    time, so any can take over at any call. With a hint (`set_schedule` /
+    `set_schedule_trace`) it is `planned`.
+    """
+
+    name = "auto"
+    uses_schedule = True
+    learns = True
+    observes = True
+    #: the LIRS expert is followed when its shadow moved this much less than LRU's, and left
+    #: when it moved this much more (hysteresis)
+    switch_margin = 0.03
+
+    def __init__(self) -> None:
+        self.lirs = LirsPolicy()
+        self.lru = SizedLruPolicy()
+        self.online: EvictionPolicy = self.lru
+        self.planner = PlannedPolicy()
+        self.planning = False            # set by the manager (a hint, or a learned repetition)
+        self._shadows: dict[str, ShadowCache] = {}
+        self._cap = 0
+
+    @property                            # type: ignore[override]
+    def capacity(self) -> int:           # type: ignore[override]
+        return self._cap
+
+    @capacity.setter
+    def capacity(self, n: int) -> None:
+        self._cap = n
+        self.lirs.capacity = self.lru.capacity = self.planner.capacity = n
+        if n:
+            self._shadows = {"lirs": ShadowCache(LirsPolicy(), n),
+                             "lru": ShadowCache(SizedLruPolicy(), n)}
+
+    @property                            # type: ignore[override]
+    def next_use(self) -> Callable[[Resident], float]:   # type: ignore[override]
+        return self.planner.next_use
+
+    @next_use.setter
+    def next_use(self, fn: Callable[[Resident], float]) -> None:
+        self.planner.next_use = fn       # type: ignore[method-assign]
+
+    @property                            # type: ignore[override]
+    def window_candidates(self) -> int:  # type: ignore[override]
+        return self.planner.window_candidates if self.planning else \
+            self.online.window_candidates
+
+    @property                            # type: ignore[override]
+    def window_gate(self) -> float:      # type: ignore[override]
+        return self.planner.window_gate if self.planning else self.online.window_gate
+
+    @property
+    def plan_seconds(self) -> float:
+        return self.planner.plan_seconds
+
+    @property
+    def expert(self) -> str:
+        return "lirs" if self.online is self.lirs else "lru"
+
+    def set_plan(self, drops: set[tuple[Hashable, int]]) -> None:
+        self.planner.set_plan(drops)
+
+    def _parts(self) -> tuple[EvictionPolicy, ...]:
+        return (self.lirs, self.lru, self.planner)
+
+    def observe(self, kind: str, ents: list[Resident], epoch: int) -> None:
+        sh = self._shadows
+        if not sh:
+            return
+        if kind == "need":
+            for s in sh.values():
+                s.need(ents, epoch)
+            a, b = sh["lirs"].cost, sh["lru"].cost
+            m = self.switch_margin
+            if self.online is self.lru and a < (1 - m) * b:
+                self.online = self.lirs
+            elif self.online is self.lirs and a > (1 + m) * b:
+                self.online = self.lru
+        else:
+            for e in ents:
+                for s in sh.values():
+                    s.event(kind, e)
+
+    def insert(self, e: Resident, now: int) -> None:
+        for p in self._parts():
+            p.insert(e, now)
+
+    def touch(self, e: Resident, now: int) -> None:
+        for p in self._parts():
+            p.touch(e, now)
+
+    def recost(self, e: Resident, now: int) -> None:
+        for p in self._parts():
+            p.recost(e, now)
+
+    def remove(self, e: Resident) -> None:
+        for p in self._parts():
+            p.remove(e)
+
+    def evicted(self, e: Resident) -> None:
+        for p in self._parts():
+            p.evicted(e)
+
+    def forget(self, e: Resident) -> None:
+        for p in self._parts():
+            p.forget(e)
+
+    def rekey(self, residents: list[Resident], now: int) -> None:
+        self.planner.rekey(residents, now)
+
+    def pick(self, nbytes: int, epoch: int, now: int) -> list[Resident]:
+        return (self.planner if self.planning else self.online).pick(nbytes, epoch, now)
+
+    def window_cost(self, e: Resident) -> float | None:
+        return (self.planner if self.planning else self.online).window_cost(e)
+
+    def state_size(self) -> int:
+        return sum(p.state_size() for p in self._parts()) + sum(
+            s.state_size() for s in self._shadows.values())
+
+
 POLICIES: dict[str, type[EvictionPolicy]] = {
-    p.name: p for p in (NaivePolicy, LruPolicy, GreedyDualSizePolicy, BeladyPolicy,
-                        PlannedPolicy)}
+    p.name: p for p in (NaivePolicy, LruPolicy, GreedyDualSizePolicy, LirsPolicy, BeladyPolicy,
+                        PlannedPolicy, AutoPolicy)}
 
 
 def make_policy(policy: str | EvictionPolicy) -> EvictionPolicy:

@@ -36,6 +36,18 @@ MEM_MAX_OUTSTANDING = 4
 FETCH_MAX_BURST = 8
 
 
+def fetch_buffer_beats(max_burst: int = FETCH_MAX_BURST) -> int:
+    """The fetch unit's prefetch buffer (beats) for a MAX_BURST of ``max_burst``: two bursts,
+    at least 16 beats, rounded up to a power of two (rtl/accel/accel_fetch.v derives its
+    BUF_AW from its MAX_BURST parameter the same way; the performance model uses this)."""
+    beats = max(2 * max_burst, 16)
+    return 1 << (beats - 1).bit_length()
+
+
+#: The default build's prefetch buffer (beats).
+FETCH_BUFFER_BEATS = fetch_buffer_beats()
+
+
 @dataclass(frozen=True)
 class AccelConfig:
     """The accelerator's build parameters (the RTL's parameters, reported in ACC_CFG_*)."""

@@ -87,8 +87,13 @@ def token_counters(unit: Unit | None, fields: dict[str, int]) -> tuple[tuple[int
     the unit has no counter for are ignored (`check_static` rejects them)."""
     if unit is None:
         return (), ()
-    return (tuple(c for flag, c in POPS[unit].items() if fields.get(flag)),
-            tuple(c for flag, c in PUSHES[unit].items() if fields.get(flag)))
+    get = fields.get
+    return (tuple([c for flag, c in _POP_ITEMS[unit] if get(flag)]),
+            tuple([c for flag, c in _PUSH_ITEMS[unit] if get(flag)]))
+
+
+_POP_ITEMS = {u: tuple(d.items()) for u, d in POPS.items()}
+_PUSH_ITEMS = {u: tuple(d.items()) for u, d in PUSHES.items()}
 
 
 class AccelError(IntEnum):
@@ -176,6 +181,29 @@ FORMATS: dict[Opcode, tuple[FieldSpec, ...]] = {
 for _op, _fmt in FORMATS.items():
     assert sum(f.width for f in _fmt) <= INSN_BITS, _op
 
+#: Each format's fields other than the opcode, as encode/decode walk them: (name, lsb, mask,
+#: lowest value, highest value, width, signed), computed once from FORMATS.
+_Layout = tuple[tuple[str, int, int, int, int, int, bool], ...]
+
+
+def _layout(fmt: tuple[FieldSpec, ...]) -> _Layout:
+    out, lsb = [], 0
+    for f in fmt:
+        if f.name != "opcode":
+            lo, hi = (-(1 << (f.width - 1)), (1 << (f.width - 1)) - 1) if f.signed \
+                else (0, (1 << f.width) - 1)
+            out.append((f.name, lsb, (1 << f.width) - 1, lo, hi, f.width, f.signed))
+        lsb += f.width
+    return tuple(out)
+
+
+assert all(fmt[0].name == "opcode" for fmt in FORMATS.values())
+_OPCODE_MASK = (1 << FORMATS[Opcode.END][0].width) - 1
+_LAYOUTS: dict[Opcode, _Layout] = {op: _layout(fmt) for op, fmt in FORMATS.items()}
+#: The field names each opcode has (besides the opcode).
+_FIELD_NAMES: dict[Opcode, frozenset[str]] = {op: frozenset(f[0] for f in lay)
+                                              for op, lay in _LAYOUTS.items()}
+
 
 def field_lsb(op: Opcode, name: str) -> int:
     lsb = 0
@@ -188,7 +216,8 @@ def field_lsb(op: Opcode, name: str) -> int:
 
 def element_bytes(buf: Buffer, n: int) -> int:
     """Bytes of one scratchpad row as it sits in card memory, for an array of size `n`."""
-    return {Buffer.INP: n, Buffer.WGT: n * n, Buffer.ACC: 4 * n, Buffer.ACC8: n}[Buffer(buf)]
+    b = Buffer(buf)
+    return n * n if b == Buffer.WGT else 4 * n if b == Buffer.ACC else n
 
 
 def req_imm(zp: int, lo: int = -128, hi: int = 127) -> int:
@@ -221,16 +250,16 @@ class Insn:
     fields: dict[str, int] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
-        known = {f.name for f in FORMATS[self.op]} - {"opcode"}
-        unknown = set(self.fields) - known
-        if unknown:
+        known = _FIELD_NAMES[self.op]
+        if not known.issuperset(self.fields):
+            unknown = set(self.fields) - known
             raise IsaError(f"{self.op.name} has no field(s) {sorted(unknown)}; it has "
                            f"{sorted(known)}")
 
     def __getattr__(self, name: str) -> int:
         if name.startswith("_") or name in ("op", "fields"):
             raise AttributeError(name)
-        if any(f.name == name for f in FORMATS[self.op]):
+        if name in _FIELD_NAMES[self.op]:
             return self.fields.get(name, 0)
         raise AttributeError(f"{self.op.name} has no field {name!r}")
 
@@ -250,17 +279,18 @@ class Insn:
 
 def encode(insn: Insn) -> bytes:
     """The 16-byte little-endian image of ``insn``; IsaError if a field does not fit."""
-    word = 0
-    lsb = 0
-    for f in FORMATS[insn.op]:
-        v = int(insn.op) if f.name == "opcode" else int(insn.fields.get(f.name, 0))
-        lo, hi = (-(1 << (f.width - 1)), (1 << (f.width - 1)) - 1) if f.signed \
-            else (0, (1 << f.width) - 1)
+    op = insn.op
+    word = int(op) & _OPCODE_MASK
+    get = insn.fields.get
+    for name, lsb, mask, lo, hi, width, signed in _LAYOUTS[op]:
+        v = get(name, 0)
+        if v == 0:  # absent or zero: nothing to set
+            continue
+        v = int(v)
         if not lo <= v <= hi:
-            raise IsaError(f"{insn.op.name}.{f.name} = {v} does not fit {f.width} "
-                           f"{'signed ' if f.signed else ''}bits ({lo}..{hi})")
-        word |= (v & ((1 << f.width) - 1)) << lsb
-        lsb += f.width
+            raise IsaError(f"{op.name}.{name} = {v} does not fit {width} "
+                           f"{'signed ' if signed else ''}bits ({lo}..{hi})")
+        word |= (v & mask) << lsb
     return word.to_bytes(INSN_BYTES, "little")
 
 

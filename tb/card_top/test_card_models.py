@@ -81,19 +81,19 @@ async def test_demo(dut) -> None:
         f"{'some' if expect else 'none'}")
 
 
-#: The PyTorch-exported layers the issue names; all of them run on the accelerator.
+#: The PyTorch-exported layers the issues name; all of them run on the accelerator.
 LAYERS = ("Conv2d", "Conv2d_strided", "Conv2d_padding", "Conv2d_no_bias", "Linear", "ReLU",
-          "MaxPool2d")
+          "MaxPool2d", "Conv2d_groups", "Conv2d_depthwise", "AvgPool2d")
 
 
-def _layer(drv: Any, name: str) -> str:
+def _compile_calibrated(model: Any, feeds: dict[str, np.ndarray]) -> tuple[Any, set[str]]:
+    """``model`` compiled for the accelerator, calibrated on ``feeds``; the devices of its
+    subgraphs that compute (not only constants and inputs)."""
     import tempfile
     from pathlib import Path
 
     from compiler.pipeline import compile_model
-    from tests.compiler.test_card_runtime import PYTORCH, load_case, tolerance
 
-    model, feeds, want = load_case(name)
     with tempfile.TemporaryDirectory() as d:
         npz = Path(d) / "calib.npz"
         np.savez(npz, **{k: v[None] for k, v in feeds.items()})
@@ -101,6 +101,14 @@ def _layer(drv: Any, name: str) -> str:
             "calibration": str(npz), "samples": 1}}).graph
     devices = {str(c.get_attr("device")) for c in graph.root_subgraph.children
                if any(op.type not in ("const", "data") for op in c.ops)}
+    return graph, devices
+
+
+def _layer(drv: Any, name: str) -> str:
+    from tests.compiler.test_card_runtime import PYTORCH, load_case, tolerance
+
+    model, feeds, want = load_case(name)
+    graph, devices = _compile_calibrated(model, feeds)
     assert devices == {PYTORCH[name]}, f"{name}: runs on {devices}, expected {PYTORCH[name]}"
     (got,), _ = (lambda o: (tuple(o[0].values()), o[1]))(_on_both(drv, graph, feeds))
     if PYTORCH[name] == "ACCEL":
@@ -120,3 +128,57 @@ async def test_pytorch_layer(dut, layer: str) -> None:
     tb = TB(dut)
     await tb.reset()
     await tb.host(_layer, layer)
+
+
+def _mobilenet(drv: Any) -> dict[str, Any]:
+    from compiler.pipeline import compile_model
+    from compiler.zoo import MOBILENET_INPUT, mobilenet_cnn, mobilenet_input
+    from tests.compiler.test_card_runtime import ort_run
+
+    model = mobilenet_cnn(size=8, width=8)
+    graph = compile_model(model, {"plugin": "accel", "quantize": {"samples": 4,
+                                                                   "seed": 0}}).graph
+    feeds = {MOBILENET_INPUT: mobilenet_input(8)}
+    out, stats = _on_both(drv, graph, feeds)
+    (got,) = out.values()
+    (want,) = ort_run(model, feeds).values()
+    assert int(np.argmax(got)) == int(np.argmax(want)), "top-1 differs from onnxruntime"
+    return {"accel_steps": sum(1 for s in stats.steps if s.device == "ACCEL"),
+            "cpu": sorted({op.type for c in graph.root_subgraph.children if c.device != "ACCEL"
+                           for op in c.ops} - {"const", "data"})}
+
+
+@cocotb.test(timeout_time=40, timeout_unit="sec")
+async def test_mobilenet(dut) -> None:
+    """The MobileNet-class CNN (depthwise-separable blocks, stride 2, an inverted residual,
+    global average pool, FC; 8 x 8 input, width 8) on the RTL card equals the functional
+    card bit for bit: one accelerator step, only the Softmax on the CPU."""
+    tb = TB(dut)
+    await tb.reset()
+    r = await tb.host(_mobilenet)
+    assert r == {"accel_steps": 1, "cpu": ["Softmax"]}, r
+
+
+#: pytorch-operator elementwise tests: lane spreading (a (2, 1) operand), a constant operand
+#: in the kernel's blob, Max.
+ELTWISE = ("add_size1_broadcast", "addconstant", "max")
+
+
+def _eltwise(drv: Any, name: str) -> None:
+
+    from tests.compiler.test_card_runtime import _float32_case
+
+    model, feeds = _float32_case(name)
+    graph, devices = _compile_calibrated(model, feeds)
+    assert devices == {"ACCEL"}, f"{name}: runs on {devices}"
+    _on_both(drv, graph, feeds)
+
+
+@cocotb.test(timeout_time=20, timeout_unit="sec")
+@cocotb.parametrize(case=list(ELTWISE))
+async def test_elementwise(dut, case: str) -> None:
+    """A broadcasting elementwise operator on the RTL card: bit-identical to the functional
+    card (which tests/compiler/test_card_runtime.py checks against qbinary)."""
+    tb = TB(dut)
+    await tb.reset()
+    await tb.host(_eltwise, case)

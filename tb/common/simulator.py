@@ -150,16 +150,27 @@ def lean_control(toplevel: str, sources: Sequence[Path],
 CXX_OPTS = ("-O0", "-O1", "-O2", "-O3", "-Os")
 
 
+#: The main loop of every Verilator model (cocotb's VPI phases plus a clock generated in C++).
+COSIM_MAIN = Path(__file__).resolve().parent / "cosim_main.cpp"
+
+
 def _verilator_runner(lean: bool, cxx_opt: str | None) -> object:
-    """cocotb's Verilator runner, without the ``--public-flat-rw`` it hard-codes (``lean``) and
-    with the model's C++ compiled at ``cxx_opt`` (make variables override verilated.mk's)."""
+    """cocotb's Verilator runner; a ``lean`` build drops the ``--public-flat-rw`` it hard-codes
+    and has tb/common/cosim_main.cpp as the model's main (its symbols exported, so that
+    tb/common/clocking.py finds the built-in clock); the model's C++ is compiled at ``cxx_opt``
+    (make variables override verilated.mk's)."""
     from cocotb_tools.runner import Verilator
 
     class TunedVerilator(Verilator):
         def _build_command(self) -> list:  # type: ignore[override]
             cmds = super()._build_command()
             if lean:
-                cmds[0] = [a for a in cmds[0] if a != "--public-flat-rw"]
+                cmds[0] = [str(COSIM_MAIN) if a.endswith("verilator.cpp") else a
+                           for a in cmds[0] if a != "--public-flat-rw"]
+                if str(COSIM_MAIN) not in cmds[0]:
+                    raise RuntimeError("cocotb's Verilator command names no verilator.cpp main "
+                                       f"to replace with {COSIM_MAIN.name}: {cmds[0]}")
+                cmds[0][1:1] = ["-LDFLAGS", "-rdynamic"]
             if cxx_opt is not None:
                 cmds[1] = [*cmds[1], f"OPT_FAST={cxx_opt}", f"OPT_GLOBAL={cxx_opt}"]
             return cmds
@@ -236,12 +247,15 @@ def _key(sim: str, toplevel: str, params: Mapping[str, object], waves: bool,
         c["public"] = list(public)
     if cxx_opt is not None:
         c["cxx_opt"] = cxx_opt
+    if public is not None:
+        c["main"] = COSIM_MAIN.name
     conf = json.dumps(c, sort_keys=True)
     name_hash = hashlib.sha1(conf.encode()).hexdigest()[:10]
     h = hashlib.sha1(conf.encode())
     h.update(_tool_version(sim).encode())
     h.update(control.encode())
-    for src in list(sources) + sorted(INCLUDE.glob("*.vh")) + sorted(RTL.glob("*.vlt")):
+    extra = [COSIM_MAIN] if public is not None else []
+    for src in list(sources) + sorted(INCLUDE.glob("*.vh")) + sorted(RTL.glob("*.vlt")) + extra:
         h.update(str(src).encode())
         h.update(Path(src).read_bytes())
     return f"{toplevel}-{name_hash}{'-waves' if waves else ''}", h.hexdigest()
@@ -291,7 +305,7 @@ def build(sim: str, toplevel: str, sources: Sequence[Path],
             stamp_file.unlink(missing_ok=True)
             if lean is not None:
                 (bdir / PUBLIC_VLT).write_text(control)
-            runner = get_runner(sim) if lean is None and opt is None else \
+            runner = get_runner(sim) if sim != "verilator" else \
                 _verilator_runner(lean is not None, opt)
             runner.build(  # type: ignore[attr-defined]
                 sources=[str(s) for s in sources],

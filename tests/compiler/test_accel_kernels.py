@@ -12,9 +12,11 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from compiler.plugins.accel import kernels as K
-from compiler.quantize.reference import qadd, qconv, qgemm
+from compiler.quantize.reference import qadd, qbinary, qconv, qgemm
 from compiler.quantize.requant import quantize_multiplier, requantize
 from pyhost.accel import layout, timing
 from pyhost.accel.model import AccelModel
@@ -99,16 +101,16 @@ def _meaningful(y: np.ndarray) -> None:
 
 
 def _conv_case(shape, co, k, stride, pads, dil=(1, 1), act=None, cfg=CFG, seed=0,
-               seeds=(None, *SEEDS)) -> K.Kernel:
+               seeds=(None, *SEEDS), group=1) -> K.Kernel:
     rng = np.random.default_rng(seed)
-    q = conv_q(rng, co, shape[1], k[0], k[1])
+    q = conv_q(rng, co, shape[1] // group, k[0], k[1])
     x = rng.integers(-128, 128, shape).astype(np.int8)
     bounds = act(q["output_zero_point"]) if callable(act) else act
     kern = K.conv2d(shape, q, inp=K.Ref(IN), out=K.Ref(OUT), consts=K.Ref(CONST),
-                    strides=stride, pads=pads, dilations=dil, act=bounds, cfg=cfg)
+                    strides=stride, pads=pads, dilations=dil, group=group, act=bounds, cfg=cfg)
     got = run([kern], {K.Ref(IN): layout.pack_act(x, cfg.n, q["input_zero_point"])}, cfg,
               seeds)[K.Ref(OUT)]
-    ref = qconv(x, q, stride, pads, dil, 1)
+    ref = qconv(x, q, stride, pads, dil, group)
     if bounds is not None:
         ref = np.clip(ref, *bounds).astype(np.int8)
     o = kern.outputs[0]
@@ -216,6 +218,33 @@ def test_conv2d_tiles_do_not_divide_the_image() -> None:
     assert oh % rows != 0, kern.tiling
 
 
+@pytest.mark.parametrize("shape,co,k,s,p,group,cfg", [
+    ((1, 48, 10, 10), 64, (3, 3), (1, 1), (1, 1, 1, 1), 2, CFG),     # AlexNet-style: aligned
+    ((1, 24, 9, 9), 112, (1, 1), (1, 1), (0, 0, 0, 0), 4, CFG),      # ShuffleNet: 6 -> 28
+    ((1, 48, 10, 10), 64, (3, 3), (1, 1), (1, 1, 1, 1), 2, TINY),    # streamed, empty steps
+    ((2, 40, 7, 9), 40, (3, 3), (1, 2), (1, 0, 2, 1), 40, TINY),     # depthwise, batch 2
+    ((1, 32, 12, 12), 32, (3, 3), (2, 2), (1, 1, 1, 1), 32, CFG),    # depthwise, stride 2
+    ((1, 12, 8, 8), 36, (3, 3), (1, 1), (1, 1, 1, 1), 12, CFG),      # depth multiplier 3
+])
+def test_grouped_conv2d_matches_qconv(shape, co, k, s, p, group, cfg) -> None:
+    """Grouped and depthwise convolutions: the dense conv with the structurally zero weight
+    tiles left out (neither stored nor multiplied), bit-exact with qconv(group)."""
+    kern = _conv_case(shape, co, k, s, p, cfg=cfg, group=group, seed=group)
+    t = kern.tiling
+    assert t["group"] == group and t["live_tiles"] < t["tiles"], t
+    nb = -(-shape[1] // N)
+    if group == shape[1] and co == shape[1]:
+        assert t["live_tiles"] == nb          # depthwise: only the diagonal tiles
+
+
+def test_grouped_conv2d_errors() -> None:
+    q = conv_q(np.random.default_rng(0), 12, 5, 1, 1)
+    with pytest.raises(K.AccelKernelError, match="input channels per group"):
+        K.conv2d((1, 12, 4, 4), q, inp=K.Ref(IN), out=K.Ref(OUT), consts=K.Ref(CONST), group=2)
+    with pytest.raises(K.AccelKernelError, match="must divide"):
+        K.conv2d((1, 10, 4, 4), q, inp=K.Ref(IN), out=K.Ref(OUT), consts=K.Ref(CONST), group=4)
+
+
 # --- Gemm ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("m,k,nout,axis,cfg", [
@@ -295,6 +324,240 @@ def test_maxpool2d_matches_numpy(shape, k, s, p, cfg) -> None:
     assert got == layout.pack_act(ref, cfg.n, kern.outputs[0].fill), "padding channels differ"
     if cfg is TINY:
         assert kern.tiling["rows"] < ref.shape[2], kern.tiling
+
+
+def _pool_geometry(shape, k, s, p, d, ceil):
+    from compiler.plugins.accel.kernels.pool import pool_output_size
+    oh = pool_output_size(shape[2], k[0], s[0], d[0], p[0], p[2], ceil)
+    ow = pool_output_size(shape[3], k[1], s[1], d[1], p[1], p[3], ceil)
+    return oh, ow
+
+
+def _windows(x, k, s, p, d, out, fill):
+    from compiler.ops.geometry import windows
+    return windows(x, k, s, d, p, out, fill)
+
+
+POOL_CASES = [
+    # shape, kernel, strides, pads (t, l, b, r), dilations, ceil_mode, cfg
+    ((1, 24, 56, 56), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), False, CFG),   # ShuffleNet shortcut
+    ((1, 16, 14, 14), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), False, CFG),   # Inception branch
+    ((1, 32, 6, 6), (7, 7), (1, 1), (0, 0, 1, 1), (1, 1), False, CFG),     # Inception v1 head
+    ((1, 8, 16, 16), (2, 2), (2, 2), (0, 0, 0, 0), (1, 1), False, CFG),    # DenseNet transition
+    ((2, 13, 11, 9), (3, 2), (2, 3), (2, 1, 0, 1), (2, 1), True, CFG),     # everything at once
+    ((1, 5, 20, 17), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), True, TINY),
+    # padding beyond the LOAD fields (15): rows loaded one by one, padding filled between
+    ((1, 8, 12, 20), (6, 8), (2, 3), (17, 18, 16, 20), (4, 4), False, CFG),
+]
+
+
+@pytest.mark.parametrize("case", range(len(POOL_CASES)))
+def test_maxpool2d_general(case: int) -> None:
+    """Any kernel, stride, dilation and padding, ceil_mode: bit-exact with the windows of the
+    CPU's own pool op (compiler.ops.geometry.windows, padding -128)."""
+    shape, k, s, p, d, ceil, cfg = POOL_CASES[case]
+    rng = np.random.default_rng(case)
+    x = rng.integers(-128, 128, shape).astype(np.int8)
+    kern = K.maxpool2d(shape, k, strides=s, pads=p, dilations=d, ceil_mode=ceil, zero_point=3,
+                       inp=K.Ref(IN), out=K.Ref(OUT), cfg=cfg)
+    got = run([kern], {K.Ref(IN): layout.pack_act(x, cfg.n, 3)}, cfg)[K.Ref(OUT)]
+    out = _pool_geometry(shape, k, s, p, d, ceil)
+    ref = _windows(x, k, s, p, d, out, -128).max(axis=(-2, -1))
+    y = layout.unpack_act(got, kern.outputs[0].shape, cfg.n)
+    assert y.shape == ref.shape and np.array_equal(y, ref), f"{np.sum(y != ref)} differ"
+    assert got == layout.pack_act(ref, cfg.n, 3), "padding channels differ"
+
+
+@pytest.mark.parametrize("include_pad", [False, True])
+@pytest.mark.parametrize("case", range(len(POOL_CASES)))
+def test_avgpool2d_general(case: int, include_pad: bool) -> None:
+    """AveragePool with either count_include_pad: bit-exact with its integer formula (window
+    sums minus taps * zp_in, requantized by 1 / count with the count ONNX divides by, computed
+    here from windows of ones like compiler/ops/op_average_pool.py), and within 1 LSB of the
+    float average of the dequantized input."""
+    shape, k, s, p, d, ceil, cfg = POOL_CASES[case]
+    rng = np.random.default_rng(10 + case)
+    x = rng.integers(-128, 128, shape).astype(np.int8)
+    s_in, zin, s_out, zout = 0.02, -7, 0.015, 4
+    act = K.relu_bounds(zout) if case == 1 else None
+    kern = K.avgpool2d(shape, k, input_scale=s_in, input_zero_point=zin, output_scale=s_out,
+                       output_zero_point=zout, strides=s, pads=p, dilations=d,
+                       count_include_pad=include_pad, ceil_mode=ceil, act=act,
+                       inp=K.Ref(IN), out=K.Ref(OUT), consts=K.Ref(CONST), cfg=cfg)
+    got = run([kern], {K.Ref(IN): layout.pack_act(x, cfg.n, zin)}, cfg)[K.Ref(OUT)]
+    out = _pool_geometry(shape, k, s, p, d, ceil)
+    sums = _windows(x.astype(np.int64), k, s, p, d, out, zin).sum(axis=(-2, -1))
+    sp = shape[2:]
+    if include_pad:
+        ones = np.ones((1, 1, sp[0] + p[0] + p[2], sp[1] + p[1] + p[3]))
+        cnt = _windows(ones, k, s, (0, 0, 0, 0), d, out, 0).sum(axis=(-2, -1))
+    else:
+        cnt = _windows(np.ones((1, 1, *sp)), k, s, p, d, out, 0).sum(axis=(-2, -1))
+    cnt = cnt.astype(np.int64)
+    ref = np.empty(sums.shape, np.int64)
+    for c in np.unique(cnt):
+        m, sh = quantize_multiplier(s_in / (int(c) * s_out))
+        sel = np.broadcast_to(cnt == c, sums.shape)
+        ref[sel] = requantize(sums[sel] - k[0] * k[1] * zin, m, sh, zout)
+    lo, hi = act or (-128, 127)
+    ref = np.clip(ref, lo, hi).astype(np.int8)
+    y = layout.unpack_act(got, kern.outputs[0].shape, cfg.n)
+    assert y.shape == ref.shape and np.array_equal(y, ref), f"{np.sum(y != ref)} differ"
+    assert got == layout.pack_act(ref, cfg.n, kern.outputs[0].fill), "padding channels differ"
+    real = (sums - k[0] * k[1] * zin) * s_in / cnt
+    flt = np.clip(np.rint(real / s_out) + zout, lo, hi)
+    assert np.abs(y.astype(np.int64) - flt).max() <= 1
+    _meaningful(ref)
+
+
+# --- layout changes: Concat copies, channel permutations -------------------------------------
+
+@pytest.mark.parametrize("axis,shapes,cfg", [
+    (1, [(1, 16, 5, 7), (1, 8, 5, 7), (1, 13, 5, 7)], CFG),
+    (1, [(2, 24, 3, 3), (2, 5, 3, 3)], TINY),
+    (0, [(1, 11, 4, 6), (2, 11, 4, 6)], CFG),
+])
+def test_concat_copies(axis, shapes, cfg) -> None:
+    """Every input copied to its place in the output (channel offsets multiples of N, or
+    images), padding lanes included; bit-exact."""
+    rng = np.random.default_rng(len(shapes))
+    xs = [rng.integers(-128, 128, s).astype(np.int8) for s in shapes]
+    offs = K.concat_offsets(shapes, axis, cfg.n)
+    refs = [K.Ref(IN + 10 + i) for i in range(len(xs))]
+    parts = [K.ConcatPart(r, s, o) for r, s, o in zip(refs, shapes, offs, strict=True)]
+    ref = np.concatenate(xs, axis=axis)
+    kern = K.concat(ref.shape, parts, axis, out=K.Ref(OUT), zero_point=5, cfg=cfg)
+    got = run([kern], {r: layout.pack_act(x, cfg.n, 5) for r, x in zip(refs, xs, strict=True)},
+              cfg)[K.Ref(OUT)]
+    assert got == layout.pack_act(ref, cfg.n, 5)
+    with pytest.raises(K.AccelKernelError, match="not a multiple of N"):
+        K.concat_offsets([(1, 3, 2, 2), (1, 8, 2, 2)], 1, 8)
+
+
+def test_empty_concat_joins_to_nothing() -> None:
+    """A Concat whose inputs were all written in place is a kernel without instructions, and
+    join leaves no hand-off for it."""
+    k = K.concat((1, 16, 2, 2), [], 1, out=K.Ref(OUT), zero_point=0)
+    a = K.maxpool2d((1, 16, 4, 4), (2, 2), inp=K.Ref(IN), out=K.Ref(OUT))
+    assert k.insns == () and K.join([a, k]) == K.join([a])
+
+
+@pytest.mark.parametrize("shape,groups,cfg", [((1, 112, 7, 9), 4, CFG), ((2, 136, 5, 5), 4, CFG),
+                                              ((1, 30, 6, 6), 3, TINY)])
+def test_channel_shuffle(shape, groups, cfg) -> None:
+    """ShuffleNet's Reshape-Transpose-Reshape as a channel permutation on the array (0/1 weight
+    tiles, no requantization): bit-exact, padding lanes the zero point."""
+    b, c, h, w = shape
+    perm = np.arange(c).reshape(groups, c // groups).T.reshape(-1)
+    rng = np.random.default_rng(c)
+    x = rng.integers(-128, 128, shape).astype(np.int8)
+    kern = K.permute_channels(shape, perm, inp=K.Ref(IN), out=K.Ref(OUT), consts=K.Ref(CONST),
+                              zero_point=-3, cfg=cfg)
+    got = run([kern], {K.Ref(IN): layout.pack_act(x, cfg.n, -3)}, cfg)[K.Ref(OUT)]
+    assert got == layout.pack_act(x[:, perm], cfg.n, -3)
+    assert kern.tiling["tiles"] < layout.blocks(c, cfg.n) ** 2
+
+
+# --- elementwise Add / Sub / Mul with broadcasting ---------------------------------------------
+
+BINARY_CASES = [
+    ("add", (1, 16, 5, 6), (1, 16, 1, 1), None, CFG),        # per-channel activation
+    ("sub", (2, 13, 4, 4), (2, 13, 4, 4), None, CFG),
+    ("mul", (1, 24, 7, 7), (1, 24, 1, 1), "relu", CFG),      # SE-style scaling
+    ("add", (2, 3, 1, 1), (1, 3, 1, 1), None, CFG),          # (2, 3) + (3,)
+    ("add", (2, 3, 1, 1), (2, 1, 1, 1), None, CFG),          # (2, 3) + (2, 1): lanes
+    ("mul", (1, 20, 6, 6), (1, 1, 6, 6), None, CFG),         # spread over channels
+    ("sub", (1, 1, 5, 5), (1, 12, 5, 5), None, CFG),         # the minuend spread
+    ("mul", (2, 9, 30, 30), (1, 9, 30, 30), None, TINY),     # pixel tiles
+    ("max", (1, 10, 4, 4), (1, 10, 4, 4), None, CFG),
+    ("min", (2, 8, 3, 3), (1, 1, 3, 3), "relu", CFG),
+]
+
+
+@pytest.mark.parametrize("case", range(len(BINARY_CASES)))
+@pytest.mark.parametrize("const", [False, True])
+def test_binary_broadcast(case: int, const: bool) -> None:
+    """Add, Sub, Mul, Max and Min with numpy broadcasting (images, channels, planes), an operand
+    in the kernel's blob (a constant) or in memory: bit-exact with the integer reference
+    (`qbinary`) under every schedule, padding lanes holding the output zero point; the
+    reference is within 1 LSB of the float result."""
+    op, sa_shape, sb_shape, act, cfg = BINARY_CASES[case]
+    rng = np.random.default_rng(case)
+    xa = rng.integers(-128, 128, sa_shape).astype(np.int8)
+    xb = rng.integers(-128, 128, sb_shape).astype(np.int8)
+    out_shape = np.broadcast_shapes(sa_shape, sb_shape)
+    qa, qb = (0.05, 3), (0.03, -11)
+    qo = (0.06 if op != "mul" else 0.05 * 0.03 * 40, -4)
+    bounds = K.relu_bounds(qo[1]) if act else None
+    oa = K.Operand(sa_shape, *qa, ref=K.Ref(IN))
+    ob = K.Operand(sb_shape, *qb, data=xb) if const else K.Operand(sb_shape, *qb, ref=K.Ref(IN2))
+    kern = K.binary(op, out_shape, oa, ob, out=K.Ref(OUT), consts=K.Ref(CONST),
+                    output_scale=qo[0], output_zero_point=qo[1], act=bounds, cfg=cfg)
+    data = {K.Ref(IN): layout.pack_act(xa, cfg.n, qa[1])}
+    if not const:
+        data[K.Ref(IN2)] = layout.pack_act(xb, cfg.n, qb[1])
+    got = run([kern], data, cfg)[K.Ref(OUT)]
+    q = {**K.binary_params(op, qa[0], qb[0], qo[0]), "input_zero_points": (qa[1], qb[1]),
+         "output_zero_point": qo[1]}
+    ref = qbinary(xa, xb, q, bounds or (-128, 127))
+    assert ref.shape == out_shape
+    assert got == layout.pack_act(ref, cfg.n, kern.outputs[0].fill)
+    a = xa.astype(np.int64) - qa[1]
+    b = xb.astype(np.int64) - qb[1]
+    # and the float result within 1 LSB (2 for Add/Sub: the 22-bit multipliers' ties)
+    if op == "mul":
+        real = (a * b) * qa[0] * qb[0]
+    elif op in ("max", "min"):
+        real = (np.maximum if op == "max" else np.minimum)(a * qa[0], b * qb[0])
+    else:
+        real = a * qa[0] + (-1 if op == "sub" else 1) * b * qb[0]
+    lo, hi = bounds or (-128, 127)
+    flt = np.clip(np.rint(real / qo[0]) + qo[1], lo, hi)
+    assert np.abs(ref.astype(np.int64) - flt).max() <= 1
+
+
+@settings(max_examples=12, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_binary_random_broadcasts(data: st.DataObject) -> None:
+    """Random ops, shapes (channels off the block size, several tiles on TINY), broadcast
+    patterns per operand, scales, zero points, constants and fused bounds: bit-exact with
+    qbinary under every schedule (run checks races statically and under random schedules)."""
+    op = data.draw(st.sampled_from(["add", "sub", "mul", "max", "min"]))
+    b, c = data.draw(st.integers(1, 2)), data.draw(st.integers(1, 20))
+    h, w = data.draw(st.integers(1, 9)), data.draw(st.integers(1, 9))
+    out_shape = (b, c, h, w)
+
+    def view() -> tuple[int, int, int, int]:
+        keep = data.draw(st.tuples(st.booleans(), st.booleans(), st.booleans()))
+        return (b if keep[0] else 1, c if keep[1] else 1, *((h, w) if keep[2] else (1, 1)))
+
+    sa, sb = view(), view()
+    sa = tuple(max(x, y) for x, y in zip(sa, out_shape, strict=True)) \
+        if np.broadcast_shapes(sa, sb) != out_shape else sa
+    cfg = data.draw(st.sampled_from([CFG, TINY]))
+    seed = data.draw(st.integers(0, 2**16))
+    rng = np.random.default_rng(seed)
+    xa = rng.integers(-128, 128, sa).astype(np.int8)
+    xb = rng.integers(-128, 128, sb).astype(np.int8)
+    qa = (float(rng.uniform(0.01, 0.1)), int(rng.integers(-20, 20)))
+    qb = (float(rng.uniform(0.01, 0.1)), int(rng.integers(-20, 20)))
+    so = qa[0] * qb[0] * 60 if op == "mul" else float(rng.uniform(0.02, 0.2))
+    qo = (so, int(rng.integers(-20, 20)))
+    bounds = K.relu_bounds(qo[1]) if data.draw(st.booleans()) else None
+    const = data.draw(st.booleans())
+    oa = K.Operand(sa, *qa, ref=K.Ref(IN))
+    ob = K.Operand(sb, *qb, data=xb) if const else K.Operand(sb, *qb, ref=K.Ref(IN2))
+    kern = K.binary(op, out_shape, oa, ob, out=K.Ref(OUT), consts=K.Ref(CONST),
+                    output_scale=qo[0], output_zero_point=qo[1], act=bounds, cfg=cfg)
+    inputs = {K.Ref(IN): layout.pack_act(xa, cfg.n, qa[1])}
+    if not const:
+        inputs[K.Ref(IN2)] = layout.pack_act(xb, cfg.n, qb[1])
+    got = run([kern], inputs, cfg, seeds=(None, seed % 7 + 1))[K.Ref(OUT)]
+    q = {**K.binary_params(op, qa[0], qb[0], qo[0]), "input_zero_points": (qa[1], qb[1]),
+         "output_zero_point": qo[1]}
+    ref = qbinary(xa, xb, q, bounds or (-128, 127))
+    assert got == layout.pack_act(ref, cfg.n, kern.outputs[0].fill)
 
 
 # --- residual Add -------------------------------------------------------------------------------
@@ -659,7 +922,7 @@ def test_unmappable_layers_raise_kernel_errors() -> None:
     rng = np.random.default_rng(14)
     q = conv_q(rng, 8, 8, 3, 3)
     refs = {"inp": K.Ref(IN), "out": K.Ref(OUT), "consts": K.Ref(CONST)}
-    with pytest.raises(K.AccelKernelError, match="group=2"):
+    with pytest.raises(K.AccelKernelError, match="input channels per group"):
         K.conv2d((1, 8, 8, 8), q, group=2, **refs)
     with pytest.raises(K.AccelKernelError, match="padding top=3"):
         K.conv2d((1, 8, 8, 8), q, pads=(3, 1, 1, 1), **refs)

@@ -236,23 +236,26 @@ def test_max_layers_and_max_step_bytes_split() -> None:
 
 
 def test_what_stays_on_the_cpu_and_why() -> None:
-    """Grouped convolutions, a broadcasting Add and a Clip with a non-constant bound are not
-    claimed; the plugin says why for the heads. A standalone Relu is (its own layer)."""
+    """An Add that broadcasts along W alone and a Clip with a non-constant bound are not
+    claimed; the plugin says why for the heads. A standalone Relu is (its own layer), and so
+    are a grouped conv and an Add of a per-channel constant."""
     rng = np.random.default_rng(1)
     inits = {"wg": rng.standard_normal((8, 4, 3, 3)).astype(np.float32),
              "w": rng.standard_normal((8, 8, 1, 1)).astype(np.float32),
-             "bias": rng.standard_normal((1, 8, 1, 1)).astype(np.float32)}
+             "bias": rng.standard_normal((1, 8, 1, 1)).astype(np.float32),
+             "row": rng.standard_normal((1, 1, 1, 6)).astype(np.float32)}
     nodes = [
         helper.make_node("Conv", ["x", "wg"], ["g"], name="g", group=2, pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["x"], ["r"], name="r"),
         helper.make_node("Add", ["r", "bias"], ["a"], name="a"),
+        helper.make_node("Add", ["r", "row"], ["wb"], name="wb"),
         conv_node("c", "a", "w"),
         helper.make_node("Clip", ["c", "x_min", "g_max"], ["y"], name="y"),
         helper.make_node("ReduceMin", ["x"], ["x_min"], name="x_min", keepdims=0),
         helper.make_node("ReduceMax", ["g"], ["g_max"], name="g_max", keepdims=0),
     ]
-    model = make_model(nodes, [tensor_info("x", [1, 8, 6, 6])], [tensor_info("y", [1, 8, 6, 6])],
-                       inits)
+    model = make_model(nodes, [tensor_info("x", [1, 8, 6, 6])],
+                       [tensor_info("y", [1, 8, 6, 6]), tensor_info("wb", [1, 8, 6, 6])], inits)
     plugin = AccelPlugin()
     from compiler.frontend import import_onnx
     from compiler.options import QuantizeOptions
@@ -265,11 +268,10 @@ def test_what_stays_on_the_cpu_and_why() -> None:
     quantize_graph(g, QuantizeOptions(samples=2))
     partition_graph(g, [plugin])
     dev = device_of(g)
-    assert dev["c"] == dev["r"] == "ACCEL"
-    assert {n: d for n, d in dev.items() if n not in ("c", "r")} == dict.fromkeys(
-        ["x", "g", "a", "y", "x_min", "g_max"], "CPU")
-    assert "group=2" in plugin.rejected["g"]
-    assert "broadcasting" in plugin.rejected["a"]
+    assert dev["c"] == dev["r"] == dev["g"] == dev["a"] == "ACCEL"
+    assert {n: d for n, d in dev.items() if n not in ("c", "r", "g", "a")} == dict.fromkeys(
+        ["x", "wb", "y", "x_min", "g_max"], "CPU")
+    assert "broadcasting of H or W alone" in plugin.rejected["wb"], plugin.rejected
 
 
 def relu_chain() -> onnx.ModelProto:

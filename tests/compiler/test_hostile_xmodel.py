@@ -185,6 +185,34 @@ def test_npy_header_against_the_entry_size(cpu_bytes: bytes) -> None:
             "header declares")
 
 
+def test_npy_header_that_is_not_a_literal(cpu_bytes: bytes) -> None:
+    """NUL bytes inside the header's dict (numpy's parser then fails in tokenize): corrupt."""
+    cut = b"e, 'shape': ("
+    bad = npy_header((4,), "<f4").replace(cut, b"\x00" * len(cut), 1) + b"\x00" * 16
+    refused(rewrite(cpu_bytes, lambda n, p: bad if n == "blobs/000000.npy" else p),
+            "blobs/000000.npy", "not a valid .npy array")
+
+
+@pytest.mark.parametrize("attr", ["device", "runner", "plugin"])
+@pytest.mark.parametrize("value", [[], None, 3])
+def test_subgraph_names_must_be_strings(accel_bytes: bytes, attr: str, value: Any) -> None:
+    """A subgraph's device/runner/plugin that is not a string is refused at load (it used to
+    load and break the summary with a raw TypeError; found by the document-edit test)."""
+    def change(doc: dict[str, Any]) -> None:
+        accel_doc(doc)["attrs"][attr] = value
+    refused(with_doc(accel_bytes, change), f"attribute {attr!r}", "not a string")
+
+
+def test_a_subgraph_without_a_device_still_summarizes(accel_bytes: bytes) -> None:
+    """A hand-edited file whose subgraph lost its device: the summary counts it under None
+    (it raised a raw TypeError sorting None against 'CPU'; found by the document-edit test)."""
+    def change(doc: dict[str, Any]) -> None:
+        del accel_doc(doc)["attrs"]["device"]
+    g = xmodel.loads(with_doc(accel_bytes, change))
+    use_loaded(g)
+    assert None in summarize(g)["devices"]
+
+
 def test_npy_object_and_record_dtypes_are_refused(cpu_bytes: bytes) -> None:
     for descr in ("|O", "<U4", "|V8", "<M8[s]"):
         bad = npy_header((1,), descr) + b"\x00" * 16
@@ -303,7 +331,8 @@ def test_tampered_accel_config_is_caught(accel_bytes: bytes) -> None:
         (lambda d: attrs(d)["accel_io"][0].update(slot=9), "expected 2"),
         (lambda d: attrs(d)["accel_io"][0].update(scale=0.0), "finite positive"),
         (lambda d: attrs(d)["accel_io"][0].update(zero_point=300), "zero_point"),
-        (lambda d: attrs(d)["accel_io"][0].update(shape=[1, 2, 3]), "2 or 4 dimensions"),
+        (lambda d: attrs(d)["accel_io"][0].update(shape=[1, 2, 3, 4, 5]), "1 to 4 dimensions"),
+        (lambda d: attrs(d)["accel_io"][0].update(shape=[]), "1 to 4 dimensions"),
         (lambda d: attrs(d)["accel_io"].reverse(), "inputs come first"),
         (lambda d: attrs(d).update(accel_scratch_bytes=-1), "accel_scratch_bytes"),
         (lambda d: attrs(d).update(accel_scratch_bytes="many"), "accel_scratch_bytes"),

@@ -130,6 +130,44 @@ def test_conv_read_twice_does_not_fold() -> None:
     _check_fold(m, 0)
 
 
+def test_affine_maps_become_depthwise_convs() -> None:
+    """DenseNet's Concat -> BN -> Mul -> Add -> Relu: nothing to fold into, so the BN becomes
+    a depthwise 1x1 Conv and the Mul and Add fold into it; a constant Sub and a Div by a
+    scalar become one each; spatially varying constants and activation-by-activation products
+    stay. Results equal the unconverted graph."""
+    rng = np.random.default_rng(5)
+    c = 6
+    inits = {"s": rng.uniform(0.5, 1.5, c).astype(np.float32),
+             "b": rng.standard_normal(c).astype(np.float32),
+             "m": rng.standard_normal(c).astype(np.float32),
+             "v": rng.uniform(0.5, 1.5, c).astype(np.float32),
+             "k": rng.standard_normal((c, 1, 1)).astype(np.float32),
+             "kb": rng.standard_normal((1, c, 1, 1)).astype(np.float32),
+             "two": np.array(2.0, np.float32),
+             "sp": rng.standard_normal((1, 1, 5, 5)).astype(np.float32)}
+    nodes = [helper.make_node("Concat", ["x", "x"], ["cat"], axis=1),
+             helper.make_node("BatchNormalization", ["cat", "s", "b", "m", "v"], ["bn"]),
+             helper.make_node("Mul", ["bn", "k"], ["mul"]),
+             helper.make_node("Add", ["kb", "mul"], ["add"]),
+             helper.make_node("Relu", ["add"], ["r"]),
+             helper.make_node("Sub", ["kb", "r"], ["sub"]),
+             helper.make_node("Div", ["sub", "two"], ["div"]),
+             helper.make_node("Mul", ["div", "sp"], ["spatial"]),
+             helper.make_node("Mul", ["spatial", "r"], ["y"])]
+    m = make_model(nodes, [tensor_info("x", [1, 3, 5, 5])], [tensor_info("y", [1, c, 5, 5])],
+                   inits)
+    x = {"x": rng.standard_normal((1, 3, 5, 5)).astype(np.float32)}
+    ref = GraphExecutor(compile_model(m, {"passes": {"affine_to_conv": False}}).graph).run(x)
+    r = compile_model(m)
+    rec = {p["name"]: p for p in r.report["passes"]}["affine_to_conv"]
+    assert rec["details"] == {"converted": 3, "folded": 2}
+    g = r.graph
+    assert [g.get_op(n).type for n in ("add", "div", "spatial", "y")] == \
+        ["Conv", "Conv", "Mul", "Mul"]
+    assert g.get_op("add").attrs["group"] == c and "bn" not in g
+    np.testing.assert_allclose(GraphExecutor(g).run(x)["y"], ref["y"], rtol=1e-5, atol=1e-5)
+
+
 def test_remove_identity_keeps_graph_outputs() -> None:
     nodes = [helper.make_node("Identity", ["x"], ["a"]),
              helper.make_node("Relu", ["a"], ["b"]),
@@ -150,11 +188,11 @@ def test_remove_dead_ops_keeps_inputs() -> None:
 
 def test_pipeline_order_switches_and_errors(conv_model: onnx.ModelProto) -> None:
     assert PIPELINE == ("infer_shapes", "fold_constants", "remove_identity", "fold_batchnorm",
-                        "remove_dead_ops")
+                        "affine_to_conv", "remove_dead_ops")
     g = import_onnx(conv_model)
     records = run_pipeline(g, {"remove_dead_ops": False})
     assert [r.name for r in records] == list(PIPELINE)
-    assert [r.enabled for r in records] == [True, True, True, True, False]
+    assert [r.enabled for r in records] == [True, True, True, True, True, False]
     assert "bn_s" in g  # dead BN parameters stay when dead-op removal is off
     with pytest.raises(PassError, match="unknown pass name.*'fold_everything'"):
         run_pipeline(g, {"fold_everything": True})

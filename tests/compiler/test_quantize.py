@@ -261,3 +261,142 @@ def test_random_calibration_needs_float_inputs() -> None:
                    [tensor_info("y", [2])])
     with pytest.raises(QuantizationError, match="give real samples as an .npz"):
         compile_model(m, {"quantize": True})
+
+
+# ---- quantization that degrades gracefully (issue 15) ------------------------------------------
+def _tiny_weight_conv(bias: float = 0.11) -> tuple[onnx.ModelProto, np.ndarray, np.ndarray]:
+    """A 1x1 conv whose output channel 0 has weights ~5e-8 and a bias of 0.11 (the DenseNet
+    case): at the weights' own scale the bias would need ~2**40 int32 units."""
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((4, 16, 1, 1)).astype(np.float32) * 0.2
+    w[0] *= 2.5e-7
+    b = np.array([bias, 0.01, -0.02, 0.03], np.float32)
+    m = make_model([helper.make_node("Conv", ["x", "w", "b"], ["y"], name="conv")],
+                   [tensor_info("x", [1, 16, 6, 6])], [tensor_info("y", [1, 4, 6, 6])],
+                   {"w": w, "b": b})
+    return m, w, b
+
+
+def test_bias_overflow_raises_that_channels_weight_scale(tmp_path: Path) -> None:
+    """A bias that overflows int32 at the weight scale gets the standard remedy (that channel's
+    weight scale raised until it fits), reported, and the integer conv stays within the float
+    result's rounding: the tiny weights are worth less than an output LSB."""
+    m, w, b = _tiny_weight_conv()
+    x = np.random.default_rng(4).standard_normal((1, 16, 6, 6)).astype(np.float32)
+    np.savez(tmp_path / "c.npz", x=x[None])
+    r = compile_model(m, {"quantize": {"calibration": str(tmp_path / "c.npz")}})
+    rep = r.report["quantize"]
+    assert rep["ops"] == {"Conv": 1} and "float_ops" not in rep
+    assert list(rep["adjusted"]) == ["y"] and "1 of 4 output channel" in rep["adjusted"]["y"]
+    q = r.graph.get_op("y").attrs["quant"]
+    assert np.abs(q["bias"].astype(np.int64)).max() <= 2**30
+    assert float(q["weight_scale"][0]) > float(np.abs(w[0]).max()) / 127   # raised
+    np.testing.assert_array_equal(q["weight_scale"][1:],
+                                  (np.abs(w[1:]).max(axis=(1, 2, 3)) / 127).astype(np.float32))
+    qi, qo = tensor_quant(r.graph.get_tensor("x")), tensor_quant(r.graph.get_tensor("y"))
+    assert qi is not None and qo is not None
+    got = qo.dequantize(qconv(qi.quantize(x), q, [1, 1], [0] * 4, [1, 1], 1)).astype(np.float64)
+    want = conv_nd(x.astype(np.float64), w.astype(np.float64), [1, 1], [0] * 4, [1, 1], 1) \
+        + b.reshape(1, -1, 1, 1)
+    # input rounding through |W| plus the output's rounding (+1 LSB at ties)
+    tol = 0.5 * qi.scale * np.abs(w).sum(axis=(1, 2, 3)).reshape(1, -1, 1, 1) + 1.5 * qo.scale
+    assert (np.abs(got - want) <= tol).all()
+
+
+def test_the_light_densenet_quantizes() -> None:
+    """The issue's case: DenseNet-121 light used to stop with 'the quantized bias overflows
+    int32' (op r380); now it quantizes every conv, naming the adjusted ones."""
+    from compiler.zoo import light_model
+    r = compile_model(light_model("densenet121"), {"quantize": {"samples": 1}})
+    rep = r.report["quantize"]
+    assert rep["ops"]["Conv"] == sum(op.type == "Conv" for op in r.graph.ops)
+    assert "r380" in rep["adjusted"] and "float_ops" not in rep
+
+
+def test_an_op_without_an_int8_form_stays_in_float() -> None:
+    """A Sum whose output is 2**31 times finer than its inputs (x - x + e, e < 1e-30) has no
+    int8 requantization: that one op is left in float (the CPU runs it) with the reason in the
+    report, and the rest of the model still quantizes."""
+    m = make_model([helper.make_node("Neg", ["x"], ["n"]),
+                    helper.make_node("Sigmoid", ["x"], ["sg"]),
+                    helper.make_node("Mul", ["sg", "c"], ["e"]),
+                    helper.make_node("Sum", ["x", "n", "e"], ["s"], name="sum"),
+                    helper.make_node("Conv", ["x", "w"], ["y"], name="conv")],
+                   [tensor_info("x", [1, 3, 4, 4])],
+                   [tensor_info("s", [1, 3, 4, 4]), tensor_info("y", [1, 2, 4, 4])],
+                   {"c": np.array(1e-30, np.float32),
+                    "w": np.ones((2, 3, 1, 1), np.float32)})
+    r = compile_model(m, {"quantize": {"samples": 1}})
+    rep = r.report["quantize"]
+    # the conv and the constant Mul (affine_to_conv makes it a depthwise 1x1 Conv) quantize
+    assert rep["ops"] == {"Conv": 2} and r.graph.get_op("e").type == "Conv"
+    assert list(rep["float_ops"]) == ["s"] and ">= 2**31" in rep["float_ops"]["s"]
+    assert "quant" not in r.graph.get_op("s").attrs
+    assert "quant" in r.graph.get_tensor("s").attrs      # its tensors keep their parameters
+
+
+def test_weights_that_are_not_finite_have_no_int8_form() -> None:
+    w = np.ones((2, 3, 1, 1))
+    w[1, 2] = np.nan
+    with pytest.raises(QuantizationError, match="not all finite"):
+        weight_params(w, 0)
+
+
+def test_nan_during_calibration_names_the_tensor() -> None:
+    """Random calibration through Sqrt makes NaN: a QuantizationError that names the tensor and
+    the op, instead of numpy's 'cannot convert float NaN to integer'."""
+    m = make_model([helper.make_node("Sqrt", ["x"], ["s"], name="root"),
+                    helper.make_node("Relu", ["s"], ["y"], name="relu")],
+                   [tensor_info("x", [3, 4])], [tensor_info("y", [3, 4])])
+    with pytest.raises(QuantizationError, match=r"tensor 's' \(output of Sqrt 's'\) has NaN"):
+        compile_model(m, {"quantize": {"samples": 2}})
+
+
+@pytest.mark.parametrize("bad, what", [(np.nan, "non-finite"), (np.inf, "non-finite"),
+                                       (1e200, "outside float32")])
+def test_bad_calibration_data_names_the_input(tmp_path: Path, bad: float, what: str) -> None:
+    m = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", [2, 3])],
+                   [tensor_info("y", [2, 3])])
+    a = np.zeros((1, 2, 3), np.float64)
+    a[0, 1, 2] = bad
+    np.savez(tmp_path / "c.npz", x=a)
+    with pytest.raises(QuantizationError, match=f"calibration array 'x'.*{what}"):
+        compile_model(m, {"quantize": {"calibration": str(tmp_path / "c.npz")}})
+
+
+def test_extreme_but_finite_ranges() -> None:
+    """Ranges at the ends of float32 give usable parameters, never a zero or infinite scale: a
+    tensor of subnormal values quantizes to its zero point, one near float32's maximum keeps a
+    finite scale; a range that is not finite is a QuantizationError."""
+    tiny = activation_params(-1e-44, 1e-44, False)
+    assert tiny.scale == float(np.finfo(np.float32).tiny) and -128 <= tiny.zero_point <= 127
+    assert np.all(tiny.quantize(np.array([1e-44, -1e-44])) == tiny.zero_point)
+    huge = activation_params(-1e38, 3e38, False)
+    assert np.isfinite(huge.scale) and huge.scale > 1e35
+    assert activation_params(0.0, 0.0, True) == ActQuant(1.0, 0)
+    for lo, hi in ((float("nan"), 1.0), (0.0, float("inf"))):
+        with pytest.raises(QuantizationError, match="not finite"):
+            activation_params(lo, hi, False)
+
+
+def test_a_saturating_multiplier_is_clamped() -> None:
+    """M = s_in * s_w / s_out at or above 2**31 (a nearly constant output) has no Q31 form;
+    every nonzero accumulator saturates either way, so it is stored as 2**31 - 1 (same int8
+    results) instead of failing."""
+    from compiler.quantize.quantizer import requant_params
+    mult, shift = requant_params(1.0, np.array([1.0, 1e-3]), 1e-12)
+    assert (int(mult[0]), int(shift[0])) == (2**31 - 1, 0)
+    acc = np.array([-3, -1, 0, 1, 2], np.int32)
+    np.testing.assert_array_equal(requantize(acc, int(mult[0]), int(shift[0]), 5),
+                                  [-128, -128, 5, 127, 127])
+
+
+def test_cli_prints_what_the_quantizer_adjusted(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    from compiler import cli
+    m, _, _ = _tiny_weight_conv()
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    assert cli.main(["compile", str(tmp_path / "m.onnx"), "--options",
+                     '{"quantize": {"samples": 1}}']) == 0
+    out = capsys.readouterr().out
+    assert "quantization adjusted 'y': Conv: bias up to 0.11 would overflow int32" in out

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pyhost.memory import allocator
 from pyhost.memory.allocator import CardAllocator
 
 
@@ -92,10 +93,20 @@ def test_compaction_without_room_is_refused() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.booleans(), st.integers(1, 300)), min_size=1, max_size=80),
-       st.sampled_from([1, 8, 64]), st.integers(0, 2**32))
+       st.sampled_from([1, 8, 64]), st.integers(0, 2**32), st.booleans())
 def test_random_operations_keep_the_map_exact(ops: list[tuple[bool, int]], align: int,
-                                              seed: int) -> None:
-    """Any mix of alloc / free / compaction keeps blocks and holes an exact tiling."""
+                                              seed: int, large: bool) -> None:
+    """Any mix of alloc / free / compaction keeps blocks and holes an exact tiling; also with
+    the local search of a large map (allocator.LARGE lowered so that 4 blocks are "large")."""
+    with pytest.MonkeyPatch.context() as mp:
+        if large:
+            mp.setattr(allocator, "LARGE", 4)
+            mp.setattr(allocator, "LOCAL_HOLES", 2)
+            mp.setattr(allocator, "LOCAL_WALK", 6)
+        _random_operations(ops, align, seed)
+
+
+def _random_operations(ops: list[tuple[bool, int]], align: int, seed: int) -> None:
     rng = random.Random(seed)
     a = CardAllocator(4000, align=align)
     live: dict[int, tuple[int, int]] = {}     # key -> (start, size)
@@ -117,3 +128,28 @@ def test_random_operations_keep_the_map_exact(ops: list[tuple[bool, int]], align
         a.check()
         assert {s: (n, k) for s, n, k in a.blocks()} == {s: (n, k) for k, (s, n) in
                                                           live.items()}
+
+
+def test_large_map_window_near_the_candidates() -> None:
+    """On a large map cheapest_window looks only at runs from the given blocks (or the hole
+    below them), and compaction_cost only at windows from the largest holes: the run returned
+    frees a hole of the size, of allowed blocks only; with the free bytes spread out the cost
+    is the capacity (so evicting neighbours is considered), and compact_for still makes the
+    hole (the whole map)."""
+    n = 2 * allocator.LARGE          # two thirds stay: a large map
+    a = CardAllocator(n * 128, align=64)
+    starts = [a.alloc(128, i) for i in range(n)]
+    for s in starts[10::3]:
+        a.free_block(s)                          # 128-byte holes everywhere
+    assert len(a.blocks()) > allocator.LARGE
+    allowed = {k: 1.0 for k in range(301, 340) if k % 3 != 1}
+    near = [s for s, _, k in a.blocks() if k in allowed]
+    win = a.cheapest_window(1000, allowed.get, near)
+    assert win is not None
+    cost, blocks = win
+    assert cost == len(blocks) and all(a.key_at(s) in allowed for s in blocks)
+    assert a.compaction_cost(a.free, lambda k: True) == a.capacity
+    before = a.largest_hole()
+    moves = a.compact_for(a.free, lambda k: True)
+    assert moves and before < a.free == a.largest_hole()
+    a.check()

@@ -3,9 +3,8 @@ refused with the exact error class and a message that says what to do, and the m
 consistent (``check()``) after each refusal.
 
 The host store's out-of-memory rule and concurrent use are issue 18's (pyhost/memory/); these
-tests do not depend on them. Two defects found here live in pyhost/memory/ too and are left to
-its owner: they are strict xfails, so the fix turns them into failures that ask to drop the
-marker.
+tests do not depend on them. Two defects found here (a None between tensors in need_in_device,
+an unknown precision name) were fixed in pyhost/memory/ by issue 18.
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ from pyhost.memory.errors import (
     HostAllocationError,
     MemoryManagerError,
     NeverWrittenError,
+    PrecisionError,
     TensorSizeError,
     UnknownTensorError,
 )
@@ -110,19 +110,29 @@ def test_every_error_is_a_manager_error_or_a_type_error(mgr: MemoryManager) -> N
         del call
 
 
-@pytest.mark.xfail(strict=True, reason="pyhost/memory (issue 18's owner): need_in_device(t, "
-                   "None, t) returns two addresses for three arguments")
-def test_need_in_device_with_a_gap_answers_per_argument(mgr: MemoryManager) -> None:
+def test_need_in_device_with_a_gap_is_refused(mgr: MemoryManager) -> None:
+    """need_in_device(t, None, t) answers per argument or refuses: it refuses, naming the gap;
+    trailing Nones (the unused optional arguments) are fine."""
     t = mgr.allocate_tensor(64)
-    try:
-        got = mgr.need_in_device(t, None, t)
-    except TypeError:
-        return  # refusing a None in the middle is as good as answering per argument
-    assert len(got) == 3
+    mgr.write_tensor(t, 64, np.zeros(64, np.uint8))
+    with pytest.raises(TypeError, match="argument 2 is None but a tensor follows"):
+        mgr.need_in_device(t, None, t)
+    mgr.check()
+    assert len(mgr.need_in_device(t, None, None)) == 1
+    assert len(mgr.need_in_device(t, t, None)) == 2
 
 
-@pytest.mark.xfail(strict=True, reason="pyhost/memory (issue 18's owner): an unknown precision "
-                   "string raises a raw AttributeError")
 def test_an_unknown_precision_is_a_clear_error(mgr: MemoryManager) -> None:
-    with pytest.raises((MemoryManagerError, ValueError, TypeError)):
+    with pytest.raises(PrecisionError, match="unknown codec 'fp4'"):
         mgr.allocate_tensor(64, precision="fp4")
+    with pytest.raises(PrecisionError, match="is not a codec"):
+        mgr.allocate_tensor(64, precision=16)   # type: ignore[arg-type]
+    t = mgr.allocate_tensor(64, precision="fp16")   # a name of a known codec works
+    x = np.linspace(-1, 1, 16, dtype=np.float32)
+    mgr.write_tensor(t, 64, x.view(np.uint8))
+    mgr.need_in_device(t)
+    out = np.zeros(16, np.float32)
+    mgr.read_tensor(t, 64, out.view(np.uint8))
+    assert np.allclose(out, x, atol=1e-3)
+    assert mgr.precision_report(t).codec == "fp16"   # type: ignore[union-attr]
+    mgr.check()

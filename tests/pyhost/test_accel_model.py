@@ -942,3 +942,91 @@ def test_field_out_of_range_is_a_programming_error() -> None:
     with pytest.raises(isa.IsaError):
         AccelModel(SMALL).execute([isa.load(Buffer.INP, x_size=4096), isa.end()],
                                   bytearray(64), SLOTS0)
+
+
+# --- batched GEMMs -------------------------------------------------------------------------------
+
+def _racy_program(rng: random.Random, cfg: AccelConfig, length: int) -> list[Insn]:
+    """GEMM-heavy streams with LOADs, STOREs and ALUs on overlapping and disjoint rows, resets,
+    repeated rows and no tokens at all: the order of the units' work is the schedule's, so the
+    result depends on it, and batching must keep it exactly."""
+    def acc_loop() -> dict[str, int]:
+        return {"acc_base": rng.choice((0, 0, 8, 16, 30)), "outer": rng.choice((1, 2, 3)),
+                "inner": rng.choice((1, 4, 5)), "acc_so": rng.choice((0, 4, 5)),
+                "acc_si": rng.choice((0, 1, 1, 1))}
+
+    loops = [acc_loop() for _ in range(3)]        # GEMMs sharing an accumulator loop group
+    out: list[Insn] = []
+    for _ in range(length):
+        k = rng.random()
+        if k < 0.6:
+            out.append(isa.gemm(
+                reset=int(rng.random() < 0.15), inp_base=rng.randrange(0, 40),
+                wgt_base=rng.randrange(cfg.wgt_depth), inp_so=rng.randrange(0, 6),
+                inp_si=rng.randrange(0, 3),
+                **(rng.choice(loops) if rng.random() < 0.85 else acc_loop())))
+        elif k < 0.72:
+            buf = rng.choice((Buffer.INP, Buffer.INP, Buffer.WGT, Buffer.ACC, Buffer.ACC8))
+            depth = cfg.depth(buf)
+            y = rng.randrange(1, 4)
+            out.append(isa.load(buf, sp_base=rng.randrange(0, depth - 8), offset=0, y_size=y,
+                                x_size=2, y_stride=2, pad_top=rng.choice((0, 0, 1))))
+        elif k < 0.85:
+            out.append(isa.store(Buffer.ACC, sp_base=rng.randrange(0, 40), offset=256,
+                                 y_size=1, x_size=rng.randrange(1, 4)))
+        else:
+            op = rng.choice((AluOp.ADD, AluOp.MAX, AluOp.MOV, AluOp.MUL))
+            out.append(isa.alu(op, rng.choice((None, 3)), dst_base=rng.randrange(0, 40),
+                               src_base=rng.randrange(0, 40), outer=rng.choice((1, 2)),
+                               inner=rng.choice((1, 3)), dst_si=1, src_si=1))
+    return out + [isa.end()]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_batched_gemms_equal_one_by_one(seed: int) -> None:
+    """The model computes consecutive GEMMs together (a matrix product per group of GEMMs with
+    the same accumulator loop) and lets another unit's work on other rows run past them; under
+    every schedule the scratchpads, memory and counters equal computing each GEMM as it starts,
+    also for racy programs whose result depends on the schedule."""
+    rng = random.Random(seed)
+    cfg = SMALL if seed % 2 else AccelConfig(n=8, inp_depth=64, wgt_depth=16, acc_depth=64)
+    prog = _racy_program(rng, cfg, rng.choice((8, 30, 120)))
+    init = bytes(np.random.default_rng(seed).integers(0, 256, 1024, dtype=np.uint8))
+    for sched in (None, seed, seed + 1000):
+        states = []
+        for batch in (True, False):
+            m = random_model(cfg, seed)
+            m.batch_gemms = batch
+            mem = bytearray(init)
+            r = m.execute(prog, mem, SLOTS0, schedule_seed=sched)
+            states.append((r.error, r.err_pc, r.counters, bytes(mem), m.inp.tobytes(),
+                           m.wgt.tobytes(), m.acc.tobytes()))
+        assert states[0] == states[1], f"seed {seed}, schedule {sched}"
+
+
+def test_batched_gemms_of_a_layer_equal_one_by_one() -> None:
+    """A compiled convolution (many GEMM groups, double-buffered loads running past them)."""
+    from compiler.plugins.accel import kernels as K
+    from tb.accel.randprog import random_conv_quant
+
+    rng = np.random.default_rng(3)
+    cfg = AccelConfig()
+    q = random_conv_quant(rng, 24, 16, 3, 3)
+    kern = K.conv2d((1, 16, 12, 12), q, inp=K.Ref(1), out=K.Ref(2), consts=K.Ref(3),
+                    pads=(1, 1, 1, 1), cfg=cfg)
+    prog = K.join([kern])
+    size = 1 << 20
+    base = bytearray(size)
+    base[0x10000:0x10000 + kern.consts.nbytes] = kern.consts.data
+    base[0x40000:0x40000 + 4096] = bytes(np.random.default_rng(4).integers(0, 256, 4096,
+                                                                          dtype=np.uint8))
+    slots = [0, 0x40000, 0x80000, 0x10000] + [0] * 12
+    outs = []
+    for batch in (True, False):
+        m = AccelModel(cfg)
+        m.batch_gemms = batch
+        mem = bytearray(base)
+        r = m.execute(prog, mem, slots)
+        assert r.ok, r
+        outs.append((r.counters, bytes(mem), m.acc.tobytes()))
+    assert outs[0] == outs[1]

@@ -1,6 +1,7 @@
 """Whole models on the RTL card, each simulator (tb/card_top/test_card_models.py): the demo CNN at
-two card memory sizes (16 MiB: everything fits; 80 KiB: the memory manager must evict) and the
-onnx package's PyTorch-exported layers, all bit-identical to the functional card."""
+two card memory sizes (16 MiB: everything fits; 80 KiB: the memory manager must evict), the
+onnx package's PyTorch-exported layers, a small MobileNet-class CNN and broadcasting elementwise
+operators, all bit-identical to the functional card."""
 
 from __future__ import annotations
 
@@ -33,6 +34,15 @@ def test_demo_on_the_rtl_card(sim: str, mem: int) -> None:
 
 @pytest.mark.rtl
 def test_pytorch_layers_on_the_rtl_card(sim: str) -> None:
-    """Conv2d (plain, strided, padded, no bias), Linear, ReLU and MaxPool2d on the RTL card."""
+    """Conv2d (plain, strided, padded, no bias, grouped, depthwise), Linear, ReLU, MaxPool2d
+    and AvgPool2d on the RTL card."""
     res = _run(sim, CARD_MEM, ["test_pytorch_layer"])
-    assert res.tests == 7
+    assert res.tests == 10
+
+
+@pytest.mark.rtl
+def test_cnn_operators_on_the_rtl_card(sim: str) -> None:
+    """A small MobileNet-class CNN and broadcasting elementwise operators (issue 15) on the RTL
+    card, bit-identical to the functional card."""
+    res = _run(sim, CARD_MEM, ["test_mobilenet", "test_elementwise"])
+    assert res.tests == 4

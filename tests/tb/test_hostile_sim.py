@@ -14,7 +14,7 @@ from tb import sim
 from tb.demo import DemoError, DemoOptions, check_demo_options
 
 ROOT = Path(__file__).resolve().parents[2]
-VARS = ("DEMO", "MODEL", "SIM", "CARD_MEM", "BACKEND", "IMAGES", "CYCLES")
+VARS = ("DEMO", "MODEL", "SIM", "CARD_MEM", "BACKEND", "IMAGES", "CYCLES", "WAVES")
 
 
 @pytest.fixture(autouse=True)
@@ -39,6 +39,8 @@ BAD = [
     ("SIM", "vcs", ["SIM='vcs'", "verilator, icarus"]),
     ("SIM", "Verilator", ["SIM='Verilator'"]),
     ("BACKEND", "fpga", ["BACKEND='fpga'", "rtl, model"]),
+    ("WAVES", "yes", ["WAVES='yes'", "1, 0"]),
+    ("WAVES", "2", ["WAVES='2'"]),
     ("IMAGES", "0", ["IMAGES='0'", "1 to 1000"]),
     ("IMAGES", "-2", ["IMAGES='-2'"]),
     ("IMAGES", "two", ["IMAGES='two'"]),
@@ -95,7 +97,19 @@ def test_good_values_reach_the_right_demo(nothing_runs: list[str],
         demo="e2e", model="demo", sim="icarus", card_mem="80K", backend="model",
         images="2", cycles="40000"))
     assert (args.card_mem, args.images, args.cycles) == (80 << 10, 2, 40000)
+    assert args.waves is True  # a caller that gives no WAVES gets the default
     assert sim.parse_size("1G") == 1 << 30 and sim.parse_size("64MiB") == 64 << 20
+
+
+def test_waves_reach_the_demo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """WAVES=0 turns the FST off, the default keeps it (the demo's options get it)."""
+    seen: list[bool] = []
+    monkeypatch.setattr(sim, "e2e", lambda args: seen.append(args.waves) or 0)
+    assert sim.main([]) == 0
+    monkeypatch.setenv("WAVES", "0")
+    assert sim.main([]) == 0
+    assert sim.main(["--waves", "1"]) == 0
+    assert seen == [True, False, True]
 
 
 def test_the_flag_wins_over_the_environment(nothing_runs: list[str],

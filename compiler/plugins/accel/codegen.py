@@ -28,7 +28,7 @@ from collections.abc import Mapping
 
 from compiler.errors import PartitionError, QuantizationError
 from compiler.plugins.accel import kernels as K
-from compiler.plugins.accel.layers import layers_of
+from compiler.plugins.accel.layers import COPIES, layers_of
 from compiler.plugins.accel.lower import (
     LoweringError,
     act_quant,
@@ -70,7 +70,11 @@ def compile_subgraph(subgraph: Subgraph, cfg: AccelConfig,
         ins, out, cref = [plan.refs[t] for t in ly.inputs], plan.refs[ly.output], \
             K.Ref(CONST_SLOT, off)
         try:
-            if checked is not None and ly.head in checked:
+            if ly.kind in COPIES:
+                # what it copies depends on what the plan lets the producers write in place
+                kern = build_kernel(ly, cfg, ins, out, cref,
+                                    in_place=[t in plan.in_place for t in ly.inputs])
+            elif checked is not None and ly.head in checked:
                 kern = relocate(checked[ly.head], ins, out, cref)
             else:
                 kern = build_kernel(ly, cfg, ins, out, cref)

@@ -13,8 +13,8 @@ import numpy as np
 
 from compiler.errors import QuantizationError
 from compiler.plugins.accel import kernels as K
-from compiler.plugins.accel.layers import Layer
-from compiler.quantize.params import ActQuant
+from compiler.plugins.accel.layers import Layer, is_byte_view, shuffle_views
+from compiler.quantize.params import ActQuant, activation_params
 from compiler.quantize.quantizer import requant_params
 from compiler.quantize.requant import quantize_multiplier, quantize_multipliers
 from compiler.xir import CONST, Op, Tensor
@@ -33,11 +33,11 @@ class LoweringError(ValueError):
 
 
 def block_shape(shape: Sequence[int] | None) -> tuple[int, int, int, int]:
-    """The NCHW view of a tensor in the blocked layout: (B, C, H, W), or (M, K, 1, 1)."""
-    if shape is None or len(shape) not in (2, 4):
-        raise LoweringError(f"shape {shape} is neither NCHW nor (M, K)")
-    s = tuple(int(v) for v in shape)
-    return (s[0], s[1], s[2], s[3]) if len(s) == 4 else (s[0], s[1], 1, 1)
+    """The NCHW view of a tensor in the blocked layout (`layout.nchw_view`): (B, C, H, W),
+    (N, C, L) as (N, C, 1, L), (M, K) as (M, K, 1, 1), (K,) as (1, K, 1, 1)."""
+    if shape is None or not 1 <= len(shape) <= 4:
+        raise LoweringError(f"shape {shape} has no blocked layout (ranks 1 to 4 do)")
+    return layout.nchw_view(shape)
 
 
 def tensor_bytes(shape: Sequence[int] | None, n: int) -> int:
@@ -97,6 +97,31 @@ def _ints(op: Op, key: str, n: int) -> tuple[int, ...]:
     return tuple(int(x) for x in v)
 
 
+def _window(head: Op, shape: Sequence[int] | None
+            ) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int, int, int],
+                       tuple[int, int], bool]:
+    """(kernel, strides, pads (top, left, bottom, right), dilations, ceil_mode) of a pool over
+    a 2-D (NCHW) or 1-D (N, C, L, pooled as (N, C, 1, L)) input; GlobalMaxPool: the whole
+    image."""
+    if shape is None or len(shape) not in (3, 4):
+        raise LoweringError(f"{head.type} {head.name!r}: only 1-D and 2-D pooling (input "
+                            f"{shape})")
+    if head.type == "GlobalMaxPool":
+        _, _, h, w = block_shape(shape)
+        return (h, w), (1, 1), (0, 0, 0, 0), (1, 1), False
+    if head.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", None):
+        raise LoweringError(f"{head.type} {head.name!r}: auto_pad was not resolved")
+    nd = len(shape) - 2
+    k = _ints(head, "kernel_shape", nd)
+    st = _ints(head, "strides", nd) if "strides" in head.attrs else (1,) * nd
+    pd = _ints(head, "pads", 2 * nd) if "pads" in head.attrs else (0,) * (2 * nd)
+    dl = _ints(head, "dilations", nd) if "dilations" in head.attrs else (1,) * nd
+    ceil = bool(head.attrs.get("ceil_mode", 0))
+    if nd == 1:
+        return (1, k[0]), (1, st[0]), (0, pd[0], 0, pd[1]), (1, dl[0]), ceil
+    return (k[0], k[1]), (st[0], st[1]), (pd[0], pd[1], pd[2], pd[3]), (dl[0], dl[1]), ceil
+
+
 def blocked_fc_weight(w_kn: np.ndarray, x_shape: tuple[int, int, int, int], n: int
                       ) -> np.ndarray:
     """(K, Nout) weights of an FC reading a flattened (B, C, H, W) tensor -> (K', Nout) rows
@@ -111,16 +136,99 @@ def blocked_fc_weight(w_kn: np.ndarray, x_shape: tuple[int, int, int, int], n: i
                                 .reshape(cb * h * w * n, nout))
 
 
+def residual_add(layer: Layer) -> bool:
+    """An Add/Sum of two activations of the output's shape: the residual add kernel (the
+    quantizer's per-input multipliers); anything else is `kernels.binary`."""
+    head = layer.head
+    xs = head.input_tensors()
+    return (head.type in ("Add", "Sum") and len(xs) == 2
+            and all(t.shape == head.output.shape and t.producer.type != CONST for t in xs))
+
+
+def _bview(shape: Sequence[int] | None, rank: int) -> tuple[int, int, int, int]:
+    """An operand's blocked view after numpy's broadcasting aligned it to the output rank."""
+    s = tuple(int(v) for v in (shape or ()))
+    return block_shape((1,) * (rank - len(s)) + s)
+
+
+def _binary(layer: Layer, ins: Sequence[K.Ref], out: K.Ref, consts: K.Ref, oq: ActQuant,
+            bounds: tuple[int, int] | None, cfg: AccelConfig) -> K.Kernel:
+    """Add / Sub / Mul with broadcasting or a constant operand (`kernels.binary`); a constant
+    is quantized here with the parameters of its own range."""
+    head = layer.head
+    rank = len(head.output.shape or ())
+    if rank > 4:
+        raise LoweringError(f"{head.type} {head.name!r}: rank {rank} has no blocked layout")
+    operands = []
+    it = iter(ins)
+    for t in head.input_tensors():
+        v = _bview(t.shape, rank)
+        if t.producer.type == CONST:
+            if t.dtype != "float32":
+                raise LoweringError(f"{head.type} {head.name!r}: constant {t.name!r} is "
+                                    f"{t.dtype}, not float32")
+            data = np.asarray(t.producer.attrs["data"], np.float64)
+            if not np.isfinite(data).all():
+                raise LoweringError(f"{head.type} {head.name!r}: constant {t.name!r} is not "
+                                    "finite")
+            cq = activation_params(float(data.min()), float(data.max()), False)
+            operands.append(K.Operand(v, cq.scale, cq.zero_point,
+                                      data=cq.quantize(data).reshape(v)))
+        else:
+            q = act_quant(t)
+            operands.append(K.Operand(v, q.scale, q.zero_point, ref=next(it)))
+    if all(o.data is not None for o in operands):
+        raise LoweringError(f"{head.type} {head.name!r}: both operands are constants (fold it)")
+    op = {"Add": "add", "Sum": "add", "Sub": "sub", "Mul": "mul", "Max": "max",
+          "Min": "min"}[head.type]
+    return K.binary(op, block_shape(head.output.shape), operands[0], operands[1], out=out,
+                    consts=consts, output_scale=oq.scale, output_zero_point=oq.zero_point,
+                    act=bounds, cfg=cfg, name=head.name)
+
+
+def concat_axis(layer: Layer) -> int:
+    """The axis of a Concat layer in the blocked view (0: images, 1: channels); a view layer
+    is a concat of one input along channels."""
+    if layer.kind == "view":
+        return 1
+    rank = len(layer.output.shape or ())
+    axis = int(layer.head.attrs.get("axis", 1))
+    axis = axis + rank if axis < 0 else axis
+    if rank not in (2, 3, 4) or axis not in (0, 1):
+        raise LoweringError(f"Concat {layer.name!r}: only along images or channels (axis "
+                            f"{layer.head.attrs.get('axis')} of a rank-{rank} tensor)")
+    return axis
+
+
+def in_place_offsets(layer: Layer, n: int) -> list[int | None]:
+    """Per input of a Concat / view layer: the byte offset in the output at which its producer
+    could write it directly (its bytes are a contiguous piece of the output's), or None where
+    only a copy can put it there (a channel offset in a batch of images)."""
+    shapes = [block_shape(t.shape) for t in layer.inputs]
+    out = block_shape(layer.output.shape)
+    axis = concat_axis(layer)
+    try:
+        offs = K.concat_offsets(shapes, axis, n)
+    except K.AccelKernelError:
+        return [None] * len(shapes)
+    b, c, h, w = out
+    if axis == 0:
+        return [o * layout.act_bytes(c, h, w, n) for o in offs]
+    if b != 1:
+        return [None] * len(shapes)
+    return [(o // n) * h * w * n for o in offs]
+
+
 def build_kernel(layer: Layer, cfg: AccelConfig, ins: Sequence[K.Ref], out: K.Ref,
-                 consts: K.Ref) -> K.Kernel:
+                 consts: K.Ref, in_place: Sequence[bool] = ()) -> K.Kernel:
     """The kernel of one layer with its tensors at the given Refs. Raises LoweringError,
-    K.AccelKernelError or QuantizationError if the layer cannot be mapped."""
+    K.AccelKernelError or QuantizationError if the layer cannot be mapped. ``in_place``
+    (Concat and view layers): which inputs their producers already wrote into the output,
+    so that the kernel copies only the others."""
     head, kind = layer.head, layer.kind
-    if kind == "add" and (len(layer.inputs) != 2
-                          or any(t.shape != head.output.shape for t in layer.inputs)
-                          or any(t.producer.type == CONST for t in layer.inputs)):
-        raise LoweringError(f"{head.type} {head.name!r}: only the sum of two activations of "
-                            "the output's shape (no broadcasting, no constants)")
+    if kind == "add" and len(head.input_tensors()) != 2:
+        raise LoweringError(f"{head.type} {head.name!r}: only two operands "
+                            f"({len(head.input_tensors())} given)")
     oq = act_quant(layer.output)
     for t in layer.inputs:
         act_quant(t)
@@ -156,6 +264,8 @@ def build_kernel(layer: Layer, cfg: AccelConfig, ins: Sequence[K.Ref], out: K.Re
             q = _fused_requant(q, oq)
         kern = K.gemm(m, q, inp=ins[0], out=out, consts=consts, act=bounds, cfg=cfg,
                       name=head.name)
+    elif kind == "add" and not residual_add(layer):
+        kern = _binary(layer, ins, out, consts, oq, bounds, cfg)
     elif kind == "add":
         q = _op_quant(head, ("input_multipliers", "input_shifts", "input_zero_points"))
         xs = layer.inputs
@@ -169,15 +279,14 @@ def build_kernel(layer: Layer, cfg: AccelConfig, ins: Sequence[K.Ref], out: K.Re
     elif kind == "maxpool":
         x = layer.inputs[0]
         iq = act_quant(x)
-        if x.shape is None or len(x.shape) != 4:
-            raise LoweringError(f"MaxPool {head.name!r}: only 2-D pooling (NCHW input)")
-        if any(d != 1 for d in _ints(head, "dilations", 2)):
-            raise LoweringError(f"MaxPool {head.name!r}: dilation is not supported")
         if iq != oq:
-            raise LoweringError(f"MaxPool {head.name!r}: input and output quantization differ")
-        kern = K.maxpool2d(x.shape, _ints(head, "kernel_shape", 2), inp=ins[0], out=out,
-                           strides=_ints(head, "strides", 2), pads=_ints(head, "pads", 4),
-                           zero_point=iq.zero_point, cfg=cfg, name=head.name)
+            raise LoweringError(f"{head.type} {head.name!r}: input and output quantization "
+                                "differ")
+        xs = block_shape(x.shape)
+        kshape, strides, pads, dils, ceil = _window(head, x.shape)
+        kern = K.maxpool2d(xs, kshape, inp=ins[0], out=out, strides=strides, pads=pads,
+                           dilations=dils, ceil_mode=ceil, zero_point=iq.zero_point, cfg=cfg,
+                           name=head.name)
     elif kind == "relu":
         x = layer.inputs[0]
         if x.producer.type == CONST:
@@ -191,17 +300,59 @@ def build_kernel(layer: Layer, cfg: AccelConfig, ins: Sequence[K.Ref], out: K.Re
     elif kind == "avgpool":
         x = layer.inputs[0]
         iq = act_quant(x)
-        if x.shape is None or len(x.shape) != 4:
-            raise LoweringError(f"{head.type} {head.name!r}: only NCHW input")
-        b, c, h, w = (int(v) for v in x.shape)
-        if head.type == "AveragePool" and (
-                _ints(head, "kernel_shape", 2) != (h, w) or any(_ints(head, "pads", 4))):
-            raise LoweringError(f"AveragePool {head.name!r}: only a window over the whole "
-                                "image without padding (a global average pool)")
-        mult, shift = quantize_multiplier(iq.scale / (h * w * oq.scale))
-        kern = K.global_avgpool(x.shape, multiplier=mult, shift=shift,
-                                input_zero_point=iq.zero_point, output_zero_point=oq.zero_point,
-                                inp=ins[0], out=out, consts=consts, cfg=cfg, name=head.name)
+        xs = block_shape(x.shape)
+        b, c, h, w = xs
+        window = None if head.type == "GlobalAveragePool" else _window(head, x.shape)
+        if window is None or (window[0] == (h, w) and not any(window[2])
+                              and window[3] == (1, 1) and not window[4]):
+            # the whole image: a reduction tree (GlobalAveragePool, or a window that covers
+            # exactly the image without padding)
+            mult, shift = quantize_multiplier(iq.scale / (h * w * oq.scale))
+            kern = K.global_avgpool(xs, multiplier=mult, shift=shift,
+                                    input_zero_point=iq.zero_point,
+                                    output_zero_point=oq.zero_point, inp=ins[0], out=out,
+                                    consts=consts, act=bounds, cfg=cfg, name=head.name)
+        else:
+            kshape, strides, pads, dils, ceil = window
+            kern = K.avgpool2d(xs, kshape, input_scale=iq.scale,
+                               input_zero_point=iq.zero_point, output_scale=oq.scale,
+                               output_zero_point=oq.zero_point, inp=ins[0], out=out,
+                               consts=consts, strides=strides, pads=pads, dilations=dils,
+                               count_include_pad=bool(head.attrs.get("count_include_pad", 0)),
+                               ceil_mode=ceil, act=bounds, cfg=cfg, name=head.name)
+    elif kind in ("concat", "view"):
+        if kind == "view" and not is_byte_view(head):
+            raise LoweringError(f"{head.type} {head.name!r}: {layer.inputs[0].shape} -> "
+                                f"{head.output.shape} moves bytes of the blocked layout (only "
+                                "views that keep images, channels and pixels are free)")
+        for t in layer.inputs:
+            if t.producer.type == CONST:
+                raise LoweringError(f"{head.type} {head.name!r}: input {t.name!r} is a "
+                                    "constant")
+            if act_quant(t) != oq:
+                raise LoweringError(f"{head.type} {head.name!r}: input {t.name!r} is quantized "
+                                    "differently from the output (the quantizer unifies a "
+                                    "Concat's tensors; is the graph quantized?)")
+        axis = concat_axis(layer)
+        shapes = [block_shape(t.shape) for t in layer.inputs]
+        offs = K.concat_offsets(shapes, axis, cfg.n)
+        done = list(in_place) or [False] * len(shapes)
+        parts = [K.ConcatPart(r, sh, o) for r, sh, o, d
+                 in zip(ins, shapes, offs, done, strict=True) if not d]
+        kern = K.concat(block_shape(layer.output.shape), parts, axis, out=out,
+                        zero_point=oq.zero_point, cfg=cfg, name=head.name)
+    elif kind == "permute":
+        sv = shuffle_views(head)
+        if sv is None or layer.view is not sv[0] or layer.post is not sv[1]:
+            raise LoweringError(f"Transpose {head.name!r}: only a Reshape -> Transpose -> "
+                                "Reshape that permutes channels (a channel shuffle)")
+        x = layer.inputs[0]
+        if act_quant(x) != oq:
+            raise LoweringError(f"Transpose {head.name!r}: input and output quantization "
+                                "differ")
+        kern = K.permute_channels(block_shape(x.shape), sv[2], inp=ins[0], out=out,
+                                  consts=consts, zero_point=oq.zero_point, cfg=cfg,
+                                  name=head.name)
     else:  # pragma: no cover - KIND_OF covers every head type
         raise LoweringError(f"unknown layer kind {kind!r}")
     got = tuple(kern.outputs[0].shape)

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from compiler.errors import PartitionError
 from compiler.plugins.accel import kernels as K
-from compiler.plugins.accel.layers import Layer
-from compiler.plugins.accel.lower import tensor_bytes
+from compiler.plugins.accel.layers import COPIES, Layer
+from compiler.plugins.accel.lower import in_place_offsets, tensor_bytes
 from compiler.xir import Tensor
 from pyhost.accel.abi import (
     FIRST_IO_SLOT,
@@ -28,13 +28,16 @@ SCRATCH_ALIGN = 64
 
 @dataclass
 class StepPlan:
-    """Where every tensor of a subgraph's layers lives during its run."""
+    """Where every tensor of a subgraph's layers lives during its run. ``in_place``: the
+    inputs of Concat and view layers that their producers write straight into the output
+    (channel-offset writes), so that those layers copy only the rest."""
 
     layers: list[Layer]
     inputs: list[Tensor]
     outputs: list[Tensor]
     refs: dict[Tensor, K.Ref]
     scratch_bytes: int
+    in_place: frozenset[Tensor] = frozenset()
 
     @property
     def externals(self) -> int:
@@ -81,11 +84,44 @@ def _release(free: list[list[int]], start: int, size: int) -> None:
     free[:] = merged
 
 
+def in_place_writes(layers: Sequence[Layer], outs: Sequence[Tensor], n: int
+                    ) -> dict[Tensor, tuple[Tensor, int]]:
+    """tensor -> (the tensor whose bytes hold it, byte offset): the inputs of Concat and view
+    layers that their producer writes straight into the output. An input qualifies when a
+    layer of the group produces it, it is no external output (those have a slot of their
+    own), no other Concat took it already and its bytes are a contiguous piece of the output
+    (`lower.in_place_offsets`). Chains resolve to their last tensor (DenseNet's dense block:
+    every concatenation inside the block's last one)."""
+    produced = {ly.output for ly in layers}
+    external = set(outs)
+    direct: dict[Tensor, tuple[Tensor, int]] = {}
+    for ly in layers:
+        if ly.kind not in COPIES:
+            continue
+        seen: set[Tensor] = set()
+        for t, off in zip(ly.inputs, in_place_offsets(ly, n), strict=True):
+            if off is None or t in seen or t in direct or t not in produced or t in external:
+                continue
+            seen.add(t)
+            direct[t] = (ly.output, off)
+    out = {}
+    for t in direct:
+        r, off = t, 0
+        while r in direct:
+            r, o = direct[r]
+            off += o
+        out[t] = (r, off)
+    return out
+
+
 def plan_step(layers: Sequence[Layer], n: int) -> StepPlan:
     """Slots for the external tensors and scratch offsets for the internal ones: a tensor gets
     its space when its layer runs (while that layer's inputs still hold theirs) and gives it
     back after its last reader, first fit in 64-byte units. Layers run one after the other
     (kernels.join drains each before the next starts), so reusing a dead tensor's bytes is safe.
+    A tensor written in place (`in_place_writes`) lives inside the one that holds it: that
+    one's space is taken when the first of them is written and given back after the last
+    reader of any.
     """
     layers = list(layers)
     ins, outs = external_tensors(layers)
@@ -95,23 +131,32 @@ def plan_step(layers: Sequence[Layer], n: int) -> StepPlan:
     refs: dict[Tensor, K.Ref] = {}
     for i, t in enumerate(ins + outs):
         refs[t] = K.Ref(FIRST_IO_SLOT + i)
+    alias = in_place_writes(layers, outs, n)
+
+    def root(t: Tensor) -> Tensor:
+        return alias[t][0] if t in alias else t
+
     last: dict[Tensor, int] = {}
     for i, ly in enumerate(layers):
-        for t in ly.inputs:
-            last[t] = i
+        for t in (*ly.inputs, ly.output):
+            last[root(t)] = i
     free: list[list[int]] = [[0, 1 << 40]]
     size: dict[Tensor, int] = {}
     top = 0
     for i, ly in enumerate(layers):
         t = ly.output
-        if t not in refs:
-            size[t] = align_up(tensor_bytes(t.shape, n), SCRATCH_ALIGN)
-            at = _first_fit(free, size[t])
-            refs[t] = K.Ref(SCRATCH_SLOT, at)
-            top = max(top, at + size[t])
-        for x in {x for x in ly.inputs if last.get(x) == i and x in size}:
-            _release(free, refs[x].offset, size[x])
-    return StepPlan(layers, ins, outs, refs, top)
+        r = root(t)
+        if r not in refs:
+            size[r] = align_up(tensor_bytes(r.shape, n), SCRATCH_ALIGN)
+            at = _first_fit(free, size[r])
+            refs[r] = K.Ref(SCRATCH_SLOT, at)
+            top = max(top, at + size[r])
+        if t is not r:
+            refs[t] = refs[r] + alias[t][1]
+        for x in {root(x) for x in (*ly.inputs, t)}:
+            if last.get(x) == i and x in size:
+                _release(free, refs[x].offset, size[x])
+    return StepPlan(layers, ins, outs, refs, top, frozenset(alias))
 
 
 def program_bytes(insns: int, layers: int) -> int:

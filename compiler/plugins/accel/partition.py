@@ -3,8 +3,9 @@ subgraphs.
 
 Layers are found with templates (``filter_by_template``), longest first, so a Relu after a Conv
 is fused rather than left alone: Flatten/Reshape -> Gemm/MatMul -> Relu/Clip, Conv/Gemm/MatMul/
-Add/Sum -> Relu/Clip, then each head alone (Conv, Gemm, MatMul, Add, Sum, MaxPool,
-GlobalAveragePool, AveragePool over the whole image) and, last, a Relu that none of these fused
+Add/Sum/Sub/Mul/Max/Min -> Relu/Clip, then each head alone (Conv, Gemm, MatMul, the
+elementwise ops with broadcasting or a constant operand, MaxPool, GlobalMaxPool, AveragePool,
+GlobalAveragePool, Concat, free views) and, last, a Relu that none of these fused
 (a requantization from its input's scale to its own). A match is claimed only if its
 quantization parameters exist and the kernels map it: the layer's kernel is generated at placeholder
 addresses (`lower.check_layer`); anything that fails stays for the CPU, with the reason kept
@@ -27,7 +28,15 @@ from compiler.errors import OptionsError
 from compiler.plugin_api import filter_by_template, member_runs, merge_subgraph, root_children
 from compiler.plugins.accel import kernels as K
 from compiler.plugins.accel import lower
-from compiler.plugins.accel.layers import ACTS, HEADS, VIEWS, Layer, absorbable_view, fusable_act
+from compiler.plugins.accel.layers import (
+    ACTS,
+    HEADS,
+    VIEWS,
+    Layer,
+    absorbable_view,
+    fusable_act,
+    shuffle_views,
+)
 from compiler.plugins.accel.memplan import estimate_step_bytes, external_tensors, plan_step
 from compiler.xir import Graph, GraphTemplate, Op, Subgraph
 from pyhost.accel.abi import MAX_IO
@@ -56,12 +65,17 @@ def _templates() -> list[tuple[str, GraphTemplate]]:
     v = t.add_op("view", VIEWS)
     t.add_op("head", gemm, {v: "A"})
     out.append(("gemm", t))
-    for kind in ("conv", "gemm", "add"):
+    t = GraphTemplate("accel_shuffle")
+    v = t.add_op("view", "Reshape")
+    h = t.add_op("head", HEADS["permute"], {v: None})
+    t.add_op("post", "Reshape", {h: None})
+    out.append(("permute", t))
+    for kind in ("conv", "gemm", "add", "avgpool"):
         t = GraphTemplate(f"accel_{kind}_act")
         h = t.add_op("head", HEADS[kind])
         t.add_op("act", ACTS, {h: None})
         out.append((kind, t))
-    for kind in ("conv", "gemm", "add", "maxpool", "avgpool", "relu"):
+    for kind in ("conv", "gemm", "add", "maxpool", "avgpool", "concat", "relu", "view"):
         t = GraphTemplate(f"accel_{kind}")
         t.add_op("head", HEADS[kind])
         out.append((kind, t))
@@ -78,6 +92,8 @@ class AccelPartitioner:
         #: head op name -> why the accelerator does not take it (for reports and tests)
         self.rejected: dict[str, str] = {}
         self._claimed: set[Op] = set()
+        #: Concat and view heads accepted by the template being matched (not merged yet)
+        self._moved: set[Op] = set()
         self._layers: dict[Op, tuple[Layer, K.Kernel]] = {}
 
     def run(self) -> set[Subgraph]:
@@ -104,10 +120,28 @@ class AccelPartitioner:
             if any(op in self._claimed for op in ops):
                 return False
             head = match["head"]
-            act, view = match.get("act"), match.get("view")
+            act, view, post = match.get("act"), match.get("view"), match.get("post")
             if act is not None and fusable_act(head) is not act:
                 return False
-            if view is not None and absorbable_view(head) is not view:
+            if kind == "permute":
+                sv = shuffle_views(head)
+                if sv is None or (view, post) != sv[:2]:
+                    return False
+            elif view is not None and absorbable_view(head) is not view:
+                return False
+            if kind in ("view", "concat"):
+                cpu = [t.name for t in head.input_tensors()[:len(head.input_tensors())
+                                                           if kind == "concat" else 1]
+                       if t.producer not in self._claimed and t.producer not in self._moved]
+                if cpu:
+                    # moving bytes that come from the CPU to the card and back gains nothing
+                    self.rejected.setdefault(head.name, f"its input(s) {cpu[:3]} are not made "
+                                             "on the accelerator")
+                    return False
+            if kind == "view" and any(absorbable_view(u) is head for u in head.output.consumers):
+                # the Flatten/Reshape of an FC that could not take it: layers_of would give it
+                # to the FC, whose kernel was generated without it
+                self.rejected.setdefault(head.name, "the view of an FC that is not fused")
                 return False
             if kind == "relu":
                 prod = head.input_tensors()[0].producer
@@ -118,12 +152,14 @@ class AccelPartitioner:
                                              "it is on the accelerator but could not be "
                                              "generated with this Relu fused")
                     return False
-            layer = Layer(kind, head, act, view)
+            layer = Layer(kind, head, act, view, post)
             kern, reason = lower.check_layer(layer, self.cfg)
             if kern is None:
                 self.rejected.setdefault(head.name, reason or "")
                 return False
             self._layers[head] = (layer, kern)
+            if kind in ("view", "concat"):
+                self._moved.add(head)      # a later Concat of this one's output may take it
             return True
         return accept
 

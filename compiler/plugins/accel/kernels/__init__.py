@@ -34,13 +34,23 @@ from compiler.plugins.accel.kernels.base import (
     clip_bounds,
     relu_bounds,
 )
+from compiler.plugins.accel.kernels.binary import Operand, binary, binary_params
 from compiler.plugins.accel.kernels.conv import conv2d, conv2d_output_shape, gemm, gemm_int32
 from compiler.plugins.accel.kernels.eltwise import ADD_BITS, add, add_multipliers, requant_act
 from compiler.plugins.accel.kernels.join import barrier, join
 from compiler.plugins.accel.kernels.pipeline import BIAS_COPIES
-from compiler.plugins.accel.kernels.pool import global_avgpool, maxpool2d
+from compiler.plugins.accel.kernels.pool import avgpool2d, global_avgpool, maxpool2d
+from compiler.plugins.accel.kernels.relayout import (
+    ConcatPart,
+    concat,
+    concat_offsets,
+    nop,
+    permute_channels,
+)
 
-__all__ = ["ADD_BITS", "BIAS_COPIES", "DEFAULT_CFG", "AccelKernelError", "ConstBlob", "Kernel",
-           "Quant", "Ref", "TensorInfo", "add", "add_multipliers", "barrier", "clip_bounds",
-           "conv2d", "conv2d_output_shape", "gemm", "gemm_int32", "global_avgpool", "join",
-           "maxpool2d", "relu_bounds", "requant_act"]
+__all__ = ["ADD_BITS", "BIAS_COPIES", "DEFAULT_CFG", "AccelKernelError", "ConcatPart",
+           "ConstBlob", "Kernel", "Quant", "Ref", "TensorInfo", "add", "add_multipliers",
+           "avgpool2d", "barrier", "binary", "binary_params", "clip_bounds", "concat",
+           "concat_offsets", "conv2d", "conv2d_output_shape", "gemm", "gemm_int32",
+           "global_avgpool", "join", "maxpool2d", "nop", "Operand", "permute_channels",
+           "relu_bounds", "requant_act"]

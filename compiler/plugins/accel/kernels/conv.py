@@ -55,7 +55,7 @@ from pyhost.accel import layout
 from pyhost.accel.timing import RTL_MEM_LATENCY, mem_cycles
 from pyhost.spec import isa
 from pyhost.spec.accel import AccelConfig
-from pyhost.spec.isa import Buffer, Insn
+from pyhost.spec.isa import AluOp, Buffer, Insn
 
 # --- Conv2d and Gemm: implicit GEMM -------------------------------------------------------------
 
@@ -95,7 +95,7 @@ def _conv_geom(in_shape: Sequence[int], w: np.ndarray, strides: Sequence[int],
     b, c, h, wd = (int(v) for v in in_shape)
     _need(w.ndim == 4, f"conv2d weight must be (Cout, Cin, KH, KW), got {w.shape}")
     co, ci, kh, kw = (int(v) for v in w.shape)
-    _need(ci == c, f"weight has {ci} input channels, the input {c}; only group=1 is supported")
+    _need(ci == c, f"weight has {ci} input channels, the input {c}")
     sh, sw = (int(v) for v in strides)
     dh, dw = (int(v) for v in dilations)
     pt, pl, pb, pr = (int(v) for v in pads)
@@ -122,15 +122,44 @@ def _conv_geom(in_shape: Sequence[int], w: np.ndarray, strides: Sequence[int],
     return g
 
 
-def _conv_plans(g: _Geom, cfg: AccelConfig, params: int) -> list[_Plan]:
+def _live_counts(live: np.ndarray, obg: int, cbp: int) -> np.ndarray:
+    """Live (output block, input block) tile pairs per (output-block group, input pass)."""
+    a = np.add.reduceat(live.astype(np.int64), np.arange(0, live.shape[0], obg), axis=0)
+    return np.add.reduceat(a, np.arange(0, live.shape[1], cbp), axis=1)
+
+
+def _sparse_pipe_cost(order: str, nrt: int, cnt: np.ndarray, g_pair: int, q_tile: int,
+                      li: int, lw: int, lb: int) -> int:
+    """`_pipe_cost` of a grouped conv, step by step: a (group, pass) step computes only its
+    live tile pairs (cnt), so steps are uneven and max(compute, next loads) is taken per step.
+    """
+    groups, passes = cnt.shape
+    if order == "rt":
+        t, gi, pi = np.indices((nrt, groups, passes)).reshape(3, -1)
+    else:
+        gi, t, pi = np.indices((groups, nrt, passes)).reshape(3, -1)
+    comp = cnt[gi, pi].astype(np.int64) * g_pair + np.where(pi == passes - 1, q_tile, 0) + 1
+
+    def new(key: np.ndarray) -> np.ndarray:
+        return np.r_[True, key[1:] != key[:-1]]
+
+    load = li * new(t * passes + pi) + lw * new(gi * passes + pi) + lb * new(t * groups + gi)
+    return int(np.maximum(comp, np.r_[load[1:], 0]).sum())
+
+
+def _conv_plans(g: _Geom, cfg: AccelConfig, params: int, live: np.ndarray | None = None
+                ) -> list[_Plan]:
+    """Candidate tilings. `live` (grouped convolutions): which (output block, input block)
+    weight tiles are not structurally zero; only those are stored and multiplied."""
     n = cfg.n
     taps = g.kh * g.kw
-    total_tiles = g.nbo * g.nbi * taps
+    total_tiles = (g.nbo * g.nbi if live is None else int(live.sum())) * taps
     resident = total_tiles <= cfg.wgt_depth
     acc_rows = cfg.acc_depth - params
     out = []
     for cbp in _balanced(g.nbi):
         passes = _cdiv(g.nbi, cbp)
+        counts = {}
         for r in _balanced(g.oh):
             rin = g.rows_in(r)
             p = r * g.ow
@@ -141,13 +170,20 @@ def _conv_plans(g: _Geom, cfg: AccelConfig, params: int) -> list[_Plan]:
                 if obg * p > acc_rows or obg > _LOOP:
                     continue
                 groups = _cdiv(g.nbo, obg)
+                if live is None:
+                    chunk, pairs = obg * cbp, obg * cbp
+                else:
+                    if (obg, cbp) not in counts:
+                        counts[(obg, cbp)] = _live_counts(live, obg, cbp)
+                    cnt = counts[(obg, cbp)]
+                    chunk, pairs = int(cnt.max()), 0
                 for order in ("rt", "og"):
                     inp_v, wgt_v, acc_v = _versions(order, nrt, groups, passes)
                     if resident:
                         wgt_v = 1
                     if (cbp * rin * g.wp > _region(cfg.inp_depth, inp_v, INP_REGIONS)
                             or obg * p > _region(acc_rows, acc_v, ACC_REGIONS)
-                            or (not resident and obg * cbp * taps
+                            or (not resident and chunk * taps
                                 > _region(cfg.wgt_depth, wgt_v, WGT_REGIONS))):
                         continue
                     lat = RTL_MEM_LATENCY
@@ -155,19 +191,73 @@ def _conv_plans(g: _Geom, cfg: AccelConfig, params: int) -> list[_Plan]:
                         li = cbp * mem_cycles(rin, g.w * n, rin * g.wp, lat)
                     else:
                         li = cbp * mem_cycles(1, rin * g.w * n, rin * g.wp, lat)
-                    lw = mem_cycles(1, obg * cbp * taps * n * n, obg * cbp * taps, lat)
+                    lw = mem_cycles(1, chunk * taps * n * n, chunk * taps, lat)
                     lb = obg * mem_cycles(_cdiv(p, BIAS_COPIES), BIAS_COPIES * 4 * n, p, lat)
                     st = mem_cycles(obg, p * n, obg * p, lat)
                     first = li + lb + mem_cycles(1, params * 4 * n, params, lat) + (
                         mem_cycles(1, total_tiles * n * n, total_tiles, lat) if resident else lw)
-                    cost = _pipe_cost(order, nrt, groups, passes,
-                                      obg * cbp * taps * (p + _INSN_COST), obg * p + _INSN_COST,
-                                      0 if inp_v == 1 else li, 0 if wgt_v == 1 else lw, lb)
+                    if live is None:
+                        cost = _pipe_cost(order, nrt, groups, passes,
+                                          pairs * taps * (p + _INSN_COST), obg * p + _INSN_COST,
+                                          0 if inp_v == 1 else li, 0 if wgt_v == 1 else lw, lb)
+                    else:
+                        cost = _sparse_pipe_cost(order, nrt, cnt, taps * (p + _INSN_COST),
+                                                 obg * p + _INSN_COST, 0 if inp_v == 1 else li,
+                                                 0 if wgt_v == 1 else lw, lb)
                     cost = max(cost, acc_v * st) + first + st
                     cost += nrt * groups * passes * _STEP_COST
                     out.append(_Plan(r, obg, cbp, order, inp_v, wgt_v, acc_v, resident,
-                                     cost))
+                                     int(cost)))
     return out
+
+
+def grouped_weight(w: np.ndarray, c_in: int, group: int, n: int
+                   ) -> tuple[np.ndarray, np.ndarray | None]:
+    """A grouped Conv's (Cout, Cin/group, KH, KW) weight as the dense (Cout, Cin, KH, KW) one
+    (zero between groups) and the mask of (output block, input block) tile pairs that hold any
+    of its weights: the structurally zero tiles are neither stored nor multiplied. group 1:
+    the weight itself and None (every tile)."""
+    _need(w.ndim == 4, f"conv2d weight must be (Cout, Cin/group, KH, KW), got {w.shape}")
+    co, cig, kh, kw = (int(v) for v in w.shape)
+    if group == 1:
+        return w, None
+    _need(group >= 1 and c_in % group == 0 and co % group == 0,
+          f"group={group} must divide the input channels ({c_in}) and output channels ({co})")
+    _need(cig * group == c_in, f"weight has {cig} input channels per group, the input "
+          f"{c_in} / {group} = {c_in // group}")
+    cog = co // group
+    dense = np.zeros((co, c_in, kh, kw), w.dtype)
+    for gi in range(group):
+        dense[gi * cog:(gi + 1) * cog, gi * cig:(gi + 1) * cig] = w[gi * cog:(gi + 1) * cog]
+    nbo, nbi = layout.blocks(co, n), layout.blocks(c_in, n)
+    og = np.arange(nbo * n).clip(max=co - 1) // cog             # group of each output lane
+    ig = np.arange(nbi * n).clip(max=c_in - 1) // cig
+    olo, ohi = og.reshape(nbo, n).min(1), og.reshape(nbo, n).max(1)
+    ilo, ihi = ig.reshape(nbi, n).min(1), ig.reshape(nbi, n).max(1)
+    live = (olo[:, None] <= ihi[None, :]) & (ilo[None, :] <= ohi[:, None])
+    return dense, live
+
+
+def _weight_chunks(w: np.ndarray, n: int, groups: Sequence[range], passes: Sequence[range],
+                   live: np.ndarray | None) -> tuple[list[bytes], list[dict[tuple[int, int], int]]]:
+    """The weight chunks (one per (group, pass), see layout.conv_weight_tiles) holding only the
+    live tile pairs, and per chunk the index of each (ob, cb) pair's first tile in it."""
+    if live is None:
+        chunks = layout.conv_weight_tiles(w, n, groups, passes)
+        taps = w.shape[2] * w.shape[3]
+        index = [{(ob, cb): (j * len(pa) + k) * taps for j, ob in enumerate(gr)
+                  for k, cb in enumerate(pa)} for gr in groups for pa in passes]
+        return chunks, index
+    t = layout.weight_tiles(w, n)
+    taps = t.shape[2] * t.shape[3]
+    chunks, index = [], []
+    for gr in groups:
+        for pa in passes:
+            pairs = [(ob, cb) for ob in gr for cb in pa if live[ob, cb]]
+            chunks.append(b"".join(np.ascontiguousarray(t[ob, cb]).tobytes()
+                                   for ob, cb in pairs))
+            index.append({pc: i * taps for i, pc in enumerate(pairs)})
+    return chunks, index
 
 
 def conv2d(in_shape: Sequence[int], q: Quant, *, inp: Ref, out: Ref, consts: Ref,
@@ -185,8 +275,8 @@ def conv2d(in_shape: Sequence[int], q: Quant, *, inp: Ref, out: Ref, consts: Ref
     rows x the full width, reading the padded input tile in INP with the GEMM strides.
     """
     n = cfg.n
-    _need(int(group) == 1, f"group={group}: only group=1 convolutions are supported")
-    w = np.asarray(q["weight"])
+    _need(len(in_shape) == 4, f"conv2d input shape must be NCHW, got {tuple(in_shape)}")
+    w, live = grouped_weight(np.asarray(q["weight"]), int(in_shape[1]), int(group), n)
     g = _conv_geom(in_shape, w, strides, pads, dilations, n)
     zin = _int8("input zero point", q["input_zero_point"])
     zout = _int8("output zero point", q["output_zero_point"])
@@ -199,23 +289,23 @@ def conv2d(in_shape: Sequence[int], q: Quant, *, inp: Ref, out: Ref, consts: Ref
     params = 2 * g.nbo
     _need(params < cfg.acc_depth, f"{g.nbo} output blocks need {params} ACC rows of "
           "requantization parameters")
-    plan = _choose(_conv_plans(g, cfg, params), f"conv2d {tuple(in_shape)} x {w.shape}",
+    plan = _choose(_conv_plans(g, cfg, params, live), f"conv2d {tuple(in_shape)} x {w.shape}",
                    "use a smaller image width or fewer channels")
     taps = g.kh * g.kw
     groups = _ranges(g.nbo, plan.obg)
     passes = _ranges(g.nbi, plan.cbp)
     blob = _Blob(consts, n)
-    if plan.resident:
-        wchunks = layout.conv_weight_tiles(w, n, [range(0, g.nbo)], [range(0, g.nbi)])
-    else:
-        wchunks = layout.conv_weight_tiles(w, n, groups, passes)
+    cgroups = groups if not plan.resident else [range(0, g.nbo)]
+    cpasses = passes if not plan.resident else [range(0, g.nbi)]
+    wchunks, tile_index = _weight_chunks(w, n, cgroups, cpasses, live)
     w_off = blob.add("weights", b"".join(wchunks))
     chunk_off = {}
     o = w_off
-    for gi, gr in enumerate(groups if not plan.resident else [range(0, g.nbo)]):
-        for pi, pa in enumerate(passes if not plan.resident else [range(0, g.nbi)]):
+    for gi in range(len(cgroups)):
+        for pi in range(len(cpasses)):
             chunk_off[(gi, pi)] = o
-            o += len(gr) * len(pa) * taps * n * n
+            o += len(wchunks[gi * len(cpasses) + pi])
+    n_live = g.nbo * g.nbi if live is None else int(live.sum())
     bias_bytes, bias_rel = _bias_blob(layout.lane_rows(bias, n),
                                       [range(ob, ob + 1) for ob in range(g.nbo)])
     bias_off = blob.add("bias", bias_bytes)
@@ -236,8 +326,7 @@ def conv2d(in_shape: Sequence[int], q: Quant, *, inp: Ref, out: Ref, consts: Ref
         loads: list[Insn] = []
         if si == 0:
             if plan.resident:
-                loads += _load_contig(Buffer.WGT, 0, consts.slot, w_off,
-                                      g.nbo * g.nbi * taps, n * n)
+                loads += _load_contig(Buffer.WGT, 0, consts.slot, w_off, n_live * taps, n * n)
             loads += _load_contig(Buffer.ACC, 0, consts.slot, req_off, params, 4 * n)
         if new["inp"]:
             iy_lo = oy0 * g.sh - g.pt
@@ -253,27 +342,34 @@ def conv2d(in_shape: Sequence[int], q: Quant, *, inp: Ref, out: Ref, consts: Ref
                     pad_left=g.pl, pad_right=g.pr, pad_value=zin)
         if new["wgt"] and not plan.resident:
             loads += _load_contig(Buffer.WGT, wgt_base, consts.slot, chunk_off[(gi, pi)],
-                                  len(gr) * len(pa) * taps, n * n)
+                                  len(wchunks[gi * len(passes) + pi]) // (n * n), n * n)
         if new["acc"]:
             for j, ob in enumerate(gr):
                 loads += _bias_loads(consts.slot, bias_off + bias_rel[ob], acc_base + j * p, p,
                                      1)
         compute: list[Insn] = []
+        index = tile_index[0] if plan.resident else tile_index[gi * len(passes) + pi]
         for j, ob in enumerate(gr):
             for k, cb in enumerate(pa):
+                if live is not None and not live[ob, cb]:
+                    continue
                 for ky in range(g.kh):
                     for kx in range(g.kw):
                         tap = ky * g.kw + kx
                         if plan.resident:
-                            wt = (ob * g.nbi + cb) * taps + tap
+                            wt = index[(ob, cb)] + tap
                         else:
-                            wt = wgt_base + (j * len(pa) + k) * taps + tap
+                            wt = wgt_base + index[(ob, cb)] + tap
                         compute.append(isa.gemm(
                             acc_base=acc_base + j * p,
                             inp_base=inp_base + k * region + ky * g.dh * g.wp + kx * g.dw,
                             wgt_base=wt, outer=rr, inner=g.ow, acc_so=g.ow, acc_si=1,
                             inp_so=g.sh * g.wp, inp_si=g.sw))
         stores: list[Insn] = []
+        if not compute and pi != len(passes) - 1:
+            # a grouped conv's step whose pass meets none of its group's inputs: the pipeline
+            # still needs one compute instruction to carry the step's tokens (no iterations)
+            compute.append(isa.alu(AluOp.ADD, imm=0, outer=0, inner=0))
         if pi == len(passes) - 1:
             compute.append(isa.req(zout, lo, hi, dst_base=acc_base, src_base=2 * gr.start,
                                    outer=len(gr), inner=p, dst_so=p, dst_si=1, src_so=2))
@@ -299,7 +395,9 @@ def conv2d(in_shape: Sequence[int], q: Quant, *, inp: Ref, out: Ref, consts: Ref
         tiling={"rows": plan.rows, "out_blocks": plan.obg, "in_blocks": plan.cbp,
                 "order": plan.order, "steps": len(steps), "weights_resident": plan.resident,
                 "inp_versions": plan.inp_v, "acc_versions": plan.acc_v,
-                "out_shape": (g.b, g.co, g.oh, g.ow)})
+                "out_shape": (g.b, g.co, g.oh, g.ow),
+                **({} if live is None else {"group": int(group), "live_tiles": n_live,
+                                            "tiles": g.nbo * g.nbi})})
 
 
 def conv2d_output_shape(in_shape: Sequence[int], weight_shape: Sequence[int],

@@ -29,6 +29,9 @@ def join(kernels: Sequence[Kernel]) -> list[Insn]:
     scratchpad rows the previous layer still uses.
     """
     out: list[Insn] = []
+    # a kernel without instructions (a Concat whose inputs were all written in place) needs
+    # no hand-off
+    kernels = [k for k in kernels if k.insns]
     for i, k in enumerate(kernels):
         body = list(k.insns)
         if i > 0:

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler.plugins.accel.kernels.base import _XY, AccelKernelError
+from compiler.plugins.accel.kernels.base import _PAD, _XY, AccelKernelError
 from pyhost.accel import layout
 from pyhost.spec import isa
 from pyhost.spec.accel import AccelConfig
@@ -237,6 +237,44 @@ def _load(buf: Buffer, elem: int, **f: int) -> list[Insn]:
     if y > 1 and f["y_stride"] == x and not pads:
         return _load_contig(buf, f["sp_base"], f["slot"], f["offset"], y * x, elem)
     return [isa.load(buf, **f)]
+
+
+def _fill(buf: Buffer, sp_base: int, count: int, value: int) -> list[Insn]:
+    """LOADs that read no memory (y_size = x_size = 0) and write `count` consecutive
+    scratchpad rows of padding `value`: up to 15 x 15 rows each (the padding fields)."""
+    out = []
+    done = 0
+    while done < count:
+        k = min(count - done, _PAD * _PAD)
+        top, left = (k // _PAD, _PAD) if k >= _PAD else (1, k)
+        out.append(isa.load(buf, sp_base=sp_base + done, y_size=0, x_size=0, pad_top=top,
+                            pad_left=left, pad_value=value))
+        done += top * left
+    return out
+
+
+def _load_padded(buf: Buffer, elem: int, **f: int) -> list[Insn]:
+    """`_load` of a padded tile, also with padding beyond the LOAD fields (15 per side): the
+    memory rows are then loaded one by one without padding and the padding between them is
+    written by `_fill` (rows of the tile stay row-major with the padded width)."""
+    pads = [f.get(k, 0) for k in ("pad_top", "pad_bottom", "pad_left", "pad_right")]
+    if max(pads) <= _PAD:
+        return _load(buf, elem, **f)
+    pt, pb, pl, pr = pads
+    y, x, v = f["y_size"], f["x_size"], f.get("pad_value", 0)
+    wp = pl + x + pr
+    base = f["sp_base"]
+    out = _fill(buf, base, pt * wp + pl, v)
+    at = base + pt * wp + pl
+    for r in range(y):
+        out.append(isa.load(buf, slot=f["slot"], sp_base=at,
+                            offset=f["offset"] + r * f["y_stride"] * elem, y_size=1, x_size=x,
+                            y_stride=x))
+        at += x
+        gap = pr + (pl if r + 1 < y else pb * wp)
+        out += _fill(buf, at, gap, v)
+        at += gap
+    return out
 
 
 def _store(buf: Buffer, elem: int, **f: int) -> list[Insn]:

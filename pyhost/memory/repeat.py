@@ -1,0 +1,380 @@
+"""The repeat detector: learns that the need sequence repeats, and predicts the next repetition.
+
+Deep-learning workloads repeat: every inference makes the same calls, every training step the
+same forward and backward pass, but with new tensors each time (activations and gradients are
+reallocated). The detector records the last `window` need calls and looks for an earlier window
+that the current calls repeat *up to renaming*: a tensor that existed when the earlier call was
+made must be the same tensor (a weight), a tensor created since must correspond one-to-one to
+the tensor at the same place in the earlier call, with the same size (an activation of this
+iteration for one of the last). `confirm` consecutive matching calls at the same lag, with at
+least `evidence` tensors the very same as one lag ago among them, lock it in;
+from then on:
+
+- `next_use(id)` predicts a tensor's next need: the uses of its counterpart (or its own) one
+  lag ago, shifted by the lag;
+- `plan_trace()` gives the recorded repetition (two copies back to back, the second with fresh
+  tensors, so intervals across the boundary exist) for the interval MILP, and `role` / `phase`
+  name a tensor and a call position the same way in every repetition, so the plan made once
+  applies to every later repetition.
+
+A call that does not match is tolerated `tolerance` times in a row (a repetition with one
+changed call keeps the lock); after that the lock is dropped and the search starts again. All
+state is bounded by the window and the live tensors, whatever the number of calls.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from pyhost.memory.policies import INF
+from pyhost.memory.trace import Trace
+
+#: Calls (need or not) recorded for planning, per need call of the window.
+OPS_PER_CALL = 8
+
+
+@dataclass
+class _Candidate:
+    lag: int
+    matches: int = 0
+    exact: int = 0        # tensors found at the same place as one lag ago (weights, loops)
+    fwd: dict[int, int] = field(default_factory=dict)   # current id -> id one lag ago
+    inv: dict[int, int] = field(default_factory=dict)   # id one lag ago -> current id
+
+
+class RepeatDetector:
+    """See the module docstring. Times are need-call numbers (the manager's epoch)."""
+
+    def __init__(self, window: int = 1 << 15, confirm: int = 4, tolerance: int = 2,
+                 candidates: int = 4, evidence: int = 2) -> None:
+        #: a lock needs `confirm` matching calls in a row, with `evidence` tensors among them
+        #: that are the very same as one lag ago (not only renamed ones of the same size)
+        self.evidence = evidence
+        self.window, self.confirm, self.tolerance = window, confirm, tolerance
+        self.max_candidates = candidates
+        # recorded calls in a ring: time t at t % window, for _first <= t < _end
+        self._calls: list[tuple[int, ...]] = [()] * window
+        self._keys: list[tuple[int, ...]] = [()] * window
+        self._first = 0
+        self._end = 0
+        self._index: dict[tuple[int, ...], deque[int]] = {}   # call key -> recent times
+        self._uses: dict[int, list[int]] = {}             # id -> need times in the window
+        self._size: dict[int, int] = {}                   # id -> card bytes (recorded, live)
+        self._born: dict[int, int] = {}                   # live id -> time it was allocated
+        self._ops: deque[tuple[str, int | tuple[int, ...], int | None]] = deque()
+        self._ops_time: deque[int] = deque()              # time (need count) of each op
+        self._cands: list[_Candidate] = []
+        self.lock: _Candidate | None = None
+        self._misses = 0
+        #: the lock's reference: the first call of the recorded repetition `plan_trace` covers
+        self.anchor = 0
+        self.role: dict[int, int] = {}                    # id -> its tensor in the anchor window
+        self.locks = 0                                    # statistics: locks taken
+        self.breaks = 0                                   #             and dropped
+        self.mismatches = 0                               # calls tolerated while locked
+
+    # --- what the manager reports -------------------------------------------------------------
+
+    def allocated(self, tid: int, size: int, now: int) -> None:
+        self._born[tid] = now
+        self._size[tid] = size
+        self._op("alloc", tid, size, now)
+
+    def freed(self, tid: int, now: int) -> None:
+        self._born.pop(tid, None)
+        self._op("free", tid, None, now)
+        if tid not in self._uses:
+            self._size.pop(tid, None)
+            self.role.pop(tid, None)
+        if self.lock is not None:
+            x = self.lock.fwd.pop(tid, None)
+            if x is not None:
+                self.lock.inv.pop(x, None)
+
+    def op(self, kind: str, tid: int, size: int | None, now: int) -> None:
+        """A write, read or update (for the plan's trace)."""
+        self._op(kind, tid, size, now)
+
+    def _op(self, kind: str, tid: int | tuple[int, ...], size: int | None, now: int) -> None:
+        self._ops.append((kind, tid, size))
+        self._ops_time.append(now)
+        while len(self._ops) > OPS_PER_CALL * self.window:
+            self._ops.popleft()
+            self._ops_time.popleft()
+
+    def observe(self, now: int, ids: Sequence[int], sizes: Sequence[int]) -> None:
+        """Need call number `now` with these distinct tensors (argument order)."""
+        ids = tuple(ids)
+        key = tuple(sizes)
+        for i, n in zip(ids, sizes, strict=True):
+            self._size[i] = n
+        self._op("need", ids, None, now)
+        if self.lock is not None:
+            if self._match(self.lock, ids, now):
+                self.lock.matches += 1
+                self._misses = 0
+                self._set_roles(self.lock, ids, now)
+            else:
+                self._misses += 1
+                self.mismatches += 1
+                if self._misses > self.tolerance:
+                    self.lock = None
+                    self.breaks += 1
+                    self._cands = []
+        if self.lock is None:
+            self._search(ids, key, now)
+        self._record(ids, key, now)
+
+    # --- matching -----------------------------------------------------------------------------
+
+    def _recorded(self, t: int) -> tuple[int, ...] | None:
+        return self._calls[t % self.window] if self._first <= t < self._end else None
+
+    def _match(self, c: _Candidate, ids: tuple[int, ...], now: int) -> bool:
+        """Whether call `ids` at `now` repeats the call one lag ago (extending c's renaming)."""
+        rec = self._recorded(now - c.lag)
+        if rec is None or len(rec) != len(ids):
+            return False
+        ref = now - c.lag
+        new: list[tuple[int, int]] = []
+        same = 0
+        for x, h in zip(ids, rec, strict=True):
+            if x == h:
+                same += 1
+                continue
+            if self._born.get(x, -1) < ref:       # existed then, but was not used there
+                return False
+            m = c.fwd.get(x)
+            if m is not None:
+                if m != h:
+                    return False
+                continue
+            if h in c.inv or self._size.get(h) != self._size.get(x):
+                return False
+            if any(h == hh or x == xx for xx, hh in new):
+                return False
+            new.append((x, h))
+        for x, h in new:
+            c.fwd[x] = h
+            c.inv[h] = x
+        c.exact += same
+        return True
+
+    def _search(self, ids: tuple[int, ...], key: tuple[int, ...], now: int) -> None:
+        alive = []
+        for c in self._cands:
+            if self._match(c, ids, now):
+                c.matches += 1
+                alive.append(c)
+        lags = {c.lag for c in alive}
+        # earlier calls this one may repeat: the last uses of its tensors (a weight's last use
+        # is one repetition ago), and the last calls with the same sizes
+        tries: list[int] = []
+        for i in ids:
+            tries += self._uses.get(i, [])[-3:][::-1]
+        tries += itertools.islice(reversed(self._index.get(key, ())), self.max_candidates)
+        for t in tries[:4 * self.max_candidates]:
+            if len(alive) >= self.max_candidates:
+                break
+            if now - t in lags:
+                continue
+            c = _Candidate(now - t)
+            lags.add(c.lag)
+            if self._match(c, ids, now):
+                c.matches = 1
+                alive.append(c)
+        alive.sort(key=lambda c: -c.matches)
+        self._cands = alive[:self.max_candidates]
+        if self._cands and self._cands[0].matches >= self.confirm \
+                and self._cands[0].exact >= self.evidence:
+            self.lock = self._cands[0]
+            self._cands = []
+            self._misses = 0
+            self.locks += 1
+            self.anchor = now - self.lock.lag + 1
+            # The anchor window is the recorded repetition: the tensors allocated in it are
+            # their own roles (also where they live on into the next repetition); every later
+            # tensor takes the role of its counterpart one lag earlier.
+            self.role = {x: x for x, b in self._born.items() if b >= self.anchor - 1}
+
+    def _set_roles(self, c: _Candidate, ids: tuple[int, ...], now: int) -> None:
+        for x in ids:
+            h = c.fwd.get(x)
+            if h is not None and x not in self.role:
+                self.role[x] = self.role.get(h, h)
+
+    def _record(self, ids: tuple[int, ...], key: tuple[int, ...], now: int) -> None:
+        if self._end == self._first or now != self._end:   # first call, or a gap: restart
+            self._reset_ring(now)
+        w = self.window
+        self._index.setdefault(key, deque()).append(now)
+        for i in ids:
+            self._uses.setdefault(i, []).append(now)
+        if self._end - self._first == w:                     # full: forget the oldest call
+            self._forget_oldest()
+        self._calls[now % w] = ids
+        self._keys[now % w] = key
+        self._end = now + 1
+
+    def _reset_ring(self, now: int) -> None:
+        while self._first < self._end:
+            self._forget_oldest()
+        self._first = self._end = now
+
+    def _forget_oldest(self) -> None:
+        t = self._first
+        old, okey = self._calls[t % self.window], self._keys[t % self.window]
+        self._first += 1
+        dq = self._index[okey]
+        if dq and dq[0] == t:
+            dq.popleft()
+        if not dq:
+            del self._index[okey]
+        for i in old:
+            u = self._uses.get(i)
+            if u and u[0] == t:
+                del u[0]
+                if not u:
+                    del self._uses[i]
+                    if i not in self._born:
+                        self._size.pop(i, None)
+                        self.role.pop(i, None)
+
+    # --- predictions --------------------------------------------------------------------------
+
+    @property
+    def lag(self) -> int | None:
+        return self.lock.lag if self.lock is not None else None
+
+    def next_use(self, tid: int, now: int) -> float:
+        """Predicted time of the tensor's next need after `now` (INF: none predicted, or no
+        lock)."""
+        c = self.lock
+        if c is None:
+            return INF
+        lag = c.lag
+        # a tensor renamed one lag ago is used as its counterpart was (and, past that, not at
+        # all: the next repetition has its own); a tensor that was not, like a weight, as
+        # it was itself one lag ago
+        r = c.fwd.get(tid, tid)
+        u = self._uses.get(r)
+        if u:
+            k = bisect.bisect_right(u, now - lag)
+            if k < len(u):
+                return u[k] + lag
+        return INF
+
+    def role_of(self, tid: int) -> int:
+        return self.role.get(tid, tid)
+
+    def phase(self, t: int) -> int:
+        """Position of call `t` in the repetition (0 = the anchor's first call)."""
+        assert self.lock is not None
+        return (t - self.anchor) % self.lock.lag
+
+    def plan_trace(self, copies: int = 3) -> Trace | None:
+        """The recorded repetition (the calls after need `anchor - 1` up to the last need),
+        `copies` times back to back; each copy renames the tensors the repetition allocates.
+        Tensors it uses without allocating (weights) are allocated and written at the start.
+        `meta["step_phase"][k]` is the phase of step k of the second copy, whose intervals
+        (with a repetition before and after it, as in the steady state) the plan uses;
+        `meta["middle"]` its first step, `meta["copy_starts"]` the first step of each copy;
+        `meta["phases"]` the phase of every step; a tensor
+        id modulo `meta["offset"]` is its role (the id in the first copy). None if the window
+        no longer holds the repetition."""
+        if self.lock is None:
+            return None
+        start = self.anchor - 1          # ops after this need call (boundary ops included)
+        if not self._ops or self._ops_time[0] > start:
+            return None
+        ops = [(k, t, n) for (k, t, n), when in zip(self._ops, self._ops_time, strict=True)
+               if when > start or (when == start and k != "need")]
+        if not any(k == "need" for k, _, _ in ops):
+            return None
+        last = max(i for i, (k, _, _) in enumerate(ops) if k == "need")
+        ops = ops[:last + 1]
+        allocated = {t for k, t, _ in ops if k == "alloc"}
+        offset = 1 + max([*self._size, *allocated], default=0)
+        mid = 1 if copies > 1 else 0
+        tr = Trace(meta={"name": "repetition", "step_phase": [], "middle": 0, "phases": [],
+                         "copies": copies, "copy_starts": []})
+        live: set[int] = set()
+        freed: set[int] = set()
+        steps = 0
+        last_need: set[int] = set()
+
+        def ensure(t: int) -> bool:
+            if t in freed:
+                return False
+            if t not in live:
+                n = self._size.get(t % offset)
+                if n is None:
+                    return False
+                tr.alloc(t, n)
+                tr.write(t, n)
+                live.add(t)
+            return True
+        # A tensor the repetition uses but was allocated before it (an activation of the
+        # previous iteration kept for its backward pass) is, in the next copy, its counterpart
+        # one lag later, which the repetition allocated (the lock's renaming knows it).
+        inv = self.lock.inv
+        for copy in range(copies):
+            def ren(t: int, copy: int = copy) -> int:
+                if not copy:
+                    return t
+                if t in allocated:
+                    return t + copy * offset
+                x = inv.get(t)
+                if x is not None and x in allocated:
+                    return x + (copy - 1) * offset
+                return t
+            tr.meta["copy_starts"].append(steps)
+            if copy == mid:
+                tr.meta["middle"] = steps
+            phase = 0
+            for k, t, n in ops:
+                if k == "need":
+                    ids = [x for x in (ren(y) for y in t) if ensure(x)]  # type: ignore[union-attr]
+                    last_need = set(ids)
+                    if ids:
+                        tr.need(*ids)
+                        steps += 1
+                        tr.meta["phases"].append(phase)
+                        if copy == mid:
+                            tr.meta["step_phase"].append(phase)
+                    phase += 1
+                    continue
+                x = ren(t)                               # type: ignore[arg-type]
+                if k == "alloc":
+                    if x in live or x in freed:
+                        continue
+                    tr.alloc(x, n)                       # type: ignore[arg-type]
+                    live.add(x)
+                elif not ensure(x):
+                    continue
+                elif k == "free":
+                    tr.free(x)
+                    live.discard(x)
+                    freed.add(x)
+                    last_need.discard(x)
+                elif k == "write":
+                    tr.write(x, n)                       # type: ignore[arg-type]
+                elif k == "read":
+                    tr.read(x, n)                        # type: ignore[arg-type]
+                elif k == "updated" and x in last_need:
+                    tr.updated(x)
+        tr.meta["offset"] = offset
+        return tr
+
+    def state_size(self) -> int:
+        """Entries held (bounded by the window and the live tensors; tested)."""
+        c = self.lock
+        return ((self._end - self._first) + sum(len(d) for d in self._index.values())
+                + sum(len(u) for u in self._uses.values()) + len(self._size) + len(self._born)
+                + len(self._ops) + len(self.role)
+                + (len(c.fwd) + len(c.inv) if c else 0)
+                + sum(len(x.fwd) + len(x.inv) for x in self._cands))

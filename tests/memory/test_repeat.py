@@ -1,0 +1,194 @@
+"""The repeat detector (repeat.py) through the manager, without a hint: it locks on exact
+repetitions and predicts the next uses right, keeps the lock over one changed call, drops it
+when the pattern changes and locks again on the new one; on random traces the default policy
+with the detector never moves more than MARGIN over the same policy without it."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+
+import pytest
+
+from pyhost.memory import MemoryManager, TensorHandle
+from pyhost.memory.policies import INF, AutoPolicy
+
+#: On random traces (nothing repeats but by chance), the default with its repeat detector
+#: moves at most this much more than the same policy without it (plus one tensor's bytes).
+MARGIN = 0.02
+
+LAYERS = 8
+WEIGHT = [4096 * (1 + (j * 5) % 7) for j in range(LAYERS)]
+ACT = [8192 + 1024 * j for j in range(LAYERS + 1)]
+
+
+class NoLearning(AutoPolicy):
+    """The online default without the repeat detector: the plain online policy."""
+
+    name = "auto-no-learning"
+    learns = False
+
+
+def training_steps(m: MemoryManager, steps: int, change: dict[int, int] | None = None
+                   ) -> Iterator[tuple[int, int]]:
+    """Training steps of a LAYERS-layer chain (forward, backward with weight updates; fresh
+    activations and gradients every step). Yields (step, need epoch) after each need call.
+    `change` {step: call}: in that step, need call number `call` needs a different weight."""
+    ws = [m.allocate_tensor(n) for n in WEIGHT]
+    for w in ws:
+        m.write_tensor(w, w.size, None)
+    for s in range(steps):
+        call = 0
+
+        def need(*ts: TensorHandle, step: int = s) -> None:
+            nonlocal call
+            if change and change.get(step) == call:
+                ts = (ws[(LAYERS // 2 + call) % LAYERS], *ts[1:])
+            m.need_in_device(*ts)
+            call += 1
+        acts = [m.allocate_tensor(ACT[0])]
+        m.write_tensor(acts[0], acts[0].size, None)
+        for j in range(LAYERS):
+            a = m.allocate_tensor(ACT[j + 1])
+            need(ws[j], acts[-1], a)
+            m.tensor_updated(a)
+            acts.append(a)
+            yield s, m._epoch
+        g = m.allocate_tensor(ACT[LAYERS])
+        m.write_tensor(g, g.size, None)               # the loss gradient
+        for j in reversed(range(LAYERS)):
+            gin = m.allocate_tensor(ACT[j])
+            need(ws[j], acts[j], g, gin)
+            m.tensor_updated(ws[j])
+            m.tensor_updated(gin)
+            m.free_tensor(g)
+            m.free_tensor(acts[j + 1])
+            g = gin
+            yield s, m._epoch
+        m.read_tensor(g, g.size, None)
+        m.free_tensor(g)
+        m.free_tensor(acts[0])
+
+
+CALLS_PER_STEP = 2 * LAYERS
+CAPACITY = 128 << 10         # about half of one step's tensors (weights 116 KiB, activations 108)
+
+
+def _weight_predictions(m: MemoryManager, steps: int, check_from: int,
+                        change: dict[int, int] | None = None) -> tuple[int, int]:
+    """Run; from step `check_from` on, predict every weight's next need at each call and
+    compare with when it happened. (predictions checked, predictions right)."""
+    det = m.detector
+    assert det is not None
+    preds: list[tuple[int, int, float]] = []        # (weight id, made at, predicted)
+    uses: dict[int, list[int]] = {}
+    weights: list[int] = []
+    for s, epoch in training_steps(m, steps, change):
+        if not weights:
+            weights = sorted(m._entries)[:LAYERS]      # allocated first
+        for e in m._entries.values():
+            if e.pin == epoch:
+                uses.setdefault(e.id, []).append(epoch)
+        if s >= check_from and s < steps - 1:
+            preds += [(w, epoch, det.next_use(w, epoch)) for w in weights]
+    right = 0
+    for w, at, p in preds:
+        actual = next((u for u in uses.get(w, []) if u > at), INF)
+        right += p == actual
+    return len(preds), right
+
+
+def test_exact_repeats_lock_once_and_predict_every_next_use() -> None:
+    m = MemoryManager.dry_run(CAPACITY)
+    checked, right = _weight_predictions(m, steps=6, check_from=2)
+    det = m.detector
+    assert det is not None and det.lock is not None
+    assert (det.locks, det.breaks, det.mismatches) == (1, 0, 0)
+    assert det.lag == CALLS_PER_STEP
+    assert m.stats.repeats_detected == 1 and m.stats.repeat_breaks == 0
+    assert checked > 0 and right == checked, f"{right} of {checked} predictions right"
+    m.check()
+
+
+def test_one_changed_call_keeps_the_lock() -> None:
+    m = MemoryManager.dry_run(CAPACITY)
+    # step 3, forward call 2 needs another weight: tolerated, the lock and its renaming survive
+    checked, right = _weight_predictions(m, steps=7, check_from=5, change={3: 2})
+    det = m.detector
+    assert det is not None and det.lock is not None
+    assert det.breaks == 0 and det.locks == 1 and det.mismatches >= 1
+    assert checked > 0 and right == checked, f"{right} of {checked} predictions right"
+
+
+def test_a_changed_pattern_drops_the_lock_and_the_new_one_is_learned() -> None:
+    m = MemoryManager.dry_run(CAPACITY)
+    for _ in training_steps(m, 4):
+        pass
+    det = m.detector
+    assert det is not None and det.lock is not None and det.lag == CALLS_PER_STEP
+    # now a different loop: pairs of weights, 5 calls per pass
+    ws = [e.handle for e in m._entries.values()][:LAYERS]
+    for _ in range(12):
+        for j in range(5):
+            m.need_in_device(ws[j], ws[(j + 3) % LAYERS])
+    assert det.breaks == 1 and det.locks == 2 and det.lag == 5
+    assert m.stats.repeat_breaks == 1 and m.stats.repeats_detected == 2
+    m.check()
+
+
+def _random_session(m: MemoryManager, seed: int, calls: int = 400, noise: float = 1.0) -> int:
+    """Random needs, writes, updates, reads, allocations and frees; bytes moved. With noise
+    below 1 the needs follow a loop over a random pool, each call replaced by a random one
+    with probability `noise` (repetitions that lock the detector and break it)."""
+    rng = random.Random(seed)
+    live: list[TensorHandle] = []
+    loop = [rng.sample(range(8), rng.randint(1, 3)) for _ in range(rng.randint(3, 12))]
+    for i in range(calls):
+        if len(live) < 8 or rng.random() < 0.15 * noise:
+            t = m.allocate_tensor(rng.choice((2048, 4096, 6144, 12288, 16384)))
+            m.write_tensor(t, t.size, None)
+            live.append(t)
+        elif rng.random() < 0.1 * noise:
+            m.free_tensor(live.pop(rng.randrange(len(live))))
+            continue
+        if rng.random() < noise:
+            ts = rng.sample(live, min(len(live), rng.randint(1, 3)))
+        else:
+            ts = [live[j % len(live)] for j in loop[i % len(loop)]]
+        m.need_in_device(*ts)
+        if rng.random() < 0.5:
+            m.tensor_updated(ts[-1])
+        if rng.random() < 0.1:
+            t = rng.choice(live)
+            m.read_tensor(t, t.size, None)
+    s = m.transport.stats
+    return s.bytes_h2c + s.bytes_c2h
+
+
+def _both(seed: int, noise: float) -> tuple[int, int, MemoryManager]:
+    cap = 48 << 10
+    learning = MemoryManager.dry_run(cap)
+    plain = MemoryManager.dry_run(cap, policy=NoLearning())
+    a, b = _random_session(learning, seed, noise=noise), _random_session(plain, seed, noise=noise)
+    assert plain.detector is None and learning.detector is not None
+    learning.check()
+    return a, b, learning
+
+
+@pytest.mark.parametrize("noise", [1.0, 0.0], ids=["random", "loop"])
+@pytest.mark.parametrize("seed", range(8))
+def test_random_traces_cost_at_most_the_margin(seed: int, noise: float) -> None:
+    """Random traces (nothing repeats) and random loops (everything does): the detector costs
+    at most MARGIN (plus one tensor) over the plain online policy."""
+    a, b, m = _both(seed, noise)
+    assert a <= (1 + MARGIN) * b + 16384, \
+        f"with the detector {a} bytes, without {b} (locks {m.detector.locks})"  # type: ignore
+
+
+@pytest.mark.xfail(strict=True, reason="known (issue 18 report): loops with 5-20 % of the "
+                   "calls replaced at random lock and break the detector over and over, and "
+                   "its plans then cost up to 1.3x the plain online policy")
+def test_noisy_loops_cost_at_most_the_margin() -> None:
+    worst = max(a / b for a, b, _ in (_both(seed, noise) for seed in range(4)
+                                      for noise in (0.2, 0.05)))
+    assert worst <= 1 + MARGIN, f"worst {worst:.3f}x the plain online policy"
