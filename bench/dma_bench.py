@@ -187,10 +187,18 @@ async def bench_cosim_axiram(dut) -> None:
     _write("cosim_axiram", await bridge(_round_trips)(card, 8 << 20))
 
 
+def _print_c2c(c: dict) -> None:
+    print(f"\ncard-to-card copy of {c['bytes'] >> 20} MiB: {c['cycles']} cycles, "
+          f"{c['copy_GBps']:.2f} GB/s copied, card memory bus {c['dram_bus_fraction']:.1%} busy")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(RESULTS / "dma.json"))
+    ap.add_argument("--only", choices=["c2c"],
+                    help="run only this part (c2c: the 4 MiB card-to-card copy; writes --out "
+                         "with that part alone)")
     args = ap.parse_args(argv)
     RESULTS.mkdir(parents=True, exist_ok=True)
     raw = RESULTS / "dma.raw.json"
@@ -199,8 +207,14 @@ def main(argv: list[str] | None = None) -> int:
     b = simulator.build("verilator", "card_top", simulator.card_sources(),
                      {"MEM_SIZE": f"64'd{CARD_MEM}"}, public=[], cxx_opt="-O3")
     simulator.test(b, "bench.dma_bench", run_name="bench",
+                testcase="bench_c2c" if args.only == "c2c" else None,
                 extra_env={"BENCH_OUT": str(raw), "COCOTB_LOG_LEVEL": "WARNING"})
     r = json.loads(raw.read_text())
+    if args.only == "c2c":
+        _print_c2c(r["c2c"])
+        Path(args.out).write_text(json.dumps({"benchmark": "dma", **r}, indent=2))
+        print(f"\nwrote {os.path.relpath(args.out)}")
+        return 0
     missed = []
     print(f"\nDMA, host read latency {LATENCY_CYCLES * dram.CTRL_CLK_NS:.0f} ns, host port peak "
           f"{LINE / dram.CTRL_CLK_NS:.1f} GB/s, MPS 256 / MRRS 512 / 32 tags, Verilator")
@@ -222,9 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nco-simulation: {nat['sim_bytes_per_wall_s'] / 1e6:.2f} MB/s simulated per wall "
           f"second with the host-memory model, {ram['sim_bytes_per_wall_s'] / 1e6:.2f} MB/s with "
           f"a plain AxiRam (ratio {ratio:.2f})")
-    c = r["c2c"]
-    print(f"\ncard-to-card copy of {c['bytes'] >> 20} MiB: {c['cycles']} cycles, "
-          f"{c['copy_GBps']:.2f} GB/s copied, card memory bus {c['dram_bus_fraction']:.1%} busy")
+    _print_c2c(r["c2c"])
     s = r["small_transfers"]
     for mode, v in s.items():
         print(f"1000 x 256 B, {mode:14}: {v['driver_calls']:>5} driver calls, {v['doorbells']:>5} "

@@ -433,11 +433,13 @@ async def test_address_mapping(dut) -> None:
 
 def _saturate(tb: TB, cycles: int, copy: bool) -> Pattern:
     """Traffic that keeps the controller busy for ``cycles``: sequential reads, or a chunked
-    copy (reads and writes, the write queue draining in batches)."""
+    copy (reads and writes, the write queue draining in batches; the copy runs over 8 chunks of
+    64 lines, at most 4 KiB, so the measured copy after ``cycles`` is short)."""
     span = min(tb.mem_size // 4, 64 << 10)
     if copy:
-        return Pattern("copy", 0.5, True, span=span, copy_dst=tb.mem_size // 2,
-                       chunk=min(4096, 256 * tb.line), in_flight=4, warmup=cycles)
+        chunk = min(4096, 64 * tb.line)
+        return Pattern("copy", 0.5, True, span=8 * chunk, copy_dst=tb.mem_size // 2,
+                       chunk=chunk, in_flight=4, warmup=cycles)
     return Pattern("reads", 1.0, True, span=span, warmup=1, cycles=cycles)
 
 
