@@ -37,7 +37,7 @@ sim: $(STAMP)
 	@$(RUN) python -m tb.sim
 
 test: $(STAMP)
-	@$(RUN) python -m pytest -n $(JOBS) --durations=25 tests
+	@$(RUN) python -m pytest -n $(JOBS) --dist worksteal --durations=25 tests
 
 lint: $(STAMP)
 	@$(RUN) python -m pyhost.spec.gen --check

@@ -1,4 +1,5 @@
-"""Session-wide pytest glue: a closing line per simulator, so a run shows what each one did."""
+"""Session-wide pytest glue: the RTL benches first (they are the long ones), and a closing line
+per simulator, so a run shows what each one did."""
 
 from __future__ import annotations
 
@@ -7,6 +8,13 @@ from collections import Counter
 import pytest
 
 from tb.common.simulator import SIMULATORS
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The RTL benches run first: under ``make test``'s work-stealing scheduler (pytest-xdist
+    ``--dist worksteal``) the long simulations start at once on every worker and the quick
+    Python tests fill the gaps at the end, instead of one simulation running alone last."""
+    items.sort(key=lambda it: it.get_closest_marker("rtl") is None)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

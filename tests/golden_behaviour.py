@@ -39,6 +39,7 @@ GOLDEN = Path(__file__).resolve().parent / "data" / "golden_behaviour.json"
 RESNET_OPTIONS: dict[str, Any] = {"plugin": "accel", "quantize": {"samples": 1, "seed": 0}}
 RESNET_INPUT_SEED = 7
 RESNET_CARD_MEM = 64 << 20
+RESNET_HOST_MEM = 192 << 20
 DEMO_CARD_MEM = 80 << 10
 #: Images of the RTL demo per simulator (Icarus: one, it is about 25x slower).
 RTL_DEMO_IMAGES = {"verilator": 2, "icarus": 1}
@@ -77,11 +78,10 @@ def _model_runs(graph: Any, feeds: list[dict[str, np.ndarray]], card_mem: int,
     with PcieDriver(card) as drv:
         ex = CardExecutor(graph, CardSession(drv))
         for feed in feeds:
-            out = ex.run(feed)
-            outs.append({k: sha(v) for k, v in sorted(out.items())})
-            runs.append(run_record(ex.stats.to_dict()))
+            outs.append(ex.run(feed))
+            runs.append(ex.stats.to_dict())
         ex.close()
-    return {"outputs": outs, "runs": runs}
+    return runs_record(outs, runs)
 
 
 def demo_graph_and_feeds(images: int = 2) -> tuple[Any, list[dict[str, np.ndarray]]]:
@@ -103,13 +103,18 @@ def model_demo() -> dict[str, Any]:
     return _model_runs(graph, feeds, DEMO_CARD_MEM)
 
 
-def resnet_graph_and_feeds() -> tuple[Any, dict[str, np.ndarray]]:
-    """ResNet-50 as bench/e2e_bench.py compiles it (the FC's logits a second output)."""
+def resnet_model() -> tuple[Any, str]:
+    """ResNet-50 light (random weights) with the FC's logits a second output, and their name."""
     from compiler import zoo
+
+    return zoo.with_logits(zoo.light_model("resnet50"))
+
+
+def resnet_graph_and_feeds(model: Any = None) -> tuple[Any, dict[str, np.ndarray]]:
+    """ResNet-50 (``resnet_model()`` unless given) as bench/e2e_bench.py compiles and feeds it."""
     from compiler.pipeline import compile_model
 
-    model = zoo.light_model("resnet50")
-    model, _ = zoo.with_logits(model)
+    model = resnet_model()[0] if model is None else model
     graph = compile_model(model, RESNET_OPTIONS).graph
     inp = graph.inputs[0]
     x = np.random.default_rng(RESNET_INPUT_SEED).standard_normal(
@@ -119,7 +124,14 @@ def resnet_graph_and_feeds() -> tuple[Any, dict[str, np.ndarray]]:
 
 def model_resnet50() -> dict[str, Any]:
     graph, feed = resnet_graph_and_feeds()
-    return _model_runs(graph, [feed], RESNET_CARD_MEM, host_size=192 << 20)
+    return _model_runs(graph, [feed], RESNET_CARD_MEM, host_size=RESNET_HOST_MEM)
+
+
+def runs_record(outputs: list[dict[str, np.ndarray]], stats: list[dict[str, Any]]
+                ) -> dict[str, Any]:
+    """What a part records of its runs: each run's output hashes and exact figures."""
+    return {"outputs": [{k: sha(v) for k, v in sorted(o.items())} for o in outputs],
+            "runs": [run_record(st) for st in stats]}
 
 
 def model_layers(work: Path) -> dict[str, Any]:

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from functools import reduce
 
 import numpy as np
-from scipy import special
 
 from compiler.errors import ShapeInferenceError
 from compiler.ops.base import OpDef, TensorType, Types, Values, broadcast, describe, need
@@ -121,8 +120,16 @@ def _alpha(op: Op, default: float) -> float:
     return float(op.attrs.get("alpha", default))
 
 
+def _special():
+    """scipy.special, imported on first use (scipy takes about a second to import, and every
+    compile and every simulation's host program would pay it otherwise)."""
+    from scipy import special
+
+    return special
+
+
 def _sigmoid(op: Op, x: np.ndarray) -> np.ndarray:
-    return special.expit(x)
+    return _special().expit(x)
 
 
 def _hard_sigmoid(op: Op, x: np.ndarray) -> np.ndarray:
@@ -161,7 +168,7 @@ UNARY: list[OpDef] = [
     Unary("Ceil", lambda op, x: np.ceil(x)),
     Unary("Round", lambda op, x: np.round(x)),  # half to even, as ONNX specifies
     Unary("Sign", lambda op, x: np.sign(x)),
-    Unary("Erf", lambda op, x: special.erf(x)),
+    Unary("Erf", lambda op, x: _special().erf(x)),
     Unary("Not", lambda op, x: np.logical_not(x), out_dtype="bool"),
     Where(),
     PRelu(),

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-
-import networkx as nx
-from networkx.algorithms.isomorphism import DiGraphMatcher
+from typing import TYPE_CHECKING
 
 from compiler.errors import XirError
 from compiler.xir.graph import Graph
 from compiler.xir.op import Op
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 OpPredicate = Callable[[Op], bool]
 
@@ -82,6 +83,8 @@ class GraphTemplate:
 
     def to_networkx(self) -> nx.DiGraph:
         """The template as a DiGraph: node attrs ``types``/``where``, edge attr ``args``."""
+        import networkx as nx  # on first use: networkx takes about a second to import
+
         t = nx.DiGraph()
         for op in self._ops.values():
             t.add_node(op.name, types=op.types, where=op.where)
@@ -99,6 +102,9 @@ class GraphTemplate:
         Deterministic: sorted by the topological positions of the matched ops, then by the
         template's op order. Symmetric matches (same ops, different roles) are all returned.
         """
+        import networkx as nx
+        from networkx.algorithms.isomorphism import DiGraphMatcher
+
         if not self._ops:
             raise XirError(f"template {self.name!r} is empty; add_op() first")
         tgraph = self.to_networkx()

@@ -253,12 +253,16 @@ def check_alignment(drv: PcieDriver, *, reduced: bool = False, card_base: int = 
     card_offsets = card_offsets or (CARD_OFFSETS_REDUCED if reduced else EDGE_OFFSETS)
     # A slot: a guard page, the destination starting in the second page, guard to the end.
     slot = PAGE * (2 + math.ceil((max(lengths) + PAGE) / PAGE))
-    window = min(1 << 20, CARD_WINDOW) // slot * slot
-    per_group = window // slot
     cases = [(ho, co, n) for n in lengths for ho in host_offsets for co in card_offsets]
+    per_group = min(min(1 << 20, CARD_WINDOW) // slot, len(cases))
+    window = per_group * slot
     rng = np.random.default_rng(seed)
     with _scratch(drv) as s:
         src, dst, staging = s.alloc(window), s.alloc(window), s.alloc(window)
+        # What the card window holds: a random background once, then whatever the last H2C
+        # phase left (checked byte for byte), so each group moves one window, not three.
+        card = _random(rng, window)
+        _card_put(drv, staging, card_base, card)
         for g in range(0, len(cases), per_group):
             group = cases[g:g + per_group]
 
@@ -267,22 +271,21 @@ def check_alignment(drv: PcieDriver, *, reduced: bool = False, card_base: int = 
                 return (f"slot {i // slot}: host offset {ho}, card offset {co}, length {n}, "
                         f"byte {i % slot - PAGE} of the slot's 4 KiB-aligned start")
 
-            # H2C: background in card memory, one call per case, compare the whole window.
-            background = _random(rng, window)
-            _card_put(drv, staging, card_base, background)
+            # H2C: one call per case over the known card window, compare the whole window.
             data = _random(rng, window)
             src.view()[:] = data
-            expected = background.copy()
+            expected = card.copy()
             for k, (ho, co, n) in enumerate(group):
                 h, c = k * slot + PAGE + ho, k * slot + PAGE + co
                 drv.write_data(src.address + h, n, card_base + c)
                 expected[c:c + n] = data[h:h + n]
             _compare("H2C alignment", _card_get(drv, staging, card_base, window), expected,
                      locate)
+            card = expected
 
-            # C2H: data in card memory, guard pattern in host memory, compare the host window.
-            data = _random(rng, window)
-            _card_put(drv, staging, card_base, data)
+            # C2H: from the card window as checked, guard pattern in host memory, compare the
+            # host window.
+            data = card
             guard = _random(rng, window)
             dst.view()[:] = guard
             expected = guard.copy()
@@ -343,12 +346,13 @@ def check_chains(drv: PcieDriver, *, reduced: bool = False, card_base: int = 0,
             h_off = rng.integers(0, slot - sizes + 1)       # each transfer inside its slot
             c_off = rng.integers(0, slot - sizes + 1)
             k = np.arange(n) * slot
-            data = _random(rng, region)
-            src.view()[:] = data
-            background = _random(rng, 2 * region)
+            reg = n * slot                                  # this chain's slots, each side
+            data = _random(rng, reg)
+            src.view(0, reg)[:] = data
+            background = _random(rng, 2 * reg)
             _card_put(drv, staging, card_base, background)
             card_a = card_base + k + c_off                  # H2C destinations
-            card_b = card_base + region + k + (slot - sizes - c_off)  # C2C destinations
+            card_b = card_base + reg + k + (slot - sizes - c_off)  # C2C destinations
             expected_card = background.copy()
             for i in range(n):
                 h, c, m = int(k[i] + h_off[i]), int(card_a[i] - card_base), int(sizes[i])
@@ -378,19 +382,19 @@ def check_chains(drv: PcieDriver, *, reduced: bool = False, card_base: int = 0,
                     f"{ch.name} batch of {n}: card counted {d1 - d0} descriptors, {b1 - b0} "
                     f"bytes; expected {n}, {int(sizes.sum())}")
             _compare(f"card memory after H2C + C2C chains of {n}",
-                     _card_get(drv, staging, card_base, 2 * region), expected_card)
+                     _card_get(drv, staging, card_base, 2 * reg), expected_card)
 
             # C2H: read the C2C copies back into guarded host slots.
-            guard = _random(rng, region)
-            dst.view()[:] = guard
+            guard = _random(rng, reg)
+            dst.view(0, reg)[:] = guard
             before = drv.stats.copy()
             drv.read_batch([(int(card_b[i]), int(sizes[i]),
                              dst.sub(int(k[i] + h_off[i]), int(sizes[i])) if i % 2
                              else dst.address + int(k[i] + h_off[i])) for i in range(n)])
             assert drv.stats.doorbells - before.doorbells == math.ceil(n / drv.pool_descriptors), (
                 "C2H batch took more doorbells than its pool needs")
-            _compare(f"host memory after a C2H chain of {n}", dst.view(),
-                     np.where(_mask(region, k + h_off, sizes), data, guard))
+            _compare(f"host memory after a C2H chain of {n}", dst.view(0, reg),
+                     np.where(_mask(reg, k + h_off, sizes), data, guard))
 
 
 def _mask(size: int, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -420,14 +424,21 @@ def check_copy_on_card(drv: PcieDriver, *, reduced: bool = False, card_base: int
     rng = np.random.default_rng(seed)
     with _scratch(drv) as s:
         staging = s.alloc(max(span, big_span))
+        # The span's contents are known: random once, then what the last copy left (checked
+        # byte for byte), so each case moves the span once; the destination and a line either
+        # side get fresh bytes first, so a copy that leaves them alone cannot pass.
+        card = _random(rng, span)
+        _card_put(drv, staging, card_base, card)
         for so, do, n in cases:
-            background = _random(rng, span)
-            _card_put(drv, staging, card_base, background)
+            lo, hi = max(0, do - 64), min(span, do + n + 64)
+            card[lo:hi] = _random(rng, hi - lo)
+            _card_put(drv, staging, card_base + lo, card[lo:hi])
             drv.copy_on_card(card_base + so, n, card_base + do)
-            expected = background.copy()
-            expected[do:do + n] = background[so:so + n]
+            expected = card.copy()
+            expected[do:do + n] = card[so:so + n]
             _compare(f"copy {n} bytes from +{so:#x} to +{do:#x}",
                      _card_get(drv, staging, card_base, span), expected)
+            card = expected
         background = _random(rng, big_span)
         _card_put(drv, staging, card_base, background)
         before = drv.stats.descriptors

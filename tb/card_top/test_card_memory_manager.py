@@ -1,7 +1,7 @@
 """The memory manager on the RTL card: eviction, write-back and compaction, data checked end to end.
 
-The card is built with a small memory (tests/rtl/test_card_memory_manager.py: 256 KiB, the least
-the DRAM controller takes) so that a few hundred KiB of tensors oversubscribe it. The host
+The card is built with a small memory (tests/rtl/test_card_memory_manager.py: make sim's 80 KiB)
+so that tensors worth 1.6x the card oversubscribe it. The host
 program `manager_program` is plain blocking Python that uses only the PcieDriver; here it runs in
 a thread started with ``cocotb.task.bridge`` (through TB.host of the card_top bench), and
 tests/memory runs the same function on the functional card.

@@ -6,7 +6,9 @@ shared driver program (driver_program.py beside this file, which tests/pyhost ru
 runs here unchanged, with a monitor on the host port that fails on any burst longer than the current
 MPS / MRRS or crossing 4 KiB. CARD_TB_MEMORY picks the host-memory behaviour: "inorder" (short
 latency, back-pressure and idle cycles on every channel) or "ooo" (long, jittered latency and read
-data returned out of order across tags).
+data returned out of order across tags). CARD_TB_CHUNK sets the driver's largest descriptor
+(default 1 MiB): the slower simulator's runs use 64 KiB, so the multi-descriptor transfers of
+the checks move a few hundred KiB, not several MiB.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import cocotb
 from cocotb.task import bridge
 
 from pyhost.backend import HostMemory
-from pyhost.driver import PcieDriver
+from pyhost.driver import DEFAULT_CHUNK_BYTES, PcieDriver
 from tb.card_top import driver_program
 from tb.common.clocking import reset, start_clock
 from tb.common.host_memory_axi import HostMemoryConfig, HostPortMonitor
@@ -76,7 +78,8 @@ class TB:
     async def host(self, fn, *args, **kwargs):
         """Run blocking host code ``fn(driver, ...)`` against the RTL card."""
         def main():
-            drv = PcieDriver(self.card)
+            drv = PcieDriver(self.card, chunk_bytes=int(os.environ.get(
+                "CARD_TB_CHUNK", DEFAULT_CHUNK_BYTES)))
             try:
                 return fn(drv, *args, **kwargs)
             finally:

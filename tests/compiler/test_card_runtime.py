@@ -30,11 +30,12 @@ from compiler.runtime.card import (
     write_chrome_trace,
 )
 from compiler.xir import CONST, Graph
-from compiler.zoo import DEMO_INPUT, ONNX_DATA, demo_cnn, demo_input, light_model
+from compiler.zoo import DEMO_INPUT, ONNX_DATA, demo_cnn, demo_input
 from pyhost.accel.abi import AccelImage
 from pyhost.driver import AccelUnavailable, PcieDriver
 from pyhost.model_card import ModelCard
 from pyhost.spec.accel import AccelConfig
+from tests import golden_behaviour as G
 from tests.compiler.helpers import make_model, tensor_info
 from tests.goldens import float_reference
 
@@ -409,20 +410,19 @@ def test_cli_runs_accel_models_on_the_functional_card(tmp_path: Path,
 def test_resnet50_end_to_end() -> None:
     """ResNet-50 light with random weights: compiled with the accel plugin, run on ModelCard;
     its logits against onnxruntime fp32 by cosine similarity and top-1; the accelerator ran
-    every GEMM the compiler planned (all of the model's convolutions and the FC)."""
-    model = light_model("resnet50")
-    fc = [n for n in model.graph.node if n.op_type == "Gemm"][0]
-    model.graph.output.append(helper.make_tensor_value_info(fc.output[0],
-                                                            onnx.TensorProto.FLOAT, None))
-    g = compile_model(model, {"plugin": "accel", "quantize": {"samples": 1}}).graph
-    x = np.random.default_rng(7).standard_normal((1, 3, 224, 224)).astype(np.float32)
-    feeds = {g.inputs[0].name: x}
+    every GEMM the compiler planned (all of the model's convolutions and the FC). The same run
+    is the functional card's recorded behaviour (tests/golden_behaviour.py, part
+    model/resnet50): outputs, every exact counter and the manager's traffic."""
+    model, logits = G.resnet_model()
+    g, feeds = G.resnet_graph_and_feeds(model)
     (img,) = accel_images(g)
-    session = CardSession(driver(64 << 20, host=192 << 20))
+    session = CardSession(driver(G.RESNET_CARD_MEM, host=G.RESNET_HOST_MEM))
     ex = CardExecutor(g, session)
     got = ex.run(feeds)
+    assert G.runs_record([got], [ex.stats.to_dict()]) == G.load("model/resnet50"), \
+        "ResNet-50's outputs, counters or memory traffic changed from the recorded run"
     want = ort_run(model, feeds)
-    a, b = got[fc.output[0]].reshape(-1), want[fc.output[0]].reshape(-1)
+    a, b = got[logits].reshape(-1), want[logits].reshape(-1)
     cos = float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
     assert cos > 0.999, cos
     assert int(a.argmax()) == int(b.argmax())

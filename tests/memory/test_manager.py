@@ -389,10 +389,11 @@ def test_schedule_mismatch_falls_back_to_recency() -> None:
 
 
 def test_rtl_bench_program_on_the_functional_card() -> None:
-    """The host program of the RTL bench, on the model of the same 256 KiB card."""
+    """The host program of the RTL bench, on the model of the same 80 KiB card (and of a
+    256 KiB one: the program scales with the card)."""
     from tb.card_top.test_card_memory_manager import manager_program
 
-    card = ModelCard(256 * KiB, host_size=8 << 20)
-    for policy in ("gds", "lru", "belady"):
+    for size, policy in ((80, "gds"), (80, "lru"), (80, "belady"), (256, "gds")):
+        card = ModelCard(size * KiB, host_size=8 << 20)
         stats = manager_program(PcieDriver(card), policy=policy)
         assert stats["evictions"] > 0 and stats["writebacks"] > 0 and stats["c2c"] > 0, stats

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tb.common.simulator import ROOT, rtl_sources, run
 
 PARAMETERS = {
@@ -12,6 +14,7 @@ PARAMETERS = {
 }
 
 
+@pytest.mark.rtl
 def test_axi_interconnect(sim: str) -> None:
     sources = rtl_sources("axi_interconnect") + [ROOT / "tb/axi_interconnect/axi_interconnect_tb.v"]
     run(sim, "axi_interconnect_tb", sources, "tb.axi_interconnect.test_axi_interconnect",

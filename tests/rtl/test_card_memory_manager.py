@@ -1,4 +1,5 @@
-"""RTL regression: the memory manager on the card RTL with a 256 KiB card memory, each simulator."""
+"""RTL regression: the memory manager on the card RTL with make sim's 80 KiB card memory (the same
+build as the evicting demo), each simulator."""
 
 from __future__ import annotations
 
@@ -7,11 +8,7 @@ import json
 import pytest
 
 from tb.common import simulator
-
-#: card_top and the blocks under it (as tests/rtl/test_card_top.py builds it)
-
-#: The least the DRAM controller accepts; the manager's workload is ~1.6x this.
-CARD_MEM = 256 << 10
+from tests.rtl.test_card_top import SMALL_CARD_MEM as CARD_MEM
 
 
 @pytest.mark.rtl
