@@ -420,7 +420,7 @@ def check_copy_on_card(drv: PcieDriver, *, reduced: bool = False, card_base: int
     span = 16 * PAGE
     # Longer than one descriptor (capped so an RTL bench with a 1 MiB chunk stays quick).
     big = min(drv.chunk_bytes * 2 + 100, CARD_WINDOW // 4)
-    big_span = 2 * big + 2 * PAGE
+    big_span = 2 * big + 2 * PAGE                          # source, gap, destination, guards
     rng = np.random.default_rng(seed)
     with _scratch(drv) as s:
         staging = s.alloc(max(span, big_span))
@@ -439,18 +439,24 @@ def check_copy_on_card(drv: PcieDriver, *, reduced: bool = False, card_base: int
             _compare(f"copy {n} bytes from +{so:#x} to +{do:#x}",
                      _card_get(drv, staging, card_base, span), expected)
             card = expected
-        background = _random(rng, big_span)
-        _card_put(drv, staging, card_base, background)
+        # Fresh source bytes and a fresh line either side of the destination; the destination
+        # and those lines are read back (a copy that leaves the destination alone fails: its
+        # old bytes are not the source's).
+        dst = big + PAGE + 5
+        source = _random(rng, 3 + big)
+        guards = _random(rng, 128)
+        _card_put(drv, staging, card_base, source)
+        _card_put(drv, staging, card_base + dst - 64, guards[:64])
+        _card_put(drv, staging, card_base + dst + big, guards[64:])
         before = drv.stats.descriptors
-        drv.copy_on_card(card_base + 3, big, card_base + big + PAGE + 5)
+        drv.copy_on_card(card_base + 3, big, card_base + dst)
         want = math.ceil(big / drv.chunk_bytes)
         assert drv.stats.descriptors - before == want, (
             f"a {big}-byte copy used {drv.stats.descriptors - before} descriptors, "
             f"expected {want} of at most {drv.chunk_bytes} bytes")
-        expected = background.copy()
-        expected[big + PAGE + 5:2 * big + PAGE + 5] = background[3:3 + big]
-        _compare("multi-descriptor copy", _card_get(drv, staging, card_base, big_span),
-                 expected)
+        expected = np.concatenate([guards[:64], source[3:], guards[64:]])
+        _compare("multi-descriptor copy (the destination and a line either side)",
+                 _card_get(drv, staging, card_base + dst - 64, big + 128), expected)
 
 
 def check_batched_calls(drv: PcieDriver, *, reduced: bool = False, card_base: int = 0,
