@@ -76,7 +76,8 @@ class TB:
         self.ddr4.start()
 
     async def host(self, fn, *args, **kwargs):
-        """Run blocking host code ``fn(driver, ...)`` against the RTL card."""
+        """Run blocking host code ``fn(driver, ...)`` against the RTL card; then the DDR4
+        monitor's end-of-run check (refresh debt and REF-to-REF distance up to now)."""
         def main():
             drv = PcieDriver(self.card, chunk_bytes=int(os.environ.get(
                 "CARD_TB_CHUNK", DEFAULT_CHUNK_BYTES)))
@@ -84,7 +85,9 @@ class TB:
                 return fn(drv, *args, **kwargs)
             finally:
                 drv.close()
-        return await bridge(main)()
+        result = await bridge(main)()
+        self.ddr4.finish()
+        return result
 
 
 @cocotb.test(timeout_time=200, timeout_unit="ms")
