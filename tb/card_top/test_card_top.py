@@ -7,8 +7,8 @@ runs here unchanged, with a monitor on the host port that fails on any burst lon
 MPS / MRRS or crossing 4 KiB. CARD_TB_MEMORY picks the host-memory behaviour: "inorder" (short
 latency, back-pressure and idle cycles on every channel) or "ooo" (long, jittered latency and read
 data returned out of order across tags). CARD_TB_CHUNK sets the driver's largest descriptor
-(default 1 MiB): the slower simulator's runs use 64 KiB, so the multi-descriptor transfers of
-the checks move a few hundred KiB, not several MiB.
+(default: the driver's 1 MiB); tests/rtl/test_card_top.py sets 64 KiB for every run but Verilator
+in order, so the multi-descriptor transfers of the checks move a few hundred KiB, not several MiB.
 """
 
 from __future__ import annotations
