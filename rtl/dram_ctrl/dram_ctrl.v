@@ -273,6 +273,20 @@ function [BANK_BITS-1:0] line_bank;
     end
 endfunction
 
+// A line with the strobed bytes of `new_line` over `old_line`.
+function [DATA_WIDTH-1:0] merge_line;
+    input [DATA_WIDTH-1:0] old_line;
+    input [DATA_WIDTH-1:0] new_line;
+    input [LINE_BYTES-1:0] strb;
+    reg [DATA_WIDTH-1:0] m;
+    integer k;
+    begin
+        for (k = 0; k < LINE_BYTES; k = k + 1)
+            m[k*8 +: 8] = {8{strb[k]}};
+        merge_line = (old_line & ~m) | (new_line & m);
+    end
+endfunction
+
 // ---------------------------------------------------------------------------------------------
 // Storage
 // one entry per line address (2**LINE_BITS >= LINES; lines at or beyond MEM_SIZE are never
@@ -367,8 +381,10 @@ reg [ID_WIDTH-1:0]     rq_id [0:Q-1];
 reg [LINE_BITS-1:0]    rq_line [0:Q-1];
 reg [BANK_BITS-1:0]    rq_bank [0:Q-1];
 reg [1:0]              rq_class [0:Q-1];
-reg [Q-1:0]            rq_older [0:Q-1]; // rq_older[i][j]: entry j is older than entry i
-reg [Q-1:0]            rq_dep [0:Q-1];   // rq_dep[i][j]: entry i may not issue before entry j
+// Age and dependence matrices, row i at [i*Q +: Q] (one vector each, so that an allocation
+// writes its row and clears its column in one assignment):
+reg [Q*Q-1:0]          rq_older;         // bit i*Q+j: entry j is older than entry i
+reg [Q*Q-1:0]          rq_dep;           // bit i*Q+j: entry i may not issue before entry j
 
 // Write queue: one entry per line, with its data and byte strobes.
 reg [W-1:0]            wq_valid;
@@ -377,8 +393,16 @@ reg [BANK_BITS-1:0]    wq_bank [0:W-1];
 reg [DATA_WIDTH-1:0]   wq_data [0:W-1];
 reg [LINE_BYTES-1:0]   wq_strb [0:W-1];
 reg [1:0]              wq_class [0:W-1];
-reg [W-1:0]            wq_older [0:W-1];
+reg [W*W-1:0]          wq_older;         // bit i*W+j: entry j is older than entry i
 reg [WB:0]             wq_count;
+// After reset the queued writes go to the storage, one per cycle, before any new request is
+// taken (the write queue is part of the memory once a write's B has been sent).
+reg                    wq_flush;
+initial begin
+    wq_valid = {W{1'b0}};
+    wq_count = {(WB+1){1'b0}};
+    wq_flush = 1'b0;
+end
 
 // Direction: 1 while draining writes; wr_forced: the drain was started by WQ_HIGH or a starving
 // write (runs down to WQ_LOW), else it was opportunistic (ends when a read arrives).
@@ -443,6 +467,7 @@ reg [NB-1:0]           rd_bank_use, wr_bank_use, rd_bank_hit, wr_bank_hit;
 reg [NB-1:0]           act_ok, pre_ok, col_ok;
 reg                    r_starve, w_starve, prep_ok, rd_credit, b_credit, faw_ok, pre_all_ok;
 reg                    act_idle, rd_waiting, ref_urgent;
+wire                   flush = rst || (wq_flush && (|wq_valid)); // queued writes to storage
 reg                    row_issue, ref_issue, row_from_w, col_issue, col_wr;
 reg [2:0]              row_cmd;
 reg [BANK_BITS-1:0]    row_bank;
@@ -495,7 +520,7 @@ always @* begin : sched_rq_state
         if (rq_valid[ci]) begin
             eb = rq_bank[ci];
             r_hit[ci] = bank_open[eb] && bank_row[eb] == line_row(rq_line[ci]);
-            r_blocked[ci] = |(rq_dep[ci] & rq_valid);
+            r_blocked[ci] = |(rq_dep[ci*Q +: Q] & rq_valid);
             if (rq_ok[ci]) begin
                 rd_bank_use[eb] = 1'b1;
                 if (r_hit[ci] && !r_blocked[ci]) rd_bank_hit[eb] = 1'b1;
@@ -537,7 +562,7 @@ always @* begin : sched_rq_pick
     r_rowk = {Q{1'b0}};
     r_colc = {Q{1'b0}};
     for (ci = 0; ci < Q; ci = ci + 1) begin
-        if (rq_valid[ci] && (!r_starve || !(|(rq_valid & rq_older[ci])))) begin
+        if (rq_valid[ci] && (!r_starve || !(|(rq_valid & rq_older[ci*Q +: Q])))) begin
             eb = rq_bank[ci];
             if (rq_ok[ci]) begin
                 if (!bank_open[eb])
@@ -558,11 +583,11 @@ always @* begin : sched_rq_pick
     row_ridx = {QB{1'b0}};
     col_ridx = {QB{1'b0}};
     for (ci = 0; ci < Q; ci = ci + 1) begin
-        if (r_rowc[ci] && !(|(r_rowc & rq_older[ci]))) begin
+        if (r_rowc[ci] && !(|(r_rowc & rq_older[ci*Q +: Q]))) begin
             r_rowp[ci] = 1'b1;
             row_ridx = ci[QB-1:0];
         end
-        if (r_colc[ci] && !(|(r_colc & rq_older[ci]))) begin
+        if (r_colc[ci] && !(|(r_colc & rq_older[ci*Q +: Q]))) begin
             r_colp[ci] = 1'b1;
             col_ridx = ci[QB-1:0];
         end
@@ -578,7 +603,7 @@ always @* begin : sched_wq_pick
     w_rowk = {W{1'b0}};
     w_colc = {W{1'b0}};
     for (ci = 0; ci < W; ci = ci + 1) begin
-        if (wq_valid[ci] && (!w_starve || !(|(wq_valid & wq_older[ci])))) begin
+        if (wq_valid[ci] && (!w_starve || !(|(wq_valid & wq_older[ci*W +: W])))) begin
             eb = wq_bank[ci];
             if (!bank_open[eb])
                 w_rowa[ci] = act_ok[eb] && (wr_mode || (prep_ok && !rd_bank_use[eb]));
@@ -595,11 +620,11 @@ always @* begin : sched_wq_pick
     row_widx = {WB{1'b0}};
     col_widx = {WB{1'b0}};
     for (ci = 0; ci < W; ci = ci + 1) begin
-        if (w_rowc[ci] && !(|(w_rowc & wq_older[ci]))) begin
+        if (w_rowc[ci] && !(|(w_rowc & wq_older[ci*W +: W]))) begin
             w_rowp[ci] = 1'b1;
             row_widx = ci[WB-1:0];
         end
-        if (w_colc[ci] && !(|(w_colc & wq_older[ci]))) begin
+        if (w_colc[ci] && !(|(w_colc & wq_older[ci*W +: W]))) begin
             w_colp[ci] = 1'b1;
             col_widx = ci[WB-1:0];
         end
@@ -608,15 +633,15 @@ end
 
 // Row command: refresh first (PREA, then REF), else the current direction, else the other.
 always @* begin : sched_row
-    col_wr = |w_colp;
-    col_issue = col_wr || (|r_colp);
+    col_wr = !flush && (|w_colp);
+    col_issue = col_wr || (!flush && (|r_colp));
     row_issue = 1'b0;
     ref_issue = 1'b0;
     row_from_w = 1'b0;
     row_cmd = `DRAM_CMD_NOP;
     row_bank = {BANK_BITS{1'b0}};
     row_row = {ROW_BITS{1'b0}};
-    if (ref_mode) begin
+    if (ref_mode && !flush) begin
         if (|bank_open) begin
             if (pre_all_ok) begin
                 row_issue = 1'b1;
@@ -627,7 +652,7 @@ always @* begin : sched_row
             ref_issue = 1'b1;
             row_cmd = `DRAM_CMD_REF;
         end
-    end else begin
+    end else if (!flush) begin
         if (wr_mode ? (|w_rowp) : !(|r_rowp) && (|w_rowp))
             row_from_w = 1'b1;
         if ((|r_rowp) || (|w_rowp)) begin
@@ -670,7 +695,7 @@ always @* begin
         end
     end
     rd_grant = rd_active_reg && have_rfree;
-    ar_take = s_axi_arvalid && (!rd_active_reg || (rd_grant && rd_cnt_reg == 0));
+    ar_take = !flush && s_axi_arvalid && (!rd_active_reg || (rd_grant && rd_cnt_reg == 0));
     ralloc_older = rq_valid & ~({{Q-1{1'b0}}, col_rd} << col_ridx);
     ralloc_dep = {Q{1'b0}};
     if (rd_grant)
@@ -698,11 +723,11 @@ always @* begin
         end
     // a beat is taken when it has a place (error beats need none) and, if it ends the burst,
     // the B FIFO has room for the response
-    w_take = wr_active_reg && s_axi_wvalid && (w_err || wmatch || have_wfree)
+    w_take = !flush && wr_active_reg && s_axi_wvalid && (w_err || wmatch || have_wfree)
              && (!w_last || b_credit);
     w_merge = w_take && !w_err && wmatch;
     w_alloc = w_take && !w_err && !wmatch;
-    aw_take = s_axi_awvalid && (!wr_active_reg || (w_take && w_last));
+    aw_take = !flush && s_axi_awvalid && (!wr_active_reg || (w_take && w_last));
 end
 
 // the queued write of the line a RD reads, if any (at most one per line)
@@ -717,9 +742,47 @@ always @* begin
             end
 end
 
-assign s_axi_arready = !rd_active_reg || (rd_grant && rd_cnt_reg == 0);
-assign s_axi_awready = !wr_active_reg || (w_take && w_last);
-assign s_axi_wready = wr_active_reg && (w_err || wmatch || have_wfree) && (!w_last || b_credit);
+// The next age/dependence matrices on an allocation: the new entry's row, its column cleared.
+reg [Q*Q-1:0]          rq_older_n, rq_dep_n;
+reg [W*W-1:0]          wq_older_n;
+always @* begin
+    rq_older_n = rq_older & ~{Q{{{Q-1{1'b0}}, 1'b1} << rfree_idx}};
+    rq_older_n[rfree_idx*Q +: Q] = ralloc_older;
+    rq_dep_n = rq_dep & ~{Q{{{Q-1{1'b0}}, 1'b1} << rfree_idx}};
+    rq_dep_n[rfree_idx*Q +: Q] = ralloc_dep;
+    wq_older_n = wq_older & ~{W{{{W-1{1'b0}}, 1'b1} << wfree_idx}};
+    wq_older_n[wfree_idx*W +: W] = walloc_older;
+end
+
+// The write queue entry a beat goes to, with its merged line and strobes.
+wire [WB-1:0]         wq_widx = w_merge ? wmatch_idx : wfree_idx;
+wire [DATA_WIDTH-1:0] wq_wdata = w_merge ? merge_line(wq_data[wmatch_idx], s_axi_wdata, s_axi_wstrb)
+                                         : s_axi_wdata;
+wire [LINE_BYTES-1:0] wq_wstrb = w_merge ? (wq_strb[wmatch_idx] | s_axi_wstrb) : s_axi_wstrb;
+
+// The storage's write port: a WR command's line, or while flushing the lowest queued line.
+reg [WB-1:0]           flush_idx;
+integer li;
+always @* begin
+    flush_idx = {WB{1'b0}};
+    for (li = W - 1; li >= 0; li = li - 1)
+        if (wq_valid[li])
+            flush_idx = li[WB-1:0];
+end
+wire                  flush_one = flush && (|wq_valid);
+wire                  mem_we = col_wr || flush_one;
+wire [WB-1:0]         mem_widx = flush ? flush_idx : col_widx;
+wire [LINE_BITS-1:0]  mem_wline = wq_line[mem_widx];
+wire [DATA_WIDTH-1:0] mem_wdata = merge_line(mem[mem_wline], wq_data[mem_widx], wq_strb[mem_widx]);
+// what a RD reads: the storage, with the line's queued write merged over it
+wire [DATA_WIDTH-1:0] rd_data = !rq_ok[col_ridx] ? {DATA_WIDTH{1'b0}}
+                              : rd_from_wq ? merge_line(mem[rq_line[col_ridx]], wq_data[fwd_idx],
+                                                        wq_strb[fwd_idx])
+                              : mem[rq_line[col_ridx]];
+
+assign s_axi_arready = !flush && (!rd_active_reg || (rd_grant && rd_cnt_reg == 0));
+assign s_axi_awready = !flush && (!wr_active_reg || (w_take && w_last));
+assign s_axi_wready = !flush && wr_active_reg && (w_err || wmatch || have_wfree) && (!w_last || b_credit);
 
 // ---------------------------------------------------------------------------------------------
 // R and B outputs
@@ -746,13 +809,13 @@ wire row_act = row_issue && row_cmd == `DRAM_CMD_ACT;
 wire row_pre = row_issue && row_cmd == `DRAM_CMD_PRE;
 wire [1:0] row_class = row_from_w ? wq_class[row_widx] : rq_class[row_ridx];
 // the queue's oldest request issued: its starvation count restarts
-wire r_head_issue = col_rd && !(|(rq_valid & rq_older[col_ridx]));
-wire w_head_issue = col_wr && !(|(wq_valid & wq_older[col_widx]));
+wire r_head_issue = col_rd && !(|(rq_valid & rq_older[col_ridx*Q +: Q]));
+wire w_head_issue = col_wr && !(|(wq_valid & wq_older[col_widx*W +: W]));
 wire queue_busy = (|rq_valid) || (|wq_valid);
 wire idle = !queue_busy && !rd_active_reg && !wr_active_reg;
 // The burst length comes from AW; WLAST carries nothing the controller needs.
 wire unused_ok = &{1'b0, s_axi_wlast};
-integer si, sk;
+integer si;
 
 // ---------------------------------------------------------------------------------------------
 // State update
@@ -800,14 +863,8 @@ always @(posedge clk) begin
         rq_bank[rfree_idx] <= line_bank(rd_resp_reg == RESP_OKAY ? rd_line_addr
                                                                   : {LINE_BITS{1'b0}});
         rq_class[rfree_idx] <= CLASS_HIT;
-        rq_older[rfree_idx] <= ralloc_older;
-        rq_dep[rfree_idx] <= ralloc_dep;
-        for (si = 0; si < Q; si = si + 1) begin
-            if (si[QB-1:0] != rfree_idx) begin
-                rq_older[si][rfree_idx] <= 1'b0;
-                rq_dep[si][rfree_idx] <= 1'b0;
-            end
-        end
+        rq_older <= rq_older_n;
+        rq_dep <= rq_dep_n;
     end
     if (col_rd)
         rq_valid[col_ridx] <= 1'b0;
@@ -817,26 +874,27 @@ always @(posedge clk) begin
         wq_valid[wfree_idx] <= 1'b1;
         wq_line[wfree_idx] <= wr_line_addr;
         wq_bank[wfree_idx] <= line_bank(wr_line_addr);
-        wq_data[wfree_idx] <= s_axi_wdata;
-        wq_strb[wfree_idx] <= s_axi_wstrb;
         wq_class[wfree_idx] <= CLASS_HIT;
-        wq_older[wfree_idx] <= walloc_older;
-        for (si = 0; si < W; si = si + 1)
-            if (si[WB-1:0] != wfree_idx)
-                wq_older[si][wfree_idx] <= 1'b0;
+        wq_older <= wq_older_n;
     end
-    if (w_merge) begin
-        wq_strb[wmatch_idx] <= wq_strb[wmatch_idx] | s_axi_wstrb;
-        for (sk = 0; sk < LINE_BYTES; sk = sk + 1)
-            if (s_axi_wstrb[sk])
-                wq_data[wmatch_idx][sk*8 +: 8] <= s_axi_wdata[sk*8 +: 8];
+    if (w_alloc || w_merge) begin
+        wq_data[wq_widx] <= wq_wdata;
+        wq_strb[wq_widx] <= wq_wstrb;
     end
-    if (col_wr)
-        wq_valid[col_widx] <= 1'b0;
-    wq_count <= wq_count + {{WB{1'b0}}, w_alloc} - {{WB{1'b0}}, col_wr};
+    if (mem_we) begin
+        mem[mem_wline] <= mem_wdata;
+        wq_valid[mem_widx] <= 1'b0;
+    end
+    wq_count <= wq_count + {{WB{1'b0}}, w_alloc} - {{WB{1'b0}}, mem_we};
+    if (rst)
+        wq_flush <= 1'b1;
+    else if (!(|wq_valid))
+        wq_flush <= 1'b0;
 
     // --- direction
-    if (!wr_mode) begin
+    if (flush) begin
+        wr_mode <= 1'b0;
+    end else if (!wr_mode) begin
         if (wq_count != 0 && (!rd_waiting
                 || ((wq_count >= WQ_HIGH[WB:0] || w_starve) && (!r_starve || !rd_credit)))) begin
             wr_mode <= 1'b1;
@@ -918,9 +976,6 @@ always @(posedge clk) begin
         t_ccd_l[col_bg] <= hold(t_ccd_l[col_bg], COL_TO_COL_L);
         t_ccd_s <= hold(t_ccd_s, COL_TO_COL_S);
         if (col_wr) begin
-            for (sk = 0; sk < LINE_BYTES; sk = sk + 1)
-                if (wq_strb[col_widx][sk])
-                    mem[wq_line[col_widx]][sk*8 +: 8] <= wq_data[col_widx][sk*8 +: 8];
             t_pre[col_bank] <= hold(t_pre[col_bank], WRITE_TO_PRE);
             t_wtr_l[col_bg] <= hold(t_wtr_l[col_bg], WRITE_TO_RD_L);
             t_wtr_s <= hold(t_wtr_s, WRITE_TO_RD_S);
@@ -939,11 +994,7 @@ always @(posedge clk) begin
         pipe_resp[si] <= pipe_resp[si-1];
     end
     pipe_last <= {pipe_last[T_CL-2:0], rq_last[col_ridx]};
-    pipe_data[0] <= rq_ok[col_ridx] ? mem[rq_line[col_ridx]] : {DATA_WIDTH{1'b0}};
-    if (rd_from_wq)
-        for (sk = 0; sk < LINE_BYTES; sk = sk + 1)
-            if (wq_strb[fwd_idx][sk])
-                pipe_data[0][sk*8 +: 8] <= wq_data[fwd_idx][sk*8 +: 8];
+    pipe_data[0] <= rd_data;
     pipe_id[0] <= rq_id[col_ridx];
     pipe_resp[0] <= rq_resp[col_ridx];
     if (pipe_valid[T_CL-1]) begin
@@ -1021,19 +1072,12 @@ always @(posedge clk) begin
 
     if (rst) begin
         // Storage keeps its contents through reset, and so do writes already acknowledged:
-        // the write queue's lines go to the storage (the model's stand-in for a controller
-        // that drains its buffer before it lets go of the DRAM).
-        for (si = 0; si < W; si = si + 1)
-            if (wq_valid[si])
-                for (sk = 0; sk < LINE_BYTES; sk = sk + 1)
-                    if (wq_strb[si][sk])
-                        mem[wq_line[si]][sk*8 +: 8] <= wq_data[si][sk*8 +: 8];
+        // the write queue is left to the flush (above), which writes its lines to the storage
+        // during and after reset, one per cycle, before a new request is taken.
         cycle <= 64'd0;
         rd_active_reg <= 1'b0;
         wr_active_reg <= 1'b0;
         rq_valid <= {Q{1'b0}};
-        wq_valid <= {W{1'b0}};
-        wq_count <= {(WB+1){1'b0}};
         wr_mode <= 1'b0;
         wr_forced <= 1'b0;
         bank_open <= {NB{1'b0}};
