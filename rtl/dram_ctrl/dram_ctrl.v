@@ -287,6 +287,28 @@ function [DATA_WIDTH-1:0] merge_line;
     end
 endfunction
 
+// An age or dependence matrix (row i at [i*n +: n]) after entry `idx` is allocated with `row`:
+// its row written, its column cleared in every other row.
+function [Q*Q-1:0] matrix_alloc_q;
+    input [Q*Q-1:0] m;
+    input [QB-1:0] idx;
+    input [Q-1:0] row;
+    begin
+        matrix_alloc_q = m & ~{Q{{{Q-1{1'b0}}, 1'b1} << idx}};
+        matrix_alloc_q[idx*Q +: Q] = row;
+    end
+endfunction
+
+function [W*W-1:0] matrix_alloc_w;
+    input [W*W-1:0] m;
+    input [WB-1:0] idx;
+    input [W-1:0] row;
+    begin
+        matrix_alloc_w = m & ~{W{{{W-1{1'b0}}, 1'b1} << idx}};
+        matrix_alloc_w[idx*W +: W] = row;
+    end
+endfunction
+
 // ---------------------------------------------------------------------------------------------
 // Storage
 // one entry per line address (2**LINE_BITS >= LINES; lines at or beyond MEM_SIZE are never
@@ -467,7 +489,8 @@ reg [NB-1:0]           rd_bank_use, wr_bank_use, rd_bank_hit, wr_bank_hit;
 reg [NB-1:0]           act_ok, pre_ok, col_ok;
 reg                    r_starve, w_starve, prep_ok, rd_credit, b_credit, faw_ok, pre_all_ok;
 reg                    act_idle, rd_waiting, ref_urgent;
-wire                   flush = rst || (wq_flush && (|wq_valid)); // queued writes to storage
+// queued writes to storage after a reset (registered only: no input feeds the scheduler)
+wire                   flush = wq_flush && (|wq_valid);
 reg                    row_issue, ref_issue, row_from_w, col_issue, col_wr;
 reg [2:0]              row_cmd;
 reg [BANK_BITS-1:0]    row_bank;
@@ -516,6 +539,7 @@ always @* begin : sched_rq_state
     rd_bank_hit = {NB{1'b0}};
     r_hit = {Q{1'b0}};
     r_blocked = {Q{1'b0}};
+    if (|rq_valid)
     for (ci = 0; ci < Q; ci = ci + 1) begin
         if (rq_valid[ci]) begin
             eb = rq_bank[ci];
@@ -536,6 +560,7 @@ always @* begin : sched_wq_state
     wr_bank_use = {NB{1'b0}};
     wr_bank_hit = {NB{1'b0}};
     w_hit = {W{1'b0}};
+    if (|wq_valid)   // (the guards around the loops skip them, in simulation, when idle)
     for (ci = 0; ci < W; ci = ci + 1) begin
         if (wq_valid[ci]) begin
             eb = wq_bank[ci];
@@ -561,6 +586,7 @@ always @* begin : sched_rq_pick
     r_rowa = {Q{1'b0}};
     r_rowk = {Q{1'b0}};
     r_colc = {Q{1'b0}};
+    if (|rq_valid)
     for (ci = 0; ci < Q; ci = ci + 1) begin
         if (rq_valid[ci] && (!r_starve || !(|(rq_valid & rq_older[ci*Q +: Q])))) begin
             eb = rq_bank[ci];
@@ -582,16 +608,18 @@ always @* begin : sched_rq_pick
     r_colp = {Q{1'b0}};
     row_ridx = {QB{1'b0}};
     col_ridx = {QB{1'b0}};
-    for (ci = 0; ci < Q; ci = ci + 1) begin
+    if (|r_rowc)
+    for (ci = 0; ci < Q; ci = ci + 1)
         if (r_rowc[ci] && !(|(r_rowc & rq_older[ci*Q +: Q]))) begin
             r_rowp[ci] = 1'b1;
             row_ridx = ci[QB-1:0];
         end
+    if (|r_colc)
+    for (ci = 0; ci < Q; ci = ci + 1)
         if (r_colc[ci] && !(|(r_colc & rq_older[ci*Q +: Q]))) begin
             r_colp[ci] = 1'b1;
             col_ridx = ci[QB-1:0];
         end
-    end
 end
 
 always @* begin : sched_wq_pick
@@ -602,6 +630,7 @@ always @* begin : sched_wq_pick
     w_rowa = {W{1'b0}};
     w_rowk = {W{1'b0}};
     w_colc = {W{1'b0}};
+    if (|wq_valid)
     for (ci = 0; ci < W; ci = ci + 1) begin
         if (wq_valid[ci] && (!w_starve || !(|(wq_valid & wq_older[ci*W +: W])))) begin
             eb = wq_bank[ci];
@@ -619,16 +648,18 @@ always @* begin : sched_wq_pick
     w_colp = {W{1'b0}};
     row_widx = {WB{1'b0}};
     col_widx = {WB{1'b0}};
-    for (ci = 0; ci < W; ci = ci + 1) begin
+    if (|w_rowc)
+    for (ci = 0; ci < W; ci = ci + 1)
         if (w_rowc[ci] && !(|(w_rowc & wq_older[ci*W +: W]))) begin
             w_rowp[ci] = 1'b1;
             row_widx = ci[WB-1:0];
         end
+    if (|w_colc)
+    for (ci = 0; ci < W; ci = ci + 1)
         if (w_colc[ci] && !(|(w_colc & wq_older[ci*W +: W]))) begin
             w_colp[ci] = 1'b1;
             col_widx = ci[WB-1:0];
         end
-    end
 end
 
 // Row command: refresh first (PREA, then REF), else the current direction, else the other.
@@ -742,43 +773,23 @@ always @* begin
             end
 end
 
-// The next age/dependence matrices on an allocation: the new entry's row, its column cleared.
-reg [Q*Q-1:0]          rq_older_n, rq_dep_n;
-reg [W*W-1:0]          wq_older_n;
-always @* begin
-    rq_older_n = rq_older & ~{Q{{{Q-1{1'b0}}, 1'b1} << rfree_idx}};
-    rq_older_n[rfree_idx*Q +: Q] = ralloc_older;
-    rq_dep_n = rq_dep & ~{Q{{{Q-1{1'b0}}, 1'b1} << rfree_idx}};
-    rq_dep_n[rfree_idx*Q +: Q] = ralloc_dep;
-    wq_older_n = wq_older & ~{W{{{W-1{1'b0}}, 1'b1} << wfree_idx}};
-    wq_older_n[wfree_idx*W +: W] = walloc_older;
-end
-
-// The write queue entry a beat goes to, with its merged line and strobes.
+// The write queue entry a beat goes to (its merged line and strobes are written in the
+// clocked block, where they are computed only for a beat that is taken).
 wire [WB-1:0]         wq_widx = w_merge ? wmatch_idx : wfree_idx;
-wire [DATA_WIDTH-1:0] wq_wdata = w_merge ? merge_line(wq_data[wmatch_idx], s_axi_wdata, s_axi_wstrb)
-                                         : s_axi_wdata;
-wire [LINE_BYTES-1:0] wq_wstrb = w_merge ? (wq_strb[wmatch_idx] | s_axi_wstrb) : s_axi_wstrb;
 
 // The storage's write port: a WR command's line, or while flushing the lowest queued line.
 reg [WB-1:0]           flush_idx;
 integer li;
 always @* begin
     flush_idx = {WB{1'b0}};
-    for (li = W - 1; li >= 0; li = li - 1)
-        if (wq_valid[li])
-            flush_idx = li[WB-1:0];
+    if (flush)
+        for (li = W - 1; li >= 0; li = li - 1)
+            if (wq_valid[li])
+                flush_idx = li[WB-1:0];
 end
-wire                  flush_one = flush && (|wq_valid);
-wire                  mem_we = col_wr || flush_one;
+wire                  mem_we = col_wr || flush;
 wire [WB-1:0]         mem_widx = flush ? flush_idx : col_widx;
 wire [LINE_BITS-1:0]  mem_wline = wq_line[mem_widx];
-wire [DATA_WIDTH-1:0] mem_wdata = merge_line(mem[mem_wline], wq_data[mem_widx], wq_strb[mem_widx]);
-// what a RD reads: the storage, with the line's queued write merged over it
-wire [DATA_WIDTH-1:0] rd_data = !rq_ok[col_ridx] ? {DATA_WIDTH{1'b0}}
-                              : rd_from_wq ? merge_line(mem[rq_line[col_ridx]], wq_data[fwd_idx],
-                                                        wq_strb[fwd_idx])
-                              : mem[rq_line[col_ridx]];
 
 assign s_axi_arready = !flush && (!rd_active_reg || (rd_grant && rd_cnt_reg == 0));
 assign s_axi_awready = !flush && (!wr_active_reg || (w_take && w_last));
@@ -863,29 +874,33 @@ always @(posedge clk) begin
         rq_bank[rfree_idx] <= line_bank(rd_resp_reg == RESP_OKAY ? rd_line_addr
                                                                   : {LINE_BITS{1'b0}});
         rq_class[rfree_idx] <= CLASS_HIT;
-        rq_older <= rq_older_n;
-        rq_dep <= rq_dep_n;
+        rq_older <= matrix_alloc_q(rq_older, rfree_idx, ralloc_older);
+        rq_dep <= matrix_alloc_q(rq_dep, rfree_idx, ralloc_dep);
     end
     if (col_rd)
         rq_valid[col_ridx] <= 1'b0;
 
     // --- write queue
-    if (w_alloc) begin
+    // (a beat presented during reset is not taken: rst resets the front end after this cycle)
+    if (w_alloc && !rst) begin
         wq_valid[wfree_idx] <= 1'b1;
         wq_line[wfree_idx] <= wr_line_addr;
         wq_bank[wfree_idx] <= line_bank(wr_line_addr);
         wq_class[wfree_idx] <= CLASS_HIT;
-        wq_older <= wq_older_n;
+        wq_older <= matrix_alloc_w(wq_older, wfree_idx, walloc_older);
     end
-    if (w_alloc || w_merge) begin
-        wq_data[wq_widx] <= wq_wdata;
-        wq_strb[wq_widx] <= wq_wstrb;
+    if (w_alloc && !rst) begin
+        wq_data[wq_widx] <= s_axi_wdata;
+        wq_strb[wq_widx] <= s_axi_wstrb;
+    end else if (w_merge && !rst) begin
+        wq_data[wq_widx] <= merge_line(wq_data[wq_widx], s_axi_wdata, s_axi_wstrb);
+        wq_strb[wq_widx] <= wq_strb[wq_widx] | s_axi_wstrb;
     end
     if (mem_we) begin
-        mem[mem_wline] <= mem_wdata;
+        mem[mem_wline] <= merge_line(mem[mem_wline], wq_data[mem_widx], wq_strb[mem_widx]);
         wq_valid[mem_widx] <= 1'b0;
     end
-    wq_count <= wq_count + {{WB{1'b0}}, w_alloc} - {{WB{1'b0}}, mem_we};
+    wq_count <= wq_count + {{WB{1'b0}}, w_alloc && !rst} - {{WB{1'b0}}, mem_we};
     if (rst)
         wq_flush <= 1'b1;
     else if (!(|wq_valid))
@@ -994,7 +1009,13 @@ always @(posedge clk) begin
         pipe_resp[si] <= pipe_resp[si-1];
     end
     pipe_last <= {pipe_last[T_CL-2:0], rq_last[col_ridx]};
-    pipe_data[0] <= rd_data;
+    // what a RD reads: the storage, with the line's queued write merged over it
+    if (!rq_ok[col_ridx])
+        pipe_data[0] <= {DATA_WIDTH{1'b0}};
+    else if (rd_from_wq)
+        pipe_data[0] <= merge_line(mem[rq_line[col_ridx]], wq_data[fwd_idx], wq_strb[fwd_idx]);
+    else
+        pipe_data[0] <= mem[rq_line[col_ridx]];
     pipe_id[0] <= rq_id[col_ridx];
     pipe_resp[0] <= rq_resp[col_ridx];
     if (pipe_valid[T_CL-1]) begin
