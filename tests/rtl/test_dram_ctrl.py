@@ -47,11 +47,13 @@ REFRESH_TESTS = ["test_refresh_during_traffic", "test_refresh_idle_then_saturate
 TESTS: dict[str, list[str]] = {
     "ddr4": ["test_random_traffic", "test_same_id_ordering", "test_out_of_range_decerr",
              "test_wrap_fixed_and_illegal", "test_long_response_stall",
-             "test_sequential_row_hits", "test_mixed_queued_writes", "test_address_mapping"],
+             "test_sequential_row_hits", "test_mixed_queued_writes", "test_address_mapping",
+             "test_reset_with_queued_writes"],
     "stretched": ["test_random_traffic", "test_out_of_range_decerr", "test_wrap_fixed_and_illegal",
                   "test_same_id_ordering", "test_refresh_during_traffic",
                   "test_long_response_stall", "test_mixed_queued_writes", "test_address_mapping",
-                  "test_refresh_idle_then_saturate", "test_refresh_saturated_from_reset"],
+                  "test_refresh_idle_then_saturate", "test_refresh_saturated_from_reset",
+                  "test_reset_with_queued_writes"],
     "refresh": ["test_random_traffic", "test_mixed_queued_writes", *REFRESH_TESTS],
 }
 
