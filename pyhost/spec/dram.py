@@ -41,6 +41,27 @@ REF_POSTPONE_MAX = 8
 #: 1: the row bits are XOR-folded into the bank and bank-group bits (DramGeometry.decode).
 ADDR_HASH = 1
 
+#: The command trace packed into one vector (dram_ctrl's ``trace_packed``), so that a monitor
+#: reads one signal per cycle: (field, width), from bit 0 up. ``trace_<field>`` are the
+#: controller's trace ports (what was issued in cycle ``trace_cycle``, presented one cycle
+#: later) and two live bits of its R channel: ``r_valid`` (RVALID) and ``r_beat`` (a beat taken
+#: this cycle with an OKAY response).
+TRACE_FIELDS: tuple[tuple[str, int], ...] = (
+    ("cycle", 64),
+    ("row_valid", 1), ("row_cmd", 3), ("row_bg", BG_BITS), ("row_ba", BA_BITS), ("row_row", 32),
+    ("col_valid", 1), ("col_cmd", 3), ("col_bg", BG_BITS), ("col_ba", BA_BITS), ("col_col", 32),
+    ("col_row", 32),
+    ("r_valid", 1), ("r_beat", 1),
+)
+#: field -> (lsb, width) in the packed trace
+TRACE_LAYOUT: dict[str, tuple[int, int]] = {}
+_lsb = 0
+for _name, _width in TRACE_FIELDS:
+    TRACE_LAYOUT[_name] = (_lsb, _width)
+    _lsb += _width
+TRACE_WIDTH = _lsb
+del _lsb, _name, _width
+
 
 @dataclass(frozen=True)
 class Ddr4Timing:

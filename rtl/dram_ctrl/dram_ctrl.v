@@ -1168,6 +1168,15 @@ assign trace_col_ba = tr_col_bank[BA_BITS-1:0];
 assign trace_col_col = {{32-COL_BITS{1'b0}}, tr_col_col};
 assign trace_col_row = {{32-ROW_BITS{1'b0}}, tr_col_row};
 
+// The trace packed into one vector (layout: pyhost/spec/dram.py TRACE_FIELDS), so that a bench
+// monitor reads one signal per cycle; with the R channel's live valid and OKAY-beat bits. Only
+// simulation reads it (a lean build drops it).
+wire trace_r_valid = s_axi_rvalid;
+wire trace_r_beat = s_axi_rvalid && s_axi_rready && s_axi_rresp == RESP_OKAY;
+/* verilator lint_off UNUSEDSIGNAL */
+wire [`DRAM_TRACE_WIDTH-1:0] trace_packed = `DRAM_TRACE_PACK;
+/* verilator lint_on UNUSEDSIGNAL */
+
 endmodule
 
 `resetall

@@ -18,6 +18,11 @@
 `define DRAM_REF_POSTPONE_MAX 8
 `define DRAM_ADDR_HASH 1
 
+// The packed command trace (dram_ctrl's trace_packed): its width, and the
+// concatenation of the trace_<field> signals, most significant first
+`define DRAM_TRACE_WIDTH 178
+`define DRAM_TRACE_PACK {trace_r_beat, trace_r_valid, trace_col_row, trace_col_col, trace_col_ba, trace_col_bg, trace_col_cmd, trace_col_valid, trace_row_row, trace_row_ba, trace_row_bg, trace_row_cmd, trace_row_valid, trace_cycle}
+
 // Default timings: DDR4-3200AA in controller cycles (1:4 clock ratio, 2.5 ns)
 `define DRAM_T_CL 6
 `define DRAM_T_CWL 4

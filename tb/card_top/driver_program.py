@@ -435,8 +435,9 @@ def check_copy_on_card(drv: PcieDriver, *, reduced: bool = False, card_base: int
             cases.append((PAGE + dist, PAGE, n))          # move down over itself
             cases.append((PAGE, PAGE + dist, n))          # move up over itself
     span = 16 * PAGE
-    # Longer than one descriptor (capped so an RTL bench with a 1 MiB chunk stays quick).
-    big = min(drv.chunk_bytes * 2 + 100, CARD_WINDOW // 4)
+    # Longer than one descriptor: a full one and a partial one (capped so an RTL bench with a
+    # 1 MiB chunk stays quick: its host memory serves about 200 KB per second of wall time).
+    big = min(drv.chunk_bytes + 100, CARD_WINDOW // 4)
     big_span = 2 * big + 2 * PAGE                          # source, gap, destination, guards
     rng = np.random.default_rng(seed)
     with _scratch(drv) as s:
@@ -491,7 +492,7 @@ def check_batched_calls(drv: PcieDriver, *, reduced: bool = False, card_base: in
     descriptors, dependent card copies (split into two chains), empty batches, byte stats."""
     _check_card_base(drv, card_base)
     rng = np.random.default_rng(seed)
-    big = min(2 * drv.chunk_bytes + 123, CARD_WINDOW // 4)
+    big = min(drv.chunk_bytes + 123, CARD_WINDOW // 4)   # a full descriptor and a partial one
     sizes = [big, 1, 4096, 777, 3 * PAGE + 1]
     with _scratch(drv) as s:
         srcs = [s.alloc(n) for n in sizes]

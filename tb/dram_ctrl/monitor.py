@@ -1,10 +1,12 @@
 """The DDR4 timing monitor: a dram_ctrl instance's command trace, fed to the DDR4 checker.
 
 Every bench with a dram_ctrl in it starts one: the dram_ctrl bench on its top level, the card
-benches on ``card_top.dram``. It samples the trace ports (and the R channel, for tCL) at the
-falling clock edge, but only while a command or a read beat is presented: between them it sleeps
-on the valid signals' rising edges, with a timer that wakes it when the next REF is due, so a card
-computing without memory traffic runs no Python per cycle. Any rule broken raises
+benches on ``card_top.dram``. It samples the command trace and the R channel (for tCL) at the
+falling clock edge, with one read per cycle of ``trace_packed`` (the RTL packs the trace and the
+R channel's valid and OKAY-beat bits in pyhost.spec.dram's TRACE_FIELDS layout: one VPI read
+instead of a dozen), but only while a command or a read beat is presented: between them it
+sleeps on the valid signals' rising edges, with a timer that wakes it when the next REF is due,
+so a card computing without memory traffic runs no Python per cycle. Any rule broken raises
 :class:`~tb.dram_ctrl.ddr4_checker.TimingViolation` in the monitor's task, which fails the test.
 """
 
@@ -51,29 +53,36 @@ class Ddr4Monitor:
     async def _run(self) -> None:
         c = self.ctrl
         ck = self.checker
+        packed = c.trace_packed       # one read per cycle (layout: pyhost.spec.dram)
+        lay = dram.TRACE_LAYOUT
+
+        def field(v: int, name: str) -> int:
+            lsb, width = lay[name]
+            return (v >> lsb) & ((1 << width) - 1)
+
+        row_fields = ("row_cmd", "row_bg", "row_ba", "row_row")
+        col_fields = ("col_cmd", "col_bg", "col_ba", "col_col", "col_row")
         rv, cv, rd = c.trace_row_valid, c.trace_col_valid, c.s_axi_rvalid
         while True:
             await FallingEdge(self.clk)
-            t = int(c.trace_cycle.value)
+            v = int(packed.value)
+            t = field(v, "cycle")
             busy = False
-            if int(rv.value):
+            if field(v, "row_valid"):
                 busy = True
-                cmd = (t, int(c.trace_row_cmd.value), int(c.trace_row_bg.value),
-                       int(c.trace_row_ba.value), int(c.trace_row_row.value), 0)
+                cmd = (t, *(field(v, f) for f in row_fields), 0)
                 ck.command(*cmd)
                 if self.log is not None:
                     self.log.append(cmd)
-            if int(cv.value):
+            if field(v, "col_valid"):
                 busy = True
-                cmd = (t, int(c.trace_col_cmd.value), int(c.trace_col_bg.value),
-                       int(c.trace_col_ba.value), int(c.trace_col_row.value),
-                       int(c.trace_col_col.value))
+                cmd = (t, *(field(v, f) for f in col_fields))
                 ck.command(*cmd)
                 if self.log is not None:
                     self.log.append(cmd)
-            if int(rd.value):
+            if field(v, "r_valid"):
                 busy = True
-                if int(c.s_axi_rready.value) and int(c.s_axi_rresp.value) == 0:
+                if field(v, "r_beat"):
                     ck.read_data(t + 1)
             if busy:
                 continue

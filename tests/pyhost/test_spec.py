@@ -162,3 +162,20 @@ def test_changing_a_default_changes_the_rtl_build(tmp_path, monkeypatch) -> None
     shown = subprocess.run(["vvp", "-n", str(out)], check=True, capture_output=True,
                            text=True).stdout.split()
     assert shown[:4] == ["4", "4", "4", str(accel.DEFAULT_INP_DEPTH)], shown
+
+
+def test_trace_layout_covers_the_trace_ports() -> None:
+    """The packed trace has every trace port of dram_ctrl, at its width, back to back."""
+    src = (ROOT / "rtl" / "dram_ctrl" / "dram_ctrl.v").read_text()
+    ports = {m[2]: m[1] for m in re.finditer(
+        r"output wire\s*(\[[^\]]*\])?\s*trace_(\w+)", src)}
+    widths = {"[63:0]": 64, "[31:0]": 32, "[2:0]": 3, None: 1,
+              "[`DRAM_BG_BITS-1:0]": dram.BG_BITS, "[`DRAM_BA_BITS-1:0]": dram.BA_BITS}
+    fields = dict(dram.TRACE_FIELDS)
+    assert {k: widths[v] for k, v in ports.items()} == {
+        k: w for k, w in fields.items() if not k.startswith("r_")}
+    lsb = 0
+    for name, width in dram.TRACE_FIELDS:
+        assert dram.TRACE_LAYOUT[name] == (lsb, width)
+        lsb += width
+    assert dram.TRACE_WIDTH == lsb
