@@ -61,7 +61,7 @@ class Ddr4Monitor:
             return (v >> lsb) & ((1 << width) - 1)
 
         row_fields = ("row_cmd", "row_bg", "row_ba", "row_row")
-        col_fields = ("col_cmd", "col_bg", "col_ba", "col_col", "col_row")
+        col_fields = ("col_cmd", "col_bg", "col_ba", "col_row", "col_col")   # command()'s order
         rv, cv, rd = c.trace_row_valid, c.trace_col_valid, c.s_axi_rvalid
         while True:
             await FallingEdge(self.clk)
