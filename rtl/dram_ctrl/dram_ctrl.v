@@ -1143,6 +1143,15 @@ always @(posedge clk) begin
         cnt_busy <= 64'd0;
         tr_row_valid <= 1'b0;
         tr_col_valid <= 1'b0;
+        // the whole trace is defined from reset on (trace_packed is read as one number)
+        tr_cycle <= 64'd0;
+        tr_row_cmd <= `DRAM_CMD_NOP;
+        tr_row_bank <= {BANK_BITS{1'b0}};
+        tr_row_row <= {ROW_BITS{1'b0}};
+        tr_col_cmd <= `DRAM_CMD_NOP;
+        tr_col_bank <= {BANK_BITS{1'b0}};
+        tr_col_row <= {ROW_BITS{1'b0}};
+        tr_col_col <= {COL_BITS{1'b0}};
     end
 end
 
