@@ -1086,10 +1086,12 @@ always @(posedge clk) begin
     tr_row_bank <= row_bank;
     tr_row_row <= row_row;
     tr_col_valid <= col_dram;
-    tr_col_cmd <= col_wr ? `DRAM_CMD_WR : `DRAM_CMD_RD;
-    tr_col_bank <= col_bank;
-    tr_col_row <= line_row(col_line);
-    tr_col_col <= line_col(col_line);
+    if (col_dram) begin    // (else held: an idle queue entry's fields may be undefined)
+        tr_col_cmd <= col_wr ? `DRAM_CMD_WR : `DRAM_CMD_RD;
+        tr_col_bank <= col_bank;
+        tr_col_row <= line_row(col_line);
+        tr_col_col <= line_col(col_line);
+    end
 
     if (rst) begin
         // Storage keeps its contents through reset, and so do writes already acknowledged:
