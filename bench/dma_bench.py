@@ -10,7 +10,10 @@ through RtlCard, with the host memory answering reads after 200 cycles (500 ns):
 - co-simulation speed: simulated bytes moved per wall-clock second with the project's host-memory
   model and with a plain cocotbext-axi AxiRam serving the same traffic, in the same run;
 - 1,000 transfers of 256 bytes: driver calls, doorbells, MMIO accesses and card cycles, one call
-  each versus one batched call.
+  each versus one batched call;
+- the card-to-card channel: one 4 MiB copy on the card (``copy_on_card``, doorbell to interrupt),
+  data checked; its throughput in bytes copied per second, and the card memory's bus use (every
+  byte is read and written, so a copy can move at most half the 25.6 GB/s peak).
 Prints a summary and writes bench/results/dma.json.
 """
 
@@ -127,6 +130,27 @@ def _small(card: RtlCard) -> dict:
     return out
 
 
+C2C_BYTES = 4 << 20
+C2C_SRC = 0
+C2C_DST = 4 << 20                         # the region right after the source
+
+
+def _c2c(card: RtlCard) -> dict:
+    drv = PcieDriver(card, timeout_s=1000)
+    buf = card.host.alloc(C2C_BYTES)
+    back = card.host.alloc(C2C_BYTES)
+    buf.view()[:] = np.random.default_rng(3).integers(0, 256, C2C_BYTES, dtype=np.uint8)
+    drv.write_data(buf.address, C2C_BYTES, C2C_SRC)
+    c0 = card.cycles()
+    drv.copy_on_card(C2C_SRC, C2C_BYTES, C2C_DST)
+    cycles = card.cycles() - c0
+    drv.read_data(C2C_DST, C2C_BYTES, back.address)
+    assert back.read(0, C2C_BYTES) == buf.read(0, C2C_BYTES), "C2C copy data differs"
+    return {"bytes": C2C_BYTES, "src": C2C_SRC, "dst": C2C_DST, "cycles": cycles,
+            "copy_GBps": round(C2C_BYTES / (cycles * dram.CTRL_CLK_NS), 3),
+            "dram_bus_fraction": round(2 * C2C_BYTES / (cycles * LINE), 4)}
+
+
 def _write(key: str, value) -> None:
     path = Path(os.environ["BENCH_OUT"])
     data = json.loads(path.read_text()) if path.exists() else {}
@@ -143,6 +167,13 @@ async def bench_throughput(dut) -> None:
 
 
 @cocotb.test()
+async def bench_c2c(dut) -> None:
+    """One 4 MiB card-to-card copy, doorbell to interrupt."""
+    card = await _start(dut, memory=HostMemoryConfig(read_latency=LATENCY_CYCLES))
+    _write("c2c", await bridge(_c2c)(card))
+
+
+@cocotb.test()
 async def bench_cosim_native(dut) -> None:
     """Simulated bytes per wall second with the project's host-memory model."""
     card = await _start(dut, memory=HostMemoryConfig(read_latency=1))
@@ -156,10 +187,18 @@ async def bench_cosim_axiram(dut) -> None:
     _write("cosim_axiram", await bridge(_round_trips)(card, 8 << 20))
 
 
+def _print_c2c(c: dict) -> None:
+    print(f"\ncard-to-card copy of {c['bytes'] >> 20} MiB: {c['cycles']} cycles, "
+          f"{c['copy_GBps']:.2f} GB/s copied, card memory bus {c['dram_bus_fraction']:.1%} busy")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(RESULTS / "dma.json"))
+    ap.add_argument("--only", choices=["c2c"],
+                    help="run only this part (c2c: the 4 MiB card-to-card copy; writes --out "
+                         "with that part alone)")
     args = ap.parse_args(argv)
     RESULTS.mkdir(parents=True, exist_ok=True)
     raw = RESULTS / "dma.raw.json"
@@ -168,8 +207,14 @@ def main(argv: list[str] | None = None) -> int:
     b = simulator.build("verilator", "card_top", simulator.card_sources(),
                      {"MEM_SIZE": f"64'd{CARD_MEM}"}, public=[], cxx_opt="-O3")
     simulator.test(b, "bench.dma_bench", run_name="bench",
+                testcase="bench_c2c" if args.only == "c2c" else None,
                 extra_env={"BENCH_OUT": str(raw), "COCOTB_LOG_LEVEL": "WARNING"})
     r = json.loads(raw.read_text())
+    if args.only == "c2c":
+        _print_c2c(r["c2c"])
+        Path(args.out).write_text(json.dumps({"benchmark": "dma", **r}, indent=2))
+        print(f"\nwrote {os.path.relpath(args.out)}")
+        return 0
     missed = []
     print(f"\nDMA, host read latency {LATENCY_CYCLES * dram.CTRL_CLK_NS:.0f} ns, host port peak "
           f"{LINE / dram.CTRL_CLK_NS:.1f} GB/s, MPS 256 / MRRS 512 / 32 tags, Verilator")
@@ -191,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nco-simulation: {nat['sim_bytes_per_wall_s'] / 1e6:.2f} MB/s simulated per wall "
           f"second with the host-memory model, {ram['sim_bytes_per_wall_s'] / 1e6:.2f} MB/s with "
           f"a plain AxiRam (ratio {ratio:.2f})")
+    _print_c2c(r["c2c"])
     s = r["small_transfers"]
     for mode, v in s.items():
         print(f"1000 x 256 B, {mode:14}: {v['driver_calls']:>5} driver calls, {v['doorbells']:>5} "

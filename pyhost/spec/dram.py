@@ -27,8 +27,9 @@ CMD_PRE = 2
 CMD_REF = 3
 CMD_RD = 4
 CMD_WR = 5
+CMD_PREA = 6    # precharge all banks (before a refresh)
 CMD_NAMES = {CMD_NOP: "NOP", CMD_ACT: "ACT", CMD_PRE: "PRE", CMD_REF: "REF", CMD_RD: "RD",
-             CMD_WR: "WR"}
+             CMD_WR: "WR", CMD_PREA: "PREA"}
 
 #: Geometry of one rank of x8 DDR4 devices on a 64-bit channel: 4 bank groups of 4 banks, a
 #: 1 KiB page per device (8 KiB per rank), i.e. 128 BL8 column bursts per row.
@@ -37,6 +38,29 @@ BA_BITS = 2
 COL_BITS = 7
 #: Refreshes that may be postponed (DDR4 allows up to 8).
 REF_POSTPONE_MAX = 8
+#: 1: the row bits are XOR-folded into the bank and bank-group bits (DramGeometry.decode).
+ADDR_HASH = 1
+
+#: The command trace packed into one vector (dram_ctrl's ``trace_packed``), so that a monitor
+#: reads one signal per cycle: (field, width), from bit 0 up. ``trace_<field>`` are the
+#: controller's trace ports (what was issued in cycle ``trace_cycle``, presented one cycle
+#: later) and two live bits of its R channel: ``r_valid`` (RVALID) and ``r_beat`` (a beat taken
+#: this cycle with an OKAY response).
+TRACE_FIELDS: tuple[tuple[str, int], ...] = (
+    ("cycle", 64),
+    ("row_valid", 1), ("row_cmd", 3), ("row_bg", BG_BITS), ("row_ba", BA_BITS), ("row_row", 32),
+    ("col_valid", 1), ("col_cmd", 3), ("col_bg", BG_BITS), ("col_ba", BA_BITS), ("col_col", 32),
+    ("col_row", 32),
+    ("r_valid", 1), ("r_beat", 1),
+)
+#: field -> (lsb, width) in the packed trace
+TRACE_LAYOUT: dict[str, tuple[int, int]] = {}
+_lsb = 0
+for _name, _width in TRACE_FIELDS:
+    TRACE_LAYOUT[_name] = (_lsb, _width)
+    _lsb += _width
+TRACE_WIDTH = _lsb
+del _lsb, _name, _width
 
 
 @dataclass(frozen=True)
@@ -107,10 +131,17 @@ NONZERO = ("CL", "CWL", "RCD", "RP", "RAS", "RC", "CCD_S", "CCD_L", "BURST", "RF
 
 @dataclass(frozen=True)
 class DramGeometry:
-    """How a byte address maps to bank group, bank, row and column (must match dram_ctrl.v)."""
+    """How a byte address maps to bank group, bank, row and column (must match dram_ctrl.v).
+
+    From the bottom: the byte in the line, bank group, column, bank, row. With ``addr_hash`` the
+    bank is XORed with the row folded to BA_BITS bits (the XOR of its 2-bit groups), the bank
+    group with the same fold of the row shifted down one bit: two rows that differ in one bit
+    never share a bank, so a copy's source and destination rows mostly use different banks.
+    """
 
     mem_size: int
     line_bytes: int = 64
+    addr_hash: bool = bool(ADDR_HASH)
 
     @property
     def row_bits(self) -> int:
@@ -126,4 +157,16 @@ class DramGeometry:
         la >>= COL_BITS
         ba = la & ((1 << BA_BITS) - 1)
         la >>= BA_BITS
+        if self.addr_hash:
+            ba ^= _fold(la, BA_BITS)
+            bg ^= _fold(la >> 1, BG_BITS)
         return bg, ba, la, col
+
+
+def _fold(x: int, bits: int) -> int:
+    """XOR of the ``bits``-bit groups of ``x``."""
+    out = 0
+    while x:
+        out ^= x & ((1 << bits) - 1)
+        x >>= bits
+    return out

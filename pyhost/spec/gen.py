@@ -33,8 +33,13 @@ def dram_defs() -> str:
     for code, name in sorted(dram.CMD_NAMES.items()):
         lines.append(f"`define DRAM_CMD_{name} 3'd{code}")
     lines += ["", "// Geometry of one rank (x8 devices, 64-bit channel)"]
-    for name in ("BG_BITS", "BA_BITS", "COL_BITS", "REF_POSTPONE_MAX"):
+    for name in ("BG_BITS", "BA_BITS", "COL_BITS", "REF_POSTPONE_MAX", "ADDR_HASH"):
         lines.append(f"`define DRAM_{name} {getattr(dram, name)}")
+    lines += ["", "// The packed command trace (dram_ctrl's trace_packed): its width, and the",
+              "// concatenation of the trace_<field> signals, most significant first"]
+    lines.append(f"`define DRAM_TRACE_WIDTH {dram.TRACE_WIDTH}")
+    lines.append("`define DRAM_TRACE_PACK {" + ", ".join(
+        f"trace_{name}" for name, _ in reversed(dram.TRACE_FIELDS)) + "}")
     lines += [
         "",
         f"// Default timings: DDR4-3200AA in controller cycles (1:{dram.CLOCK_RATIO} clock ratio,"

@@ -4,17 +4,37 @@
 
 `include "dram_defs.vh"
 
-// DDR4-style card memory: an AXI4 slave in front of a request queue, an FR-FCFS scheduler, a
-// per-bank DDR4 timing model (bank groups, open-page row buffers, refresh) and the storage.
+// DDR4-style card memory: an AXI4 slave in front of a read queue and a write queue, an FR-FCFS
+// scheduler over both, a per-bank DDR4 timing model (bank groups, open-page row buffers,
+// refresh) and the storage.
 //
-// Every AXI beat becomes one queue entry (one column burst of DATA_WIDTH/8 bytes). Each cycle the
-// scheduler may issue one row command (ACT, PRE or REF) and one column command (RD or WR), which
-// models a quarter-rate controller placing several commands per controller clock on the DRAM
-// command bus. Column commands go to the oldest ready row hit; row commands serve the oldest
-// request that needs one, and a row with pending hits is not closed (first-ready, first-come
-// first-served). A request that waits STARVE_LIMIT cycles at the head of the queue takes priority.
-// AXI ordering: column commands of one ID and direction issue in order, and a request never
-// passes an older request to the same line when either one is a write.
+// Every AXI beat is one column burst of DATA_WIDTH/8 bytes (a line). Read beats wait in the read
+// queue (QUEUE_DEPTH entries). Write beats go to the write queue (WQ_DEPTH entries), one entry per
+// line: a beat to a line already queued merges into it, and the B response leaves as soon as the
+// burst's last beat is queued (the queue is part of the memory: every later read sees it, a read
+// of a queued line gets the queued bytes merged over the DRAM data).
+//
+// The scheduler serves one direction at a time. It reads until the write queue holds WQ_HIGH
+// lines, then drains writes until WQ_LOW are left (or until no read waits); with no read waiting
+// it writes whatever is queued. In each direction column commands go to the oldest ready row hit
+// and row commands to the oldest request that needs one, without closing a row that still has a
+// ready hit (first-ready, first-come first-served); the other direction's requests may open their
+// rows in banks the current direction does not use, so rows stay open across the turnaround. A
+// request that waits STARVE_LIMIT cycles at the head of its queue takes priority, and a starving
+// write forces a drain. Each cycle the scheduler may issue one row command (ACT, PRE, PREA or
+// REF) and one column command (RD or WR), as a quarter-rate controller places several commands
+// per controller clock. AXI ordering: reads of one ID issue in order; write responses leave in
+// order.
+//
+// Refresh: one REF is owed every T_REFI. Debt is paid when the controller is idle and otherwise
+// postponed, at most REF_POSTPONE_MAX intervals, and never so far that two REFs (or reset and
+// the first REF) are more than (REF_POSTPONE_MAX + 1) * T_REFI apart: the controller stops
+// issuing ACT and column commands early enough to close the banks with one PREA and issue REF
+// in time.
+//
+// Address map: byte, then bank group, column, bank and row bits (docs/dram_ctrl.md); with
+// ADDR_HASH the row bits are XOR-folded into the bank and bank group, so regions one or more
+// rows apart (a copy's source and destination) fall into different banks.
 //
 // Supported: INCR, FIXED and WRAP bursts of any legal length and size, write strobes, read data
 // of different IDs interleaved. SLVERR: reserved burst type, a size wider than the bus, or an
@@ -26,10 +46,14 @@ module dram_ctrl #(
     parameter integer ADDR_WIDTH = 32,             // AXI address width
     parameter integer ID_WIDTH = 8,                // AXI ID width
     parameter [63:0] MEM_SIZE = 64'd1073741824,    // storage in bytes, a multiple of a line
-    parameter integer QUEUE_DEPTH = 16,            // request queue entries (scheduler look-ahead)
+    parameter integer QUEUE_DEPTH = 16,            // read queue entries (read look-ahead)
+    parameter integer WQ_DEPTH = 64,               // write queue entries (lines)
+    parameter integer WQ_HIGH = 56,                // write drain starts with this many queued
+    parameter integer WQ_LOW = 16,                 // write drain stops at this many, reads waiting
     parameter integer RESP_DEPTH = 16,             // read return FIFO entries (reads in flight)
     parameter integer B_DEPTH = 8,                 // write response FIFO entries
-    parameter integer STARVE_LIMIT = 256,          // cycles the oldest request waits before priority
+    parameter integer STARVE_LIMIT = 256,          // cycles a queue's oldest request waits
+    parameter integer ADDR_HASH = `DRAM_ADDR_HASH, // 1: XOR row bits into bank and bank group
     parameter integer REF_POSTPONE_MAX = `DRAM_REF_POSTPONE_MAX, // refreshes that may be postponed
     parameter integer T_CL = `DRAM_T_CL,           // RD to data, controller cycles
     parameter integer T_CWL = `DRAM_T_CWL,         // WR to write data
@@ -98,7 +122,7 @@ module dram_ctrl #(
     // Command trace: what was issued in cycle trace_cycle, presented one cycle later
     output wire [63:0]               trace_cycle,
     output wire                      trace_row_valid,
-    output wire [2:0]                trace_row_cmd,    // ACT, PRE or REF
+    output wire [2:0]                trace_row_cmd,    // ACT, PRE, PREA or REF
     output wire [`DRAM_BG_BITS-1:0]  trace_row_bg,
     output wire [`DRAM_BA_BITS-1:0]  trace_row_ba,
     output wire [31:0]               trace_row_row,
@@ -130,6 +154,8 @@ localparam integer NG = 1 << BG_BITS;
 localparam integer ROW_BITS = LINE_BITS - BANK_BITS - COL_BITS;
 localparam integer Q = QUEUE_DEPTH;
 localparam integer QB = $clog2(Q);
+localparam integer W = WQ_DEPTH;
+localparam integer WB = $clog2(W);
 localparam integer TW = 16;                       // timing counter width
 localparam integer RB = $clog2(RESP_DEPTH + 1);  // read credit counter width
 localparam integer RPW = $clog2(RESP_DEPTH);      // R FIFO pointer width
@@ -140,6 +166,15 @@ localparam integer WRITE_TO_RD_S = T_CWL + T_BURST + T_WTR_S;
 localparam integer WRITE_TO_RD_L = T_CWL + T_BURST + T_WTR_L;
 localparam integer COL_TO_COL_S = (T_CCD_S > T_BURST) ? T_CCD_S : T_BURST;
 localparam integer COL_TO_COL_L = (T_CCD_L > T_BURST) ? T_CCD_L : T_BURST;
+// Refresh: the longest REF-to-REF distance DDR4 allows, and how long before it the controller
+// must stop issuing ACT and column commands: the last ACT, RD or WR may keep a bank from
+// precharging for PRE_WAIT cycles, then PREA needs T_RP (and REF T_RC after the last ACT).
+localparam integer REF_LIMIT = (REF_POSTPONE_MAX + 1) * T_REFI;
+localparam integer PRE_WAIT_A = (T_RAS > WRITE_TO_PRE) ? T_RAS : WRITE_TO_PRE;
+localparam integer PRE_WAIT = (PRE_WAIT_A > T_RTP) ? PRE_WAIT_A : T_RTP;
+localparam integer REF_LEAD_A = PRE_WAIT + T_RP;
+localparam integer REF_LEAD = ((REF_LEAD_A > T_RC) ? REF_LEAD_A : T_RC) + 2;
+localparam [31:0]  REF_DEADLINE = REF_LIMIT - REF_LEAD;  // ref_gap at which refresh must start
 
 localparam [1:0] RESP_OKAY = 2'b00;
 localparam [1:0] RESP_SLVERR = 2'b10;
@@ -164,9 +199,18 @@ initial begin
         $fatal(1, "dram_ctrl: MEM_SIZE %0d does not fit in ADDR_WIDTH %0d", MEM_SIZE, ADDR_WIDTH);
     if (Q < 2 || (Q & (Q - 1)) != 0)
         $fatal(1, "dram_ctrl: QUEUE_DEPTH must be a power of two >= 2, got %0d", Q);
+    if (W < 2 || (W & (W - 1)) != 0)
+        $fatal(1, "dram_ctrl: WQ_DEPTH must be a power of two >= 2, got %0d", W);
+    if (WQ_LOW < 0 || WQ_HIGH <= WQ_LOW || WQ_HIGH > W)
+        $fatal(1, "dram_ctrl: need 0 <= WQ_LOW < WQ_HIGH <= WQ_DEPTH, got %0d, %0d, %0d",
+               WQ_LOW, WQ_HIGH, W);
     if (RESP_DEPTH < 2 || (RESP_DEPTH & (RESP_DEPTH - 1)) != 0 || B_DEPTH < 2
         || (B_DEPTH & (B_DEPTH - 1)) != 0)
         $fatal(1, "dram_ctrl: RESP_DEPTH and B_DEPTH must be powers of two >= 2");
+    if (STARVE_LIMIT < 1 || STARVE_LIMIT >= (1 << TW))
+        $fatal(1, "dram_ctrl: STARVE_LIMIT must be 1..%0d, got %0d", (1 << TW) - 1, STARVE_LIMIT);
+    if (ADDR_HASH != 0 && ADDR_HASH != 1)
+        $fatal(1, "dram_ctrl: ADDR_HASH must be 0 or 1, got %0d", ADDR_HASH);
     if (T_CL < 2 || T_CWL < 1 || T_RCD < 1 || T_RP < 1 || T_RAS < 1 || T_RC < 1 || T_CCD_S < 1
         || T_CCD_L < 1 || T_BURST < 1 || T_RFC < 1 || T_REFI < 1 || T_RRD_S < 0 || T_RRD_L < 0
         || T_FAW < 0 || T_WR < 0 || T_RTP < 0 || T_WTR_S < 0 || T_WTR_L < 0 || T_RTW < 0)
@@ -176,6 +220,9 @@ initial begin
         $fatal(1, "dram_ctrl: timing parameters must be below %0d cycles", 1 << TW);
     if (REF_POSTPONE_MAX < 0 || REF_POSTPONE_MAX > 8)
         $fatal(1, "dram_ctrl: REF_POSTPONE_MAX must be 0..8 (DDR4), got %0d", REF_POSTPONE_MAX);
+    if (T_REFI <= REF_LEAD + T_RFC)
+        $fatal(1, "dram_ctrl: T_REFI %0d leaves no time between refreshes (need > %0d)",
+               T_REFI, REF_LEAD + T_RFC);
 end
 
 function [TW-1:0] dec;                            // saturating decrement of a timing counter
@@ -194,14 +241,72 @@ function [TW-1:0] hold;                           // decremented counter held to
     end
 endfunction
 
-function [BANK_BITS-1:0] line_bank;               // {bank group, bank}
-    input [LINE_BITS-1:0] line;
-    line_bank = {line[BG_BITS-1:0], line[BG_BITS+COL_BITS +: BA_BITS]};
-endfunction
-
 function [ROW_BITS-1:0] line_row;
     input [LINE_BITS-1:0] line;
     line_row = line[LINE_BITS-1 -: ROW_BITS];
+endfunction
+
+function [COL_BITS-1:0] line_col;
+    input [LINE_BITS-1:0] line;
+    line_col = line[BG_BITS +: COL_BITS];
+endfunction
+
+// {bank group, bank} of a line: its bank-group and bank bits, XORed (ADDR_HASH) with folds of
+// the row: the bank with the XOR of the row's BA_BITS-bit groups (two rows that differ in one
+// bit never share a bank), the bank group with the same fold of the row shifted down one bit.
+function [BANK_BITS-1:0] line_bank;
+    input [LINE_BITS-1:0] line;
+    reg [ROW_BITS-1:0] row;
+    reg [BA_BITS-1:0] fba;
+    reg [BG_BITS-1:0] fbg;
+    integer k;
+    begin
+        row = line_row(line);
+        fba = {BA_BITS{1'b0}};
+        fbg = {BG_BITS{1'b0}};
+        if (ADDR_HASH != 0)
+            for (k = 0; k < ROW_BITS; k = k + 1) begin
+                fba[k % BA_BITS] = fba[k % BA_BITS] ^ row[k];
+                if (k > 0) fbg[(k - 1) % BG_BITS] = fbg[(k - 1) % BG_BITS] ^ row[k];
+            end
+        line_bank = {line[BG_BITS-1:0] ^ fbg, line[BG_BITS+COL_BITS +: BA_BITS] ^ fba};
+    end
+endfunction
+
+// A line with the strobed bytes of `new_line` over `old_line`.
+function [DATA_WIDTH-1:0] merge_line;
+    input [DATA_WIDTH-1:0] old_line;
+    input [DATA_WIDTH-1:0] new_line;
+    input [LINE_BYTES-1:0] strb;
+    reg [DATA_WIDTH-1:0] m;
+    integer k;
+    begin
+        for (k = 0; k < LINE_BYTES; k = k + 1)
+            m[k*8 +: 8] = {8{strb[k]}};
+        merge_line = (old_line & ~m) | (new_line & m);
+    end
+endfunction
+
+// An age or dependence matrix (row i at [i*n +: n]) after entry `idx` is allocated with `row`:
+// its row written, its column cleared in every other row.
+function [Q*Q-1:0] matrix_alloc_q;
+    input [Q*Q-1:0] m;
+    input [QB-1:0] idx;
+    input [Q-1:0] row;
+    begin
+        matrix_alloc_q = m & ~{Q{{{Q-1{1'b0}}, 1'b1} << idx}};
+        matrix_alloc_q[idx*Q +: Q] = row;
+    end
+endfunction
+
+function [W*W-1:0] matrix_alloc_w;
+    input [W*W-1:0] m;
+    input [WB-1:0] idx;
+    input [W-1:0] row;
+    begin
+        matrix_alloc_w = m & ~{W{{{W-1{1'b0}}, 1'b1} << idx}};
+        matrix_alloc_w[idx*W +: W] = row;
+    end
 endfunction
 
 // ---------------------------------------------------------------------------------------------
@@ -288,18 +393,43 @@ reg [ID_WIDTH-1:0]    wr_id_reg;
 reg [1:0]             wr_resp_reg;
 
 // ---------------------------------------------------------------------------------------------
-// Request queue
-reg [Q-1:0]            q_valid;
-reg [Q-1:0]            q_write;
-reg [Q-1:0]            q_last;        // last beat of its burst (carries the B response)
-reg [1:0]              q_resp [0:Q-1];// non-OKAY: an error entry, no DRAM access
-reg [ID_WIDTH-1:0]     q_id [0:Q-1];
-reg [LINE_BITS-1:0]    q_line [0:Q-1];
-reg [DATA_WIDTH-1:0]   q_data [0:Q-1];
-reg [LINE_BYTES-1:0]   q_strb [0:Q-1];
-reg [1:0]              q_class [0:Q-1];
-reg [Q-1:0]            q_older [0:Q-1]; // q_older[i][j]: entry j is older than entry i
-reg [Q-1:0]            q_dep [0:Q-1];   // q_dep[i][j]: entry i may not issue before entry j
+// Read queue: one entry per beat; error beats (SLVERR/DECERR) stay in it to keep their place in
+// the ID's order, and need no DRAM access.
+reg [Q-1:0]            rq_valid;
+reg [Q-1:0]            rq_ok;         // OKAY: a DRAM access
+reg [Q-1:0]            rq_last;       // last beat of its burst
+reg [1:0]              rq_resp [0:Q-1];
+reg [ID_WIDTH-1:0]     rq_id [0:Q-1];
+reg [LINE_BITS-1:0]    rq_line [0:Q-1];
+reg [BANK_BITS-1:0]    rq_bank [0:Q-1];
+reg [1:0]              rq_class [0:Q-1];
+// Age and dependence matrices, row i at [i*Q +: Q] (one vector each, so that an allocation
+// writes its row and clears its column in one assignment):
+reg [Q*Q-1:0]          rq_older;         // bit i*Q+j: entry j is older than entry i
+reg [Q*Q-1:0]          rq_dep;           // bit i*Q+j: entry i may not issue before entry j
+
+// Write queue: one entry per line, with its data and byte strobes.
+reg [W-1:0]            wq_valid;
+reg [LINE_BITS-1:0]    wq_line [0:W-1];
+reg [BANK_BITS-1:0]    wq_bank [0:W-1];
+reg [DATA_WIDTH-1:0]   wq_data [0:W-1];
+reg [LINE_BYTES-1:0]   wq_strb [0:W-1];
+reg [1:0]              wq_class [0:W-1];
+reg [W*W-1:0]          wq_older;         // bit i*W+j: entry j is older than entry i
+reg [WB:0]             wq_count;
+// After reset the queued writes go to the storage, one per cycle, before any new request is
+// taken (the write queue is part of the memory once a write's B has been sent).
+reg                    wq_flush;
+initial begin
+    wq_valid = {W{1'b0}};
+    wq_count = {(WB+1){1'b0}};
+    wq_flush = 1'b0;
+end
+
+// Direction: 1 while draining writes; wr_forced: the drain was started by WQ_HIGH or a starving
+// write (runs down to WQ_LOW), else it was opportunistic (ends when a read arrives).
+reg                    wr_mode;
+reg                    wr_forced;
 
 // Bank state and timing counters (a command is allowed when its counter is zero)
 reg [NB-1:0]           bank_open;
@@ -317,6 +447,7 @@ reg [TW-1:0]           t_rfc_busy;
 // Refresh
 reg [TW-1:0]           ref_timer;
 reg [3:0]              ref_pending;
+reg [31:0]             ref_gap;           // cycles since the last REF (or reset)
 reg                    ref_mode;
 
 // Read return path: T_CL delay line, then the R FIFO
@@ -337,8 +468,7 @@ reg [1:0]              bf_resp [0:B_DEPTH-1];
 reg [BB-1:0]           bf_count;
 reg [BPW-1:0]          bf_wp, bf_rp;
 
-reg [TW-1:0]           head_wait;
-reg                    alloc_prio_wr;
+reg [TW-1:0]           rq_wait, wq_wait;  // cycles each queue's oldest entry has waited
 reg [63:0]             cycle;
 reg [63:0]             cnt_rd, cnt_wr, cnt_hit, cnt_miss, cnt_conflict, cnt_ref, cnt_ref_stall,
                        cnt_busy;
@@ -353,159 +483,317 @@ reg [COL_BITS-1:0]     tr_col_col;
 
 // ---------------------------------------------------------------------------------------------
 // Scheduler (combinational)
-reg [Q-1:0]            e_hit, e_need_act, e_need_pre, e_blocked, e_head;
-reg [NB-1:0]           bank_ready_hit;
-reg [Q-1:0]            row_cand, col_cand, row_pick, col_pick;
-reg                    row_issue, col_issue, ref_issue;
+reg [Q-1:0]            r_hit, r_blocked, r_rowc, r_rowa, r_rowk, r_colc, r_rowp, r_colp;
+reg [W-1:0]            w_hit, w_rowc, w_rowa, w_rowk, w_colc, w_rowp, w_colp;
+reg [NB-1:0]           rd_bank_use, wr_bank_use, rd_bank_hit, wr_bank_hit;
+reg [NB-1:0]           act_ok, pre_ok, col_ok;
+reg                    r_starve, w_starve, prep_ok, rd_credit, b_credit, faw_ok, pre_all_ok;
+reg                    act_idle, rd_waiting, ref_urgent;
+// queued writes to storage after a reset (registered only: no input feeds the scheduler)
+wire                   flush = wq_flush && (|wq_valid);
+reg                    row_issue, ref_issue, row_from_w, col_issue, col_wr;
 reg [2:0]              row_cmd;
 reg [BANK_BITS-1:0]    row_bank;
 reg [ROW_BITS-1:0]     row_row;
-reg [QB-1:0]           row_idx, col_idx;
-reg                    faw_ok, all_closed, head_issue, starve;
-reg                    rd_credit, b_credit;
-reg [BANK_BITS-1:0]    eb;
-reg [BG_BITS-1:0]      eg;
-integer ci;
-
-always @* begin
-    starve = head_wait >= STARVE_LIMIT[TW-1:0];
+reg [QB-1:0]           row_ridx, col_ridx;
+reg [WB-1:0]           row_widx, col_widx;
+// Per-bank readiness, the queues' starvation state and the refresh decision: small blocks, so
+// the per-entry loops below run only when their own inputs change.
+always @* begin : sched_banks
+    integer ci;
+    reg [BG_BITS-1:0] eg;
+    r_starve = rq_wait >= STARVE_LIMIT[TW-1:0];
+    w_starve = wq_wait >= STARVE_LIMIT[TW-1:0];
     rd_credit = rd_outstanding < RESP_DEPTH[RB-1:0];
     b_credit = bf_count < B_DEPTH[BB-1:0];
     faw_ok = (t_faw[0] == 0) || (t_faw[1] == 0) || (t_faw[2] == 0) || (t_faw[3] == 0);
-
-    bank_ready_hit = {NB{1'b0}};
-    for (ci = 0; ci < Q; ci = ci + 1) begin
-        eb = line_bank(q_line[ci]);
-        e_hit[ci] = bank_open[eb] && bank_row[eb] == line_row(q_line[ci]);
-        e_need_act[ci] = !bank_open[eb];
-        e_need_pre[ci] = bank_open[eb] && !e_hit[ci];
-        e_blocked[ci] = |(q_dep[ci] & q_valid);
-        e_head[ci] = q_valid[ci] && !(|(q_valid & q_older[ci]));
-        if (q_valid[ci] && q_resp[ci] == RESP_OKAY && e_hit[ci] && !e_blocked[ci])
-            bank_ready_hit[eb] = 1'b1;
+    // the other direction may prepare its rows only while no request starves
+    prep_ok = !r_starve && !w_starve;
+    pre_all_ok = 1'b1;
+    act_idle = 1'b1;
+    for (ci = 0; ci < NB; ci = ci + 1) begin
+        eg = ci[BANK_BITS-1:BA_BITS];
+        act_ok[ci] = !ref_mode && !bank_open[ci] && t_act[ci] == 0 && t_rrd_l[eg] == 0
+                     && t_rrd_s == 0 && faw_ok;
+        pre_ok[ci] = !ref_mode && bank_open[ci] && t_pre[ci] == 0;
+        // a column command to this bank meets tRCD, tCCD and the bus turnaround
+        col_ok[ci] = !ref_mode && t_rcd[ci] == 0 && t_ccd_l[eg] == 0 && t_ccd_s == 0
+                     && (wr_mode ? t_rtw == 0
+                                 : t_wtr_l[eg] == 0 && t_wtr_s == 0 && rd_credit);
+        if (bank_open[ci] && t_pre[ci] != 0) pre_all_ok = 1'b0;
+        if (t_act[ci] != 0) act_idle = 1'b0;
     end
+end
 
-    // Row command candidates
-    for (ci = 0; ci < Q; ci = ci + 1) begin
-        eb = line_bank(q_line[ci]);
-        eg = eb[BANK_BITS-1 -: BG_BITS];
-        row_cand[ci] = q_valid[ci] && q_resp[ci] == RESP_OKAY && !ref_mode && (!starve || e_head[ci])
-            && ((e_need_act[ci] && t_act[eb] == 0 && t_rrd_l[eg] == 0 && t_rrd_s == 0 && faw_ok)
-                || (e_need_pre[ci] && t_pre[eb] == 0 && (!bank_ready_hit[eb] || (starve && e_head[ci]))));
-    end
+always @* begin : sched_dir
+    rd_waiting = (|(rq_valid & rq_ok)) || rd_active_reg;
+    ref_urgent = ref_pending > REF_POSTPONE_MAX[3:0] || ref_gap >= REF_DEADLINE;
+end
 
-    // Column command candidates
+// What each request finds in its bank, and what each bank is wanted for
+always @* begin : sched_rq_state
+    integer ci;
+    reg [BANK_BITS-1:0] eb;
+    eb = {BANK_BITS{1'b0}};
+    rd_bank_use = {NB{1'b0}};
+    rd_bank_hit = {NB{1'b0}};
+    r_hit = {Q{1'b0}};
+    r_blocked = {Q{1'b0}};
+    if (|rq_valid)
     for (ci = 0; ci < Q; ci = ci + 1) begin
-        eb = line_bank(q_line[ci]);
-        eg = eb[BANK_BITS-1 -: BG_BITS];
-        if (!q_valid[ci] || e_blocked[ci] || (starve && !e_head[ci]))
-            col_cand[ci] = 1'b0;
-        else if (q_resp[ci] != RESP_OKAY)
-            col_cand[ci] = q_write[ci] ? b_credit : rd_credit;
-        else
-            col_cand[ci] = !ref_mode && e_hit[ci] && t_rcd[eb] == 0 && t_ccd_l[eg] == 0 && t_ccd_s == 0
-                && (q_write[ci] ? (t_rtw == 0 && (!q_last[ci] || b_credit))
-                               : (t_wtr_l[eg] == 0 && t_wtr_s == 0 && rd_credit));
+        if (rq_valid[ci]) begin
+            eb = rq_bank[ci];
+            r_hit[ci] = bank_open[eb] && bank_row[eb] == line_row(rq_line[ci]);
+            r_blocked[ci] = |(rq_dep[ci*Q +: Q] & rq_valid);
+            if (rq_ok[ci]) begin
+                rd_bank_use[eb] = 1'b1;
+                if (r_hit[ci] && !r_blocked[ci]) rd_bank_hit[eb] = 1'b1;
+            end
+        end
     end
+end
 
-    // Oldest candidate of each kind
-    for (ci = 0; ci < Q; ci = ci + 1) begin
-        row_pick[ci] = row_cand[ci] && !(|(row_cand & q_older[ci]));
-        col_pick[ci] = col_cand[ci] && !(|(col_cand & q_older[ci]));
+always @* begin : sched_wq_state
+    integer ci;
+    reg [BANK_BITS-1:0] eb;
+    eb = {BANK_BITS{1'b0}};
+    wr_bank_use = {NB{1'b0}};
+    wr_bank_hit = {NB{1'b0}};
+    w_hit = {W{1'b0}};
+    if (|wq_valid)   // (the guards around the loops skip them, in simulation, when idle)
+    for (ci = 0; ci < W; ci = ci + 1) begin
+        if (wq_valid[ci]) begin
+            eb = wq_bank[ci];
+            w_hit[ci] = bank_open[eb] && bank_row[eb] == line_row(wq_line[ci]);
+            wr_bank_use[eb] = 1'b1;
+            if (w_hit[ci]) wr_bank_hit[eb] = 1'b1;
+        end
     end
-    row_idx = {QB{1'b0}};
-    col_idx = {QB{1'b0}};
-    for (ci = 0; ci < Q; ci = ci + 1) begin
-        if (row_pick[ci]) row_idx = ci[QB-1:0];
-        if (col_pick[ci]) col_idx = ci[QB-1:0];
-    end
-    col_issue = |col_pick;
-    head_issue = col_issue && e_head[col_idx];
+end
 
-    // Refresh takes the row command slot: close every bank, then REF.
-    all_closed = !(|bank_open);
-    for (ci = 0; ci < NB; ci = ci + 1)
-        if (t_act[ci] != 0) all_closed = 1'b0;
+// Candidates, and the oldest of each kind. Row commands, current direction: ACT to a closed
+// bank, PRE of a bank whose open row none of its ready requests hits (a starving head may close
+// it anyway); the other direction: only in banks the current direction does not use, never
+// closing a row either direction still hits. Activates go before precharges (tFAW makes them
+// the scarce command), and a precharge that closes a row the other direction hits goes last.
+// Column commands: ready row hits of the current direction, and error reads (no DRAM access)
+// at any time. A starving queue's oldest request is the only one of its queue that may go.
+always @* begin : sched_rq_pick
+    integer ci;
+    reg [BANK_BITS-1:0] eb;
+    eb = {BANK_BITS{1'b0}};
+    r_rowc = {Q{1'b0}};
+    r_rowa = {Q{1'b0}};
+    r_rowk = {Q{1'b0}};
+    r_colc = {Q{1'b0}};
+    if (|rq_valid)
+    for (ci = 0; ci < Q; ci = ci + 1) begin
+        if (rq_valid[ci] && (!r_starve || !(|(rq_valid & rq_older[ci*Q +: Q])))) begin
+            eb = rq_bank[ci];
+            if (rq_ok[ci]) begin
+                if (!bank_open[eb])
+                    r_rowa[ci] = act_ok[eb] && (!wr_mode || (prep_ok && !wr_bank_use[eb]));
+                else if (!r_hit[ci] && pre_ok[eb])
+                    r_rowc[ci] = !wr_mode ? (!rd_bank_hit[eb] || r_starve)
+                                          : (prep_ok && !wr_bank_use[eb] && !rd_bank_hit[eb]);
+                r_rowk[ci] = r_rowc[ci] && !wr_bank_hit[eb];
+                r_colc[ci] = !r_blocked[ci] && !wr_mode && r_hit[ci] && col_ok[eb];
+            end else begin
+                r_colc[ci] = !r_blocked[ci] && rd_credit;
+            end
+        end
+    end
+    r_rowc = (|r_rowa) ? r_rowa : (|r_rowk) ? r_rowk : r_rowc;
+    r_rowp = {Q{1'b0}};
+    r_colp = {Q{1'b0}};
+    row_ridx = {QB{1'b0}};
+    col_ridx = {QB{1'b0}};
+    if (|r_rowc)
+    for (ci = 0; ci < Q; ci = ci + 1)
+        if (r_rowc[ci] && !(|(r_rowc & rq_older[ci*Q +: Q]))) begin
+            r_rowp[ci] = 1'b1;
+            row_ridx = ci[QB-1:0];
+        end
+    if (|r_colc)
+    for (ci = 0; ci < Q; ci = ci + 1)
+        if (r_colc[ci] && !(|(r_colc & rq_older[ci*Q +: Q]))) begin
+            r_colp[ci] = 1'b1;
+            col_ridx = ci[QB-1:0];
+        end
+end
+
+always @* begin : sched_wq_pick
+    integer ci;
+    reg [BANK_BITS-1:0] eb;
+    eb = {BANK_BITS{1'b0}};
+    w_rowc = {W{1'b0}};
+    w_rowa = {W{1'b0}};
+    w_rowk = {W{1'b0}};
+    w_colc = {W{1'b0}};
+    if (|wq_valid)
+    for (ci = 0; ci < W; ci = ci + 1) begin
+        if (wq_valid[ci] && (!w_starve || !(|(wq_valid & wq_older[ci*W +: W])))) begin
+            eb = wq_bank[ci];
+            if (!bank_open[eb])
+                w_rowa[ci] = act_ok[eb] && (wr_mode || (prep_ok && !rd_bank_use[eb]));
+            else if (!w_hit[ci] && pre_ok[eb])
+                w_rowc[ci] = wr_mode ? (!wr_bank_hit[eb] || w_starve)
+                                     : (prep_ok && !rd_bank_use[eb] && !wr_bank_hit[eb]);
+            w_rowk[ci] = w_rowc[ci] && !rd_bank_hit[eb];
+            w_colc[ci] = wr_mode && w_hit[ci] && col_ok[eb];
+        end
+    end
+    w_rowc = (|w_rowa) ? w_rowa : (|w_rowk) ? w_rowk : w_rowc;
+    w_rowp = {W{1'b0}};
+    w_colp = {W{1'b0}};
+    row_widx = {WB{1'b0}};
+    col_widx = {WB{1'b0}};
+    if (|w_rowc)
+    for (ci = 0; ci < W; ci = ci + 1)
+        if (w_rowc[ci] && !(|(w_rowc & wq_older[ci*W +: W]))) begin
+            w_rowp[ci] = 1'b1;
+            row_widx = ci[WB-1:0];
+        end
+    if (|w_colc)
+    for (ci = 0; ci < W; ci = ci + 1)
+        if (w_colc[ci] && !(|(w_colc & wq_older[ci*W +: W]))) begin
+            w_colp[ci] = 1'b1;
+            col_widx = ci[WB-1:0];
+        end
+end
+
+// Row command: refresh first (PREA, then REF), else the current direction, else the other.
+always @* begin : sched_row
+    col_wr = !flush && (|w_colp);
+    col_issue = col_wr || (!flush && (|r_colp));
     row_issue = 1'b0;
     ref_issue = 1'b0;
+    row_from_w = 1'b0;
     row_cmd = `DRAM_CMD_NOP;
     row_bank = {BANK_BITS{1'b0}};
     row_row = {ROW_BITS{1'b0}};
-    if (ref_mode) begin
-        if (all_closed) begin
+    if (ref_mode && !flush) begin
+        if (|bank_open) begin
+            if (pre_all_ok) begin
+                row_issue = 1'b1;
+                row_cmd = `DRAM_CMD_PREA;
+            end
+        end else if (act_idle) begin
             row_issue = 1'b1;
             ref_issue = 1'b1;
             row_cmd = `DRAM_CMD_REF;
-        end else begin
-            for (ci = NB - 1; ci >= 0; ci = ci - 1) begin
-                if (bank_open[ci] && t_pre[ci] == 0) begin
-                    row_issue = 1'b1;
-                    row_cmd = `DRAM_CMD_PRE;
-                    row_bank = ci[BANK_BITS-1:0];
-                end
-            end
         end
-    end else if (|row_pick) begin
-        row_issue = 1'b1;
-        row_bank = line_bank(q_line[row_idx]);
-        row_row = line_row(q_line[row_idx]);
-        row_cmd = e_need_act[row_idx] ? `DRAM_CMD_ACT : `DRAM_CMD_PRE;
+    end else if (!flush) begin
+        if (wr_mode ? (|w_rowp) : !(|r_rowp) && (|w_rowp))
+            row_from_w = 1'b1;
+        if ((|r_rowp) || (|w_rowp)) begin
+            row_issue = 1'b1;
+            row_bank = row_from_w ? wq_bank[row_widx] : rq_bank[row_ridx];
+            row_row = line_row(row_from_w ? wq_line[row_widx] : rq_line[row_ridx]);
+            row_cmd = bank_open[row_bank] ? `DRAM_CMD_PRE : `DRAM_CMD_ACT;
+        end
     end
 end
 
 // ---------------------------------------------------------------------------------------------
-// Allocation of new queue entries from the AXI front ends (one per cycle)
-reg [QB-1:0]           free_idx;
-reg                    have_free;
-reg                    rd_req, wr_req, rd_grant, wr_grant, alloc;
-reg                    ar_take, aw_take;
-reg                    alloc_write;
-reg [1:0]              alloc_resp;
-reg [ID_WIDTH-1:0]     alloc_id;
-reg [LINE_BITS-1:0]    alloc_line;
-reg                    alloc_last;
-reg [Q-1:0]            alloc_dep, alloc_older;
-integer ai, aj;
+// Read beats into the read queue (one per cycle)
+reg [QB-1:0]           rfree_idx;
+reg                    have_rfree, rd_grant, ar_take;
+reg [Q-1:0]            ralloc_older, ralloc_dep;
+// Write beats into the write queue: merged into the entry of their line, or a new entry
+reg [WB-1:0]           wfree_idx, wmatch_idx;
+reg                    have_wfree, wmatch, w_take, w_alloc, w_merge, w_last, w_err, aw_take;
+reg [W-1:0]            walloc_older;
+// Read issue: the queued write of the line being read, if any (at most one per line)
+reg [WB-1:0]           fwd_idx;
+reg                    fwd;
+integer ai, fi;
 
 wire [LINE_BITS-1:0] rd_line_addr = rd_addr_reg[LINE_SHIFT +: LINE_BITS];
 wire [LINE_BITS-1:0] wr_line_addr = wr_addr_reg[LINE_SHIFT +: LINE_BITS];
+wire col_rd = col_issue && !col_wr;
+wire col_rd_ok = col_rd && rq_ok[col_ridx];
+wire rd_from_wq;                                  // this RD's line has a queued write (observed
+                                                  // by the bench: reads served from the queue)
 
 always @* begin
-    have_free = 1'b0;
-    free_idx = {QB{1'b0}};
+    have_rfree = 1'b0;
+    rfree_idx = {QB{1'b0}};
     for (ai = Q - 1; ai >= 0; ai = ai - 1) begin
-        if (!q_valid[ai]) begin
-            have_free = 1'b1;
-            free_idx = ai[QB-1:0];
+        if (!rq_valid[ai]) begin
+            have_rfree = 1'b1;
+            rfree_idx = ai[QB-1:0];
         end
     end
-    rd_req = rd_active_reg;
-    // An error write burst needs a queue entry only for its last beat (the B response).
-    wr_req = wr_active_reg && s_axi_wvalid && (wr_resp_reg == RESP_OKAY || wr_cnt_reg == 0);
-    rd_grant = have_free && rd_req && (!wr_req || !alloc_prio_wr);
-    wr_grant = have_free && wr_req && (!rd_req || alloc_prio_wr);
-    alloc = rd_grant || wr_grant;
-    ar_take = s_axi_arvalid && (!rd_active_reg || (rd_grant && rd_cnt_reg == 0));
-    aw_take = s_axi_awvalid && (!wr_active_reg || (wr_grant && wr_cnt_reg == 0));
-
-    alloc_write = wr_grant;
-    alloc_resp = wr_grant ? wr_resp_reg : rd_resp_reg;
-    alloc_id = wr_grant ? wr_id_reg : rd_id_reg;
-    alloc_line = wr_grant ? wr_line_addr : rd_line_addr;
-    alloc_last = wr_grant ? (wr_cnt_reg == 0) : (rd_cnt_reg == 0);
-    for (aj = 0; aj < Q; aj = aj + 1) begin
-        alloc_older[aj] = q_valid[aj] && !(col_issue && col_idx == aj[QB-1:0]);
-        alloc_dep[aj] = alloc_older[aj]
-            && ((q_id[aj] == alloc_id && q_write[aj] == alloc_write)
-                || (alloc_resp == RESP_OKAY && q_resp[aj] == RESP_OKAY && q_line[aj] == alloc_line
-                    && (alloc_write || q_write[aj])));
-    end
+    rd_grant = rd_active_reg && have_rfree;
+    ar_take = !flush && s_axi_arvalid && (!rd_active_reg || (rd_grant && rd_cnt_reg == 0));
+    ralloc_older = rq_valid & ~({{Q-1{1'b0}}, col_rd} << col_ridx);
+    ralloc_dep = {Q{1'b0}};
+    if (rd_grant)
+        for (ai = 0; ai < Q; ai = ai + 1)
+            ralloc_dep[ai] = ralloc_older[ai] && rq_id[ai] == rd_id_reg;
 end
 
-assign s_axi_arready = !rd_active_reg || (rd_grant && rd_cnt_reg == 0);
-assign s_axi_awready = !wr_active_reg || (wr_grant && wr_cnt_reg == 0);
-assign s_axi_wready = wr_active_reg
-    && (wr_grant || (wr_resp_reg != RESP_OKAY && wr_cnt_reg != 0));
+always @* begin
+    w_last = wr_cnt_reg == 0;
+    w_err = wr_resp_reg != RESP_OKAY;
+    have_wfree = wq_count != W[WB:0];
+    walloc_older = wq_valid & ~({{W-1{1'b0}}, col_wr} << col_widx);
+    wfree_idx = {WB{1'b0}};
+    wmatch = 1'b0;
+    wmatch_idx = {WB{1'b0}};
+    if (wr_active_reg && !w_err)
+        for (ai = W - 1; ai >= 0; ai = ai - 1) begin
+            if (!wq_valid[ai])
+                wfree_idx = ai[WB-1:0];
+            // the entry being written to DRAM this cycle takes no more data
+            if (walloc_older[ai] && wq_line[ai] == wr_line_addr) begin
+                wmatch = 1'b1;
+                wmatch_idx = ai[WB-1:0];
+            end
+        end
+    // a beat is taken when it has a place (error beats need none) and, if it ends the burst,
+    // the B FIFO has room for the response
+    w_take = !flush && wr_active_reg && s_axi_wvalid && (w_err || wmatch || have_wfree)
+             && (!w_last || b_credit);
+    w_merge = w_take && !w_err && wmatch;
+    w_alloc = w_take && !w_err && !wmatch;
+    aw_take = !flush && s_axi_awvalid && (!wr_active_reg || (w_take && w_last));
+end
+
+// the queued write of the line a RD reads, if any (at most one per line)
+always @* begin
+    fwd = 1'b0;
+    fwd_idx = {WB{1'b0}};
+    if (col_rd_ok)
+        for (fi = W - 1; fi >= 0; fi = fi - 1)
+            if (wq_valid[fi] && wq_line[fi] == rq_line[col_ridx]) begin
+                fwd = 1'b1;
+                fwd_idx = fi[WB-1:0];
+            end
+end
+
+// The write queue entry a beat goes to (its merged line and strobes are written in the
+// clocked block, where they are computed only for a beat that is taken).
+wire [WB-1:0]         wq_widx = w_merge ? wmatch_idx : wfree_idx;
+
+// The storage's write port: a WR command's line, or while flushing the lowest queued line.
+reg [WB-1:0]           flush_idx;
+integer li;
+always @* begin
+    flush_idx = {WB{1'b0}};
+    if (flush)
+        for (li = W - 1; li >= 0; li = li - 1)
+            if (wq_valid[li])
+                flush_idx = li[WB-1:0];
+end
+wire                  mem_we = col_wr || flush;
+wire [WB-1:0]         mem_widx = flush ? flush_idx : col_widx;
+wire [LINE_BITS-1:0]  mem_wline = wq_line[mem_widx];
+
+assign s_axi_arready = !flush && (!rd_active_reg || (rd_grant && rd_cnt_reg == 0));
+assign s_axi_awready = !flush && (!wr_active_reg || (w_take && w_last));
+assign s_axi_wready = !flush && wr_active_reg && (w_err || wmatch || have_wfree) && (!w_last || b_credit);
 
 // ---------------------------------------------------------------------------------------------
 // R and B outputs
@@ -518,19 +806,27 @@ assign s_axi_bvalid = bf_count != 0;
 assign s_axi_bid = bf_id[bf_rp];
 assign s_axi_bresp = bf_resp[bf_rp];
 
+assign rd_from_wq = col_rd_ok && fwd;
 wire r_pop = s_axi_rvalid && s_axi_rready;
 wire b_pop = s_axi_bvalid && s_axi_bready;
-wire col_is_write = q_write[col_idx];
-wire col_is_err = q_resp[col_idx] != RESP_OKAY;
-wire rd_push = col_issue && !col_is_write;
-wire b_push = col_issue && col_is_write && q_last[col_idx];
-wire [BANK_BITS-1:0] col_bank = line_bank(q_line[col_idx]);
+wire b_push = w_take && w_last;
+wire [BANK_BITS-1:0] col_bank = col_wr ? wq_bank[col_widx] : rq_bank[col_ridx];
+wire [LINE_BITS-1:0] col_line = col_wr ? wq_line[col_widx] : rq_line[col_ridx];
+wire col_dram = col_wr || col_rd_ok;              // a RD or WR command
 wire [BG_BITS-1:0] col_bg = col_bank[BANK_BITS-1 -: BG_BITS];
 wire [BG_BITS-1:0] row_bg = row_bank[BANK_BITS-1 -: BG_BITS];
-wire queue_busy = |q_valid;
+wire [1:0] col_class = col_wr ? wq_class[col_widx] : rq_class[col_ridx];
+wire row_act = row_issue && row_cmd == `DRAM_CMD_ACT;
+wire row_pre = row_issue && row_cmd == `DRAM_CMD_PRE;
+wire [1:0] row_class = row_from_w ? wq_class[row_widx] : rq_class[row_ridx];
+// the queue's oldest request issued: its starvation count restarts
+wire r_head_issue = col_rd && !(|(rq_valid & rq_older[col_ridx*Q +: Q]));
+wire w_head_issue = col_wr && !(|(wq_valid & wq_older[col_widx*W +: W]));
+wire queue_busy = (|rq_valid) || (|wq_valid);
+wire idle = !queue_busy && !rd_active_reg && !wr_active_reg;
 // The burst length comes from AW; WLAST carries nothing the controller needs.
 wire unused_ok = &{1'b0, s_axi_wlast};
-integer si, sk;
+integer si;
 
 // ---------------------------------------------------------------------------------------------
 // State update
@@ -561,36 +857,75 @@ always @(posedge clk) begin
         wr_burst_reg <= s_axi_awburst;
         wr_id_reg <= s_axi_awid;
         wr_resp_reg <= burst_resp(s_axi_awaddr, s_axi_awlen, s_axi_awsize, s_axi_awburst);
-    end else if (s_axi_wready && s_axi_wvalid) begin
+    end else if (w_take) begin
         wr_addr_reg <= next_addr(wr_addr_reg, wr_size_reg, wr_burst_reg, wr_wmask_reg);
         wr_cnt_reg <= wr_cnt_reg - 1'b1;
-        if (wr_cnt_reg == 0) wr_active_reg <= 1'b0;
+        if (w_last) wr_active_reg <= 1'b0;
     end
-    if (rd_req && wr_req && have_free)
-        alloc_prio_wr <= !alloc_prio_wr;
 
-    // --- queue
-    if (alloc) begin
-        q_valid[free_idx] <= 1'b1;
-        q_write[free_idx] <= alloc_write;
-        q_last[free_idx] <= alloc_last;
-        q_resp[free_idx] <= alloc_resp;
-        q_id[free_idx] <= alloc_id;
-        q_line[free_idx] <= alloc_resp == RESP_OKAY ? alloc_line : {LINE_BITS{1'b0}};
-        q_data[free_idx] <= s_axi_wdata;
-        q_strb[free_idx] <= s_axi_wstrb;
-        q_class[free_idx] <= CLASS_HIT;
-        q_older[free_idx] <= alloc_older;
-        q_dep[free_idx] <= alloc_dep;
-        for (si = 0; si < Q; si = si + 1) begin
-            if (si[QB-1:0] != free_idx) begin
-                q_older[si][free_idx] <= 1'b0;
-                q_dep[si][free_idx] <= 1'b0;
-            end
-        end
+    // --- read queue
+    if (rd_grant) begin
+        rq_valid[rfree_idx] <= 1'b1;
+        rq_ok[rfree_idx] <= rd_resp_reg == RESP_OKAY;
+        rq_last[rfree_idx] <= rd_cnt_reg == 0;
+        rq_resp[rfree_idx] <= rd_resp_reg;
+        rq_id[rfree_idx] <= rd_id_reg;
+        rq_line[rfree_idx] <= rd_resp_reg == RESP_OKAY ? rd_line_addr : {LINE_BITS{1'b0}};
+        rq_bank[rfree_idx] <= line_bank(rd_resp_reg == RESP_OKAY ? rd_line_addr
+                                                                  : {LINE_BITS{1'b0}});
+        rq_class[rfree_idx] <= CLASS_HIT;
+        rq_older <= matrix_alloc_q(rq_older, rfree_idx, ralloc_older);
+        rq_dep <= matrix_alloc_q(rq_dep, rfree_idx, ralloc_dep);
     end
-    if (col_issue)
-        q_valid[col_idx] <= 1'b0;
+    if (col_rd)
+        rq_valid[col_ridx] <= 1'b0;
+
+    // --- write queue
+    // (a beat presented during reset is not taken: rst resets the front end after this cycle)
+    if (w_alloc && !rst) begin
+        wq_valid[wfree_idx] <= 1'b1;
+        wq_line[wfree_idx] <= wr_line_addr;
+        wq_bank[wfree_idx] <= line_bank(wr_line_addr);
+        wq_class[wfree_idx] <= CLASS_HIT;
+        wq_older <= matrix_alloc_w(wq_older, wfree_idx, walloc_older);
+    end
+    if (w_alloc && !rst) begin
+        wq_data[wq_widx] <= s_axi_wdata;
+        wq_strb[wq_widx] <= s_axi_wstrb;
+    end else if (w_merge && !rst) begin
+        wq_data[wq_widx] <= merge_line(wq_data[wq_widx], s_axi_wdata, s_axi_wstrb);
+        wq_strb[wq_widx] <= wq_strb[wq_widx] | s_axi_wstrb;
+    end
+    if (mem_we) begin
+        mem[mem_wline] <= merge_line(mem[mem_wline], wq_data[mem_widx], wq_strb[mem_widx]);
+        wq_valid[mem_widx] <= 1'b0;
+    end
+    wq_count <= wq_count + {{WB{1'b0}}, w_alloc && !rst} - {{WB{1'b0}}, mem_we};
+    if (rst)
+        wq_flush <= 1'b1;
+    else if (!(|wq_valid))
+        wq_flush <= 1'b0;
+
+    // --- direction
+    if (flush) begin
+        wr_mode <= 1'b0;
+    end else if (!wr_mode) begin
+        if (wq_count != 0 && (!rd_waiting
+                || ((wq_count >= WQ_HIGH[WB:0] || w_starve) && (!r_starve || !rd_credit)))) begin
+            wr_mode <= 1'b1;
+            wr_forced <= rd_waiting;
+        end
+    end else begin
+        // an opportunistic drain that reaches WQ_HIGH goes on down to WQ_LOW
+        if (wq_count >= WQ_HIGH[WB:0])
+            wr_forced <= 1'b1;
+        if (wq_count == 0
+                || (!w_starve && rd_waiting
+                    && ((r_starve && rd_credit)
+                        || (wr_forced ? wq_count <= WQ_LOW[WB:0] && !(|(wq_valid & w_hit))
+                                      : wq_count < WQ_HIGH[WB:0]))))
+            wr_mode <= 1'b0;
+    end
 
     // --- timing counters
     for (si = 0; si < NB; si = si + 1) begin
@@ -626,12 +961,15 @@ always @(posedge clk) begin
                 else if (t_faw[1] == 0) t_faw[1] <= hold(t_faw[1], T_FAW);
                 else if (t_faw[2] == 0) t_faw[2] <= hold(t_faw[2], T_FAW);
                 else t_faw[3] <= hold(t_faw[3], T_FAW);
-                if (q_class[row_idx] == CLASS_HIT) q_class[row_idx] <= CLASS_MISS;
             end
             `DRAM_CMD_PRE: begin
                 bank_open[row_bank] <= 1'b0;
                 t_act[row_bank] <= hold(t_act[row_bank], T_RP);
-                if (!ref_mode && q_class[row_idx] == CLASS_HIT) q_class[row_idx] <= CLASS_CONFLICT;
+            end
+            `DRAM_CMD_PREA: begin
+                bank_open <= {NB{1'b0}};
+                for (si = 0; si < NB; si = si + 1)
+                    t_act[si] <= hold(t_act[si], T_RP);
             end
             default: begin // REF
                 for (si = 0; si < NB; si = si + 1)
@@ -640,15 +978,19 @@ always @(posedge clk) begin
             end
         endcase
     end
+    // the first command a burst needed classifies it (hit, miss, conflict)
+    if ((row_act || row_pre) && row_class == CLASS_HIT) begin
+        if (row_from_w)
+            wq_class[row_widx] <= row_act ? CLASS_MISS : CLASS_CONFLICT;
+        else
+            rq_class[row_ridx] <= row_act ? CLASS_MISS : CLASS_CONFLICT;
+    end
 
     // --- column command
-    if (col_issue && !col_is_err) begin
+    if (col_dram) begin
         t_ccd_l[col_bg] <= hold(t_ccd_l[col_bg], COL_TO_COL_L);
         t_ccd_s <= hold(t_ccd_s, COL_TO_COL_S);
-        if (col_is_write) begin
-            for (sk = 0; sk < LINE_BYTES; sk = sk + 1)
-                if (q_strb[col_idx][sk])
-                    mem[q_line[col_idx]][sk*8 +: 8] <= q_data[col_idx][sk*8 +: 8];
+        if (col_wr) begin
             t_pre[col_bank] <= hold(t_pre[col_bank], WRITE_TO_PRE);
             t_wtr_l[col_bg] <= hold(t_wtr_l[col_bg], WRITE_TO_RD_L);
             t_wtr_s <= hold(t_wtr_s, WRITE_TO_RD_S);
@@ -658,17 +1000,24 @@ always @(posedge clk) begin
         end
     end
 
-    // --- read return: T_CL delay line into the R FIFO
-    pipe_valid <= {pipe_valid[T_CL-2:0], rd_push};
+    // --- read return: T_CL delay line into the R FIFO; a read of a line with a queued write
+    //     returns the queued bytes over the DRAM data
+    pipe_valid <= {pipe_valid[T_CL-2:0], col_rd};
     for (si = T_CL - 1; si > 0; si = si - 1) begin
         pipe_data[si] <= pipe_data[si-1];
         pipe_id[si] <= pipe_id[si-1];
         pipe_resp[si] <= pipe_resp[si-1];
     end
-    pipe_last <= {pipe_last[T_CL-2:0], q_last[col_idx]};
-    pipe_data[0] <= col_is_err ? {DATA_WIDTH{1'b0}} : mem[q_line[col_idx]];
-    pipe_id[0] <= q_id[col_idx];
-    pipe_resp[0] <= q_resp[col_idx];
+    pipe_last <= {pipe_last[T_CL-2:0], rq_last[col_ridx]};
+    // what a RD reads: the storage, with the line's queued write merged over it
+    if (!rq_ok[col_ridx])
+        pipe_data[0] <= {DATA_WIDTH{1'b0}};
+    else if (rd_from_wq)
+        pipe_data[0] <= merge_line(mem[rq_line[col_ridx]], wq_data[fwd_idx], wq_strb[fwd_idx]);
+    else
+        pipe_data[0] <= mem[rq_line[col_ridx]];
+    pipe_id[0] <= rq_id[col_ridx];
+    pipe_resp[0] <= rq_resp[col_ridx];
     if (pipe_valid[T_CL-1]) begin
         rf_data[rf_wp] <= pipe_data[T_CL-1];
         rf_id[rf_wp] <= pipe_id[T_CL-1];
@@ -679,12 +1028,12 @@ always @(posedge clk) begin
     if (r_pop)
         rf_rp <= rf_rp + 1'b1;
     rf_count <= rf_count + {{RB-1{1'b0}}, pipe_valid[T_CL-1]} - {{RB-1{1'b0}}, r_pop};
-    rd_outstanding <= rd_outstanding + {{RB-1{1'b0}}, rd_push} - {{RB-1{1'b0}}, r_pop};
+    rd_outstanding <= rd_outstanding + {{RB-1{1'b0}}, col_rd} - {{RB-1{1'b0}}, r_pop};
 
-    // --- write responses
+    // --- write responses: when the burst's last beat is queued
     if (b_push) begin
-        bf_id[bf_wp] <= q_id[col_idx];
-        bf_resp[bf_wp] <= q_resp[col_idx];
+        bf_id[bf_wp] <= wr_id_reg;
+        bf_resp[bf_wp] <= wr_resp_reg;
         bf_wp <= bf_wp + 1'b1;
     end
     if (b_pop)
@@ -692,26 +1041,34 @@ always @(posedge clk) begin
     bf_count <= bf_count + {{BB-1{1'b0}}, b_push} - {{BB-1{1'b0}}, b_pop};
 
     // --- refresh: owe one REF every T_REFI; refresh when idle, or when postponing no further
+    //     (debt or distance to the previous REF)
     ref_timer <= (ref_timer == T_REFI[TW-1:0] - 1'b1) ? {TW{1'b0}} : ref_timer + 1'b1;
     ref_pending <= ref_pending + {3'd0, ref_timer == T_REFI[TW-1:0] - 1'b1}
                    - {3'd0, ref_issue};
     if (ref_issue)
+        ref_gap <= 32'd0;
+    else if (ref_gap != 32'hffffffff)
+        ref_gap <= ref_gap + 1'b1;
+    if (ref_issue)
         ref_mode <= 1'b0;
-    else if (ref_pending > REF_POSTPONE_MAX[3:0]
-             || (ref_pending != 0 && !queue_busy && !rd_active_reg && !wr_active_reg))
+    else if (ref_urgent || (ref_pending != 0 && idle))
         ref_mode <= 1'b1;
 
-    // --- starvation guard: cycles the oldest entry has waited
-    if (!queue_busy || head_issue)
-        head_wait <= {TW{1'b0}};
-    else if (head_wait != {TW{1'b1}})
-        head_wait <= head_wait + 1'b1;
+    // --- starvation guard: cycles each queue's oldest entry has waited
+    if (!(|rq_valid) || r_head_issue)
+        rq_wait <= {TW{1'b0}};
+    else if (rq_wait != {TW{1'b1}})
+        rq_wait <= rq_wait + 1'b1;
+    if (!(|wq_valid) || w_head_issue)
+        wq_wait <= {TW{1'b0}};
+    else if (wq_wait != {TW{1'b1}})
+        wq_wait <= wq_wait + 1'b1;
 
     // --- statistics
-    if (col_issue && !col_is_err) begin
-        if (col_is_write) cnt_wr <= cnt_wr + 1'b1;
+    if (col_dram) begin
+        if (col_wr) cnt_wr <= cnt_wr + 1'b1;
         else cnt_rd <= cnt_rd + 1'b1;
-        case (q_class[col_idx])
+        case (col_class)
             CLASS_MISS: cnt_miss <= cnt_miss + 1'b1;
             CLASS_CONFLICT: cnt_conflict <= cnt_conflict + 1'b1;
             default: cnt_hit <= cnt_hit + 1'b1;
@@ -728,18 +1085,24 @@ always @(posedge clk) begin
     tr_row_cmd <= row_cmd;
     tr_row_bank <= row_bank;
     tr_row_row <= row_row;
-    tr_col_valid <= col_issue && !col_is_err;
-    tr_col_cmd <= col_is_write ? `DRAM_CMD_WR : `DRAM_CMD_RD;
-    tr_col_bank <= col_bank;
-    tr_col_row <= line_row(q_line[col_idx]);
-    tr_col_col <= q_line[col_idx][BG_BITS +: COL_BITS];
+    tr_col_valid <= col_dram;
+    if (col_dram) begin    // (else held: an idle queue entry's fields may be undefined)
+        tr_col_cmd <= col_wr ? `DRAM_CMD_WR : `DRAM_CMD_RD;
+        tr_col_bank <= col_bank;
+        tr_col_row <= line_row(col_line);
+        tr_col_col <= line_col(col_line);
+    end
 
     if (rst) begin
+        // Storage keeps its contents through reset, and so do writes already acknowledged:
+        // the write queue is left to the flush (above), which writes its lines to the storage
+        // during and after reset, one per cycle, before a new request is taken.
         cycle <= 64'd0;
         rd_active_reg <= 1'b0;
         wr_active_reg <= 1'b0;
-        alloc_prio_wr <= 1'b0;
-        q_valid <= {Q{1'b0}};
+        rq_valid <= {Q{1'b0}};
+        wr_mode <= 1'b0;
+        wr_forced <= 1'b0;
         bank_open <= {NB{1'b0}};
         for (si = 0; si < NB; si = si + 1) begin
             t_act[si] <= {TW{1'b0}};
@@ -760,6 +1123,7 @@ always @(posedge clk) begin
         t_rfc_busy <= {TW{1'b0}};
         ref_timer <= {TW{1'b0}};
         ref_pending <= 4'd0;
+        ref_gap <= 32'd0;
         ref_mode <= 1'b0;
         pipe_valid <= {T_CL{1'b0}};
         rf_count <= {RB{1'b0}};
@@ -769,7 +1133,8 @@ always @(posedge clk) begin
         bf_count <= {BB{1'b0}};
         bf_wp <= {BPW{1'b0}};
         bf_rp <= {BPW{1'b0}};
-        head_wait <= {TW{1'b0}};
+        rq_wait <= {TW{1'b0}};
+        wq_wait <= {TW{1'b0}};
         cnt_rd <= 64'd0;
         cnt_wr <= 64'd0;
         cnt_hit <= 64'd0;
@@ -780,6 +1145,15 @@ always @(posedge clk) begin
         cnt_busy <= 64'd0;
         tr_row_valid <= 1'b0;
         tr_col_valid <= 1'b0;
+        // the whole trace is defined from reset on (trace_packed is read as one number)
+        tr_cycle <= 64'd0;
+        tr_row_cmd <= `DRAM_CMD_NOP;
+        tr_row_bank <= {BANK_BITS{1'b0}};
+        tr_row_row <= {ROW_BITS{1'b0}};
+        tr_col_cmd <= `DRAM_CMD_NOP;
+        tr_col_bank <= {BANK_BITS{1'b0}};
+        tr_col_row <= {ROW_BITS{1'b0}};
+        tr_col_col <= {COL_BITS{1'b0}};
     end
 end
 
@@ -804,6 +1178,15 @@ assign trace_col_bg = tr_col_bank[BANK_BITS-1 -: BG_BITS];
 assign trace_col_ba = tr_col_bank[BA_BITS-1:0];
 assign trace_col_col = {{32-COL_BITS{1'b0}}, tr_col_col};
 assign trace_col_row = {{32-ROW_BITS{1'b0}}, tr_col_row};
+
+// The trace packed into one vector (layout: pyhost/spec/dram.py TRACE_FIELDS), so that a bench
+// monitor reads one signal per cycle; with the R channel's live valid and OKAY-beat bits. Only
+// simulation reads it (a lean build drops it).
+wire trace_r_valid = s_axi_rvalid;
+wire trace_r_beat = s_axi_rvalid && s_axi_rready && s_axi_rresp == RESP_OKAY;
+/* verilator lint_off UNUSEDSIGNAL */
+wire [`DRAM_TRACE_WIDTH-1:0] trace_packed = `DRAM_TRACE_PACK;
+/* verilator lint_on UNUSEDSIGNAL */
 
 endmodule
 

@@ -9,12 +9,19 @@
 `define DRAM_CMD_REF 3'd3
 `define DRAM_CMD_RD 3'd4
 `define DRAM_CMD_WR 3'd5
+`define DRAM_CMD_PREA 3'd6
 
 // Geometry of one rank (x8 devices, 64-bit channel)
 `define DRAM_BG_BITS 2
 `define DRAM_BA_BITS 2
 `define DRAM_COL_BITS 7
 `define DRAM_REF_POSTPONE_MAX 8
+`define DRAM_ADDR_HASH 1
+
+// The packed command trace (dram_ctrl's trace_packed): its width, and the
+// concatenation of the trace_<field> signals, most significant first
+`define DRAM_TRACE_WIDTH 178
+`define DRAM_TRACE_PACK {trace_r_beat, trace_r_valid, trace_col_row, trace_col_col, trace_col_ba, trace_col_bg, trace_col_cmd, trace_col_valid, trace_row_row, trace_row_ba, trace_row_bg, trace_row_cmd, trace_row_valid, trace_cycle}
 
 // Default timings: DDR4-3200AA in controller cycles (1:4 clock ratio, 2.5 ns)
 `define DRAM_T_CL 6

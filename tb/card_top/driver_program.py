@@ -44,6 +44,11 @@ ALIGN_LENGTHS = (1, 2, 3, 4, 5, 7, 8, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255
                  512, 513, 1023, 1024, 1025, 4095, 4096, 4097, 8191, 8192, 8193)
 ALIGN_LENGTHS_REDUCED = (1, 3, 63, 64, 65, 4095, 4096, 4097, 8191)
 CARD_OFFSETS_REDUCED = (0, 1, 4095)
+#: Bytes of guard at least after each alignment case's destination (the next slot starts at a
+#: page boundary after them).
+ALIGN_GUARD = 64
+#: check_copy_on_card reads back its whole span after this many copies (and after the last).
+COPY_SPAN_EVERY = 8
 CHAIN_LENGTHS = (*range(1, 18), 31, 32, 33, 63, 64, 65, 127, 128, 129, 200, 255, 256)
 CHAIN_LENGTHS_REDUCED = (1, 2, 17, 256)
 REQUEST_SIZES = (128, 256, 512, 1024, 2048, 4096)
@@ -251,11 +256,18 @@ def check_alignment(drv: PcieDriver, *, reduced: bool = False, card_base: int = 
     lengths = lengths or (ALIGN_LENGTHS_REDUCED if reduced else ALIGN_LENGTHS)
     host_offsets = host_offsets or EDGE_OFFSETS
     card_offsets = card_offsets or (CARD_OFFSETS_REDUCED if reduced else EDGE_OFFSETS)
-    # A slot: a guard page, the destination starting in the second page, guard to the end.
-    slot = PAGE * (2 + math.ceil((max(lengths) + PAGE) / PAGE))
     cases = [(ho, co, n) for n in lengths for ho in host_offsets for co in card_offsets]
-    per_group = min(min(1 << 20, CARD_WINDOW) // slot, len(cases))
-    window = per_group * slot
+    # Each case has a slot of whole pages on both sides, its destination at the case's offset
+    # into the slot's first page and at least ALIGN_GUARD bytes after it; the bytes between two
+    # destinations (and a guard page before the first) are guards, compared like the rest.
+    sizes = [PAGE * math.ceil((max(ho, co) + n + ALIGN_GUARD) / PAGE) for ho, co, n in cases]
+    groups: list[list[int]] = [[]]
+    for k, size in enumerate(sizes):     # groups of at most 1 MiB of slots
+        if groups[-1] and PAGE + sum(sizes[i] for i in groups[-1]) + size > min(1 << 20,
+                                                                              CARD_WINDOW):
+            groups.append([])
+        groups[-1].append(k)
+    window = max(PAGE + sum(sizes[i] for i in g) for g in groups)
     rng = np.random.default_rng(seed)
     with _scratch(drv) as s:
         src, dst, staging = s.alloc(window), s.alloc(window), s.alloc(window)
@@ -263,37 +275,42 @@ def check_alignment(drv: PcieDriver, *, reduced: bool = False, card_base: int = 
         # phase left (checked byte for byte), so each group moves one window, not three.
         card = _random(rng, window)
         _card_put(drv, staging, card_base, card)
-        for g in range(0, len(cases), per_group):
-            group = cases[g:g + per_group]
+        for group in groups:
+            starts = np.cumsum([PAGE] + [sizes[i] for i in group])   # slot starts, then the end
+            span = int(starts[-1])
 
-            def locate(i: int, group: list[tuple[int, int, int]] = group) -> str:
-                ho, co, n = group[i // slot]
-                return (f"slot {i // slot}: host offset {ho}, card offset {co}, length {n}, "
-                        f"byte {i % slot - PAGE} of the slot's 4 KiB-aligned start")
+            def locate(i: int, group: list[int] = group, starts: np.ndarray = starts) -> str:
+                if i < PAGE:
+                    return f"the guard page before the first slot, byte {i}"
+                j = int(np.searchsorted(starts, i, side="right")) - 1
+                ho, co, n = cases[group[j]]
+                return (f"slot {j}: host offset {ho}, card offset {co}, length {n}, "
+                        f"byte {i - int(starts[j])} of the slot's 4 KiB-aligned start")
 
-            # H2C: one call per case over the known card window, compare the whole window.
-            data = _random(rng, window)
-            src.view()[:] = data
+            # H2C: one call per case over the known card window, compare the group's span.
+            data = _random(rng, span)
+            src.view(0, span)[:] = data
             expected = card.copy()
-            for k, (ho, co, n) in enumerate(group):
-                h, c = k * slot + PAGE + ho, k * slot + PAGE + co
+            for j, k in enumerate(group):
+                ho, co, n = cases[k]
+                h, c = int(starts[j]) + ho, int(starts[j]) + co
                 drv.write_data(src.address + h, n, card_base + c)
                 expected[c:c + n] = data[h:h + n]
-            _compare("H2C alignment", _card_get(drv, staging, card_base, window), expected,
-                     locate)
+            _compare("H2C alignment", _card_get(drv, staging, card_base, span),
+                     expected[:span], locate)
             card = expected
 
             # C2H: from the card window as checked, guard pattern in host memory, compare the
-            # host window.
-            data = card
-            guard = _random(rng, window)
-            dst.view()[:] = guard
+            # host span.
+            guard = _random(rng, span)
+            dst.view(0, span)[:] = guard
             expected = guard.copy()
-            for k, (ho, co, n) in enumerate(group):
-                h, c = k * slot + PAGE + ho, k * slot + PAGE + co
+            for j, k in enumerate(group):
+                ho, co, n = cases[k]
+                h, c = int(starts[j]) + ho, int(starts[j]) + co
                 drv.read_data(card_base + c, n, dst.address + h)
-                expected[h:h + n] = data[c:c + n]
-            _compare("C2H alignment", dst.view(), expected, locate)
+                expected[h:h + n] = card[c:c + n]
+            _compare("C2H alignment", dst.view(0, span), expected, locate)
 
 
 def check_request_limits(drv: PcieDriver, *, reduced: bool = False, card_base: int = 0,
@@ -418,8 +435,9 @@ def check_copy_on_card(drv: PcieDriver, *, reduced: bool = False, card_base: int
             cases.append((PAGE + dist, PAGE, n))          # move down over itself
             cases.append((PAGE, PAGE + dist, n))          # move up over itself
     span = 16 * PAGE
-    # Longer than one descriptor (capped so an RTL bench with a 1 MiB chunk stays quick).
-    big = min(drv.chunk_bytes * 2 + 100, CARD_WINDOW // 4)
+    # Longer than one descriptor: a full one and a partial one (capped so an RTL bench with a
+    # 1 MiB chunk stays quick: its host memory serves about 200 KB per second of wall time).
+    big = min(drv.chunk_bytes + 100, CARD_WINDOW // 4)
     big_span = 2 * big + 2 * PAGE                          # source, gap, destination, guards
     rng = np.random.default_rng(seed)
     with _scratch(drv) as s:
@@ -427,18 +445,27 @@ def check_copy_on_card(drv: PcieDriver, *, reduced: bool = False, card_base: int
         # The span's contents are known: random once, then what the last copy left (checked
         # byte for byte), so each case moves the span once; the destination and a line either
         # side get fresh bytes first, so a copy that leaves them alone cannot pass.
+        # Each copy's destination and a line either side are read back after it; the whole
+        # span every COPY_SPAN_EVERY copies and after the last, so a stray write anywhere in it
+        # is caught within that many copies.
         card = _random(rng, span)
         _card_put(drv, staging, card_base, card)
-        for so, do, n in cases:
+        first = 0
+        for k, (so, do, n) in enumerate(cases):
             lo, hi = max(0, do - 64), min(span, do + n + 64)
             card[lo:hi] = _random(rng, hi - lo)
             _card_put(drv, staging, card_base + lo, card[lo:hi])
             drv.copy_on_card(card_base + so, n, card_base + do)
             expected = card.copy()
             expected[do:do + n] = card[so:so + n]
-            _compare(f"copy {n} bytes from +{so:#x} to +{do:#x}",
-                     _card_get(drv, staging, card_base, span), expected)
+            what = f"copy {n} bytes from +{so:#x} to +{do:#x}"
+            _compare(f"{what} (its destination and a line either side, from +{lo:#x})",
+                     _card_get(drv, staging, card_base + lo, hi - lo), expected[lo:hi])
             card = expected
+            if k - first + 1 == COPY_SPAN_EVERY or k == len(cases) - 1:
+                _compare(f"the {span}-byte span after copies {first}..{k} (the last: {what})",
+                         _card_get(drv, staging, card_base, span), card)
+                first = k + 1
         # Fresh source bytes and a fresh line either side of the destination; the destination
         # and those lines are read back (a copy that leaves the destination alone fails: its
         # old bytes are not the source's).
@@ -465,7 +492,7 @@ def check_batched_calls(drv: PcieDriver, *, reduced: bool = False, card_base: in
     descriptors, dependent card copies (split into two chains), empty batches, byte stats."""
     _check_card_base(drv, card_base)
     rng = np.random.default_rng(seed)
-    big = min(2 * drv.chunk_bytes + 123, CARD_WINDOW // 4)
+    big = min(drv.chunk_bytes + 123, CARD_WINDOW // 4)   # a full descriptor and a partial one
     sizes = [big, 1, 4096, 777, 3 * PAGE + 1]
     with _scratch(drv) as s:
         srcs = [s.alloc(n) for n in sizes]

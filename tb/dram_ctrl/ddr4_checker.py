@@ -1,8 +1,14 @@
 """DDR4 command-trace checker: every command against every timing rule of the controller.
 
 Pure Python, so it is unit-tested on hand-made traces (tests/tb/test_ddr4_checker.py) and then
-used by the dram_ctrl bench, which feeds it the controller's command-trace ports cycle by cycle.
-All times are controller cycles; rules follow JEDEC DDR4 with the controller's parameter names.
+used by the dram_ctrl and card benches, which feed it the controller's command-trace ports
+(tb/dram_ctrl/monitor.py). All times are controller cycles; rules follow JEDEC DDR4 with the
+controller's parameter names.
+
+Refresh is checked both ways JEDEC limits postponing it: the debt (REFs due since ``start``
+minus REFs issued) never exceeds ``ref_postpone_max + 1``, and no two REFs, nor ``start`` (reset,
+when the DRAM is taken to be freshly refreshed) and the first REF, are more than
+``(ref_postpone_max + 1) * tREFI`` apart. ``max_ref_gap`` is the longest such distance seen.
 """
 
 from __future__ import annotations
@@ -53,6 +59,8 @@ class Ddr4Checker:
         self.last_rd = NEVER
         self.last_wr = NEVER
         self.last_ref = NEVER
+        self.prev_ref = self.start     # for the REF-to-REF distance: reset counts as a refresh
+        self.max_ref_gap = 0
         self.refs = 0
         self.rd_times: deque[int] = deque()
         self.now = self.start
@@ -67,7 +75,21 @@ class Ddr4Checker:
             self._fail(t, f"{what} violates {rule}: {t - since} cycles after the previous "
                           f"command, need >= {need}")
 
+    @property
+    def ref_gap_limit(self) -> int:
+        """The longest legal distance between two REFs (or reset and the first REF)."""
+        return (self.ref_postpone_max + 1) * self.timing.REFI
+
+    def refresh_deadline(self) -> int:
+        """The last cycle by which the next REF must have been issued."""
+        return self.prev_ref + self.ref_gap_limit
+
     def _refresh_due(self, t: int) -> None:
+        if t > self.refresh_deadline():
+            what = "reset" if self.refs == 0 else f"the REF at cycle {self.prev_ref}"
+            self._fail(t, f"refresh late: no REF for {t - self.prev_ref} cycles since {what}, "
+                          f"at most {self.ref_gap_limit} allowed ((postponed "
+                          f"{self.ref_postpone_max} + 1) x tREFI={self.timing.REFI})")
         due = (t - self.start + 1) // self.timing.REFI
         owed = due - self.refs
         if owed > self.ref_postpone_max + 1:
@@ -114,6 +136,15 @@ class Ddr4Checker:
             self._gap(t, bank.rd, tm.RTP, "tRTP", where)
             self._gap(t, bank.wr, tm.CWL + tm.BURST + tm.WR, "tWR (tCWL+tBURST+tWR)", where)
             bank.open, bank.pre = False, t
+        elif cmd == dram.CMD_PREA:
+            for i, bk in enumerate(self.banks):
+                if bk.open:
+                    w = f"PREA (bank {i})"
+                    self._gap(t, bk.act, tm.RAS, "tRAS", w)
+                    self._gap(t, bk.rd, tm.RTP, "tRTP", w)
+                    self._gap(t, bk.wr, tm.CWL + tm.BURST + tm.WR, "tWR (tCWL+tBURST+tWR)", w)
+            for bk in self.banks:          # tRP from PREA holds for every bank
+                bk.open, bk.pre = False, t
         elif cmd == dram.CMD_REF:
             for i, bk in enumerate(self.banks):
                 if bk.open:
@@ -121,7 +152,9 @@ class Ddr4Checker:
                 self._gap(t, bk.pre, tm.RP, "tRP", f"REF (bank {i})")
                 self._gap(t, bk.act, tm.RC, "tRC", f"REF (bank {i})")
             self._gap(t, self.last_ref, tm.RFC, "tRFC", "REF")
+            self.max_ref_gap = max(self.max_ref_gap, t - self.prev_ref)
             self.last_ref = t
+            self.prev_ref = t
             self.refs += 1
         elif cmd in (dram.CMD_RD, dram.CMD_WR):
             if not bank.open:
@@ -155,6 +188,13 @@ class Ddr4Checker:
         if t - rd < self.timing.CL:
             self._fail(t, f"read data {t - rd} cycles after its RD, violates tCL={self.timing.CL}")
 
-    def finish(self, t: int) -> None:
-        """Final checks at the end of a run (refresh debt)."""
+    def at(self, t: int) -> None:
+        """Check the refresh rules at cycle ``t`` with no command issued."""
+        if t < self.now:
+            self._fail(t, f"time went back (previous cycle {self.now})")
+        self.now = t
         self._refresh_due(t)
+
+    def finish(self, t: int) -> None:
+        """Final checks at the end of a run (refresh debt and distance)."""
+        self.at(t)

@@ -15,19 +15,22 @@ import random
 
 import cocotb
 import numpy as np
-from cocotb.triggers import ClockCycles, Event, FallingEdge
+from cocotb.triggers import ClockCycles, Event, FallingEdge, Timer
 from cocotbext.axi import AxiBurstType, AxiBus, AxiMaster, AxiResp
 
 from pyhost.spec import dram
 from tb.common.clocking import reset, start_clock
 from tb.dram_ctrl.ddr4_checker import Ddr4Checker
+from tb.dram_ctrl.monitor import Ddr4Monitor
+from tb.dram_ctrl.traffic import AxiTraffic, Pattern
 
 
 def build_params() -> dict[str, int]:
     """The dram_ctrl parameters of this build (defaults where the build did not set one)."""
     raw = json.loads(os.environ.get("DRAM_TB_PARAMS", "{}"))
     params: dict[str, int] = {"DATA_WIDTH": 512, "ID_WIDTH": 8, "MEM_SIZE": 1 << 30,
-                              "REF_POSTPONE_MAX": dram.REF_POSTPONE_MAX}
+                              "REF_POSTPONE_MAX": dram.REF_POSTPONE_MAX,
+                              "ADDR_HASH": dram.ADDR_HASH}
     params.update(dram.DEFAULT_TIMING.parameters())
     params.update({k: int(v) for k, v in raw.items()})
     return params
@@ -40,9 +43,10 @@ def resume(channel) -> None:
 
 
 class TB:
-    """Clock, reset, an AxiMaster on s_axi, the memory model and the timing monitor."""
+    """Clock, reset, an AxiMaster on s_axi (or none, for a test that drives the ports with
+    tb.dram_ctrl.traffic), the memory model and the timing monitor."""
 
-    def __init__(self, dut, monitor: bool = True) -> None:
+    def __init__(self, dut, monitor: bool = True, master: bool = True) -> None:
         self.dut = dut
         self.params = build_params()
         p = self.params
@@ -51,6 +55,7 @@ class TB:
         self.timing = dram.Ddr4Timing(**{f: p[f"T_{f}"] for f in
                                          dram.DEFAULT_TIMING.__dataclass_fields__})
         self.checker = Ddr4Checker(self.timing, p["REF_POSTPONE_MAX"])
+        self.monitor = Ddr4Monitor(dut, dut.clk, self.checker)
         # Storage survives between the tests of one simulation: only bytes written by this
         # test are known.
         self.model = np.zeros(self.mem_size, dtype=np.uint8)
@@ -59,13 +64,16 @@ class TB:
         self.monitor_enabled = monitor
         self.stop = Event()
         start_clock(dut)
-        self.axi = AxiMaster(AxiBus.from_prefix(dut, "s_axi"), dut.clk, dut.rst)
-        logging.getLogger("cocotb.dram_ctrl.s_axi").setLevel(logging.WARNING)
+        if master:
+            self.axi = AxiMaster(AxiBus.from_prefix(dut, "s_axi"), dut.clk, dut.rst)
+            logging.getLogger("cocotb.dram_ctrl.s_axi").setLevel(logging.WARNING)
+        else:   # the lean generator; it idles the ports at once (before reset)
+            self.traffic = AxiTraffic(dut, seed=self.rng.getrandbits(32))
 
     async def reset(self) -> None:
         await reset(self.dut, hold=5, settle=1)
         if self.monitor_enabled:
-            cocotb.start_soon(self._monitor())
+            self.monitor.start()
 
     def set_backpressure(self, on: bool) -> None:
         """Random idle cycles on the master's requests and back-pressure on its responses."""
@@ -78,24 +86,6 @@ class TB:
                 ch.set_pause_generator(itertools.cycle(pat))
             else:
                 resume(ch)
-
-    async def _monitor(self) -> None:
-        """Feed every traced command and every OKAY read beat to the DDR4 checker."""
-        d = self.dut
-        ck = self.checker
-        while True:
-            await FallingEdge(d.clk)
-            t = int(d.trace_cycle.value)
-            if int(d.trace_row_valid.value):
-                ck.command(t, int(d.trace_row_cmd.value), int(d.trace_row_bg.value),
-                           int(d.trace_row_ba.value), int(d.trace_row_row.value))
-            if int(d.trace_col_valid.value):
-                ck.command(t, int(d.trace_col_cmd.value), int(d.trace_col_bg.value),
-                           int(d.trace_col_ba.value), int(d.trace_col_row.value),
-                           int(d.trace_col_col.value))
-            if (int(d.s_axi_rvalid.value) and int(d.s_axi_rready.value)
-                    and int(d.s_axi_rresp.value) == 0):
-                ck.read_data(t + 1)
 
     def stat(self, name: str) -> int:
         return int(getattr(self.dut, f"stat_{name}").value)
@@ -127,8 +117,30 @@ class TB:
                 f"got {got[bad:bad + 8].tobytes().hex()} "
                 f"expected {exp[bad:bad + 8].tobytes().hex()} ({wrong.size} bytes wrong)")
 
-    async def worker(self, base: int, span: int, ops: int, max_len: int) -> None:
-        """Random reads and writes (lengths, offsets, sizes, IDs) inside [base, base+span)."""
+    async def check_written(self, base: int, span: int) -> int:
+        """Read back every byte this test wrote inside [base, base+span), in bursts over the
+        written lines (runs less than 4 lines apart are read as one); return the bytes read."""
+        ln = self.line
+        assert base % ln == 0 and span % ln == 0, "check_written takes whole lines"
+        lines = np.flatnonzero(self.known[base:base + span].reshape(-1, ln).any(axis=1))
+        total = 0
+        start = prev = None
+        for i in [*lines.tolist(), None]:
+            if i is not None and prev is not None and i - prev <= 4:
+                prev = i
+                continue
+            if start is not None:
+                lo, n = base + start * ln, (prev + 1 - start) * ln
+                await self.check_read(lo, n)
+                total += n
+            start = prev = i
+        return total
+
+    async def worker(self, base: int, span: int, ops: int, max_len: int,
+                     read_back: float = 0.0) -> None:
+        """Random reads and writes (lengths, offsets, sizes, IDs) inside [base, base+span); with
+        probability ``read_back`` a write is read back at once, on another ID, around its bytes
+        (its B comes when the burst is queued, so the read can find the write still queued)."""
         rng = random.Random(self.rng.getrandbits(32))
         id_max = min(2 ** self.params["ID_WIDTH"], 4)
         max_size = (self.line - 1).bit_length()
@@ -142,12 +154,39 @@ class TB:
             if rng.random() < 0.5:
                 data = rng.randbytes(length)
                 await self.write(addr, data, awid=ident, size=size)
+                if rng.random() < read_back:
+                    lo = max(base, addr - rng.randrange(2 * self.line))
+                    hi = min(base + span, addr + length + rng.randrange(2 * self.line))
+                    await self.check_read(lo, hi - lo, arid=(ident + 1) % id_max)
             else:
                 await self.check_read(addr, length, arid=ident, size=size)
 
+    async def reader(self, base: int, span: int, stop: Event, ident: int) -> int:
+        """Random checked reads of 1-4 lines inside [base, base+span) until ``stop``."""
+        rng = random.Random(self.rng.getrandbits(32))
+        n = 0
+        while not stop.is_set():
+            length = rng.randint(1, 4) * self.line
+            addr = base + rng.randrange(0, span - length + 1, self.line)
+            await self.check_read(addr, length, arid=ident)
+            n += 1
+        return n
+
+    async def count(self, names: tuple[str, ...], out: dict[str, int], stop: Event) -> None:
+        """Count the cycles each of the DUT's 1-bit signals ``names`` is high, until ``stop``."""
+        sigs = [getattr(self.dut, n) for n in names]
+        while not stop.is_set():
+            await FallingEdge(self.dut.clk)
+            for n, sg in zip(names, sigs, strict=True):
+                out[n] += int(sg.value)
+
+    async def wait_cycles(self, n: int) -> None:
+        """Let ``n`` cycles pass without a Python callback per cycle."""
+        await Timer(n * dram.CTRL_CLK_NS, unit="ns")
+
     async def finish(self) -> None:
         await ClockCycles(self.dut.clk, 4 * self.timing.CL + 20)
-        self.checker.finish(int(self.dut.trace_cycle.value))
+        self.monitor.finish()
 
 
 def _scale() -> int:
@@ -169,9 +208,11 @@ async def test_random_traffic(dut, backpressure: bool) -> None:
     await cocotb.triggers.gather(*(
         cocotb.start_soon(tb.worker(w * (tb.mem_size // workers), span, ops, 8 * tb.line))
         for w in range(workers)))
-    # Read everything written back in large bursts as a final check.
+    # Read everything written back, in bursts over the written lines, as a final check.
+    read = 0
     for w in range(workers):
-        await tb.check_read(w * (tb.mem_size // workers), span)
+        read += await tb.check_written(w * (tb.mem_size // workers), span)
+    assert read > 0, "no write to read back"
     await tb.finish()
     issued = tb.checker.counts
     assert issued["RD"] == tb.stat("rd"), f"RD commands {issued['RD']} != stat_rd {tb.stat('rd')}"
@@ -344,3 +385,166 @@ async def test_sequential_row_hits(dut) -> None:
     assert reads == n // tb.line, f"stat_rd counted {reads} bursts, expected {n // tb.line}"
     assert hits >= reads - 8, f"sequential read: {hits} row hits of {reads}"
     await tb.finish()
+
+
+@cocotb.test(timeout_time=2000, timeout_unit="us")
+@cocotb.parametrize(backpressure=[False, True])
+async def test_mixed_queued_writes(dut, backpressure: bool) -> None:
+    """Random reads and writes (lengths, offsets, sizes, IDs) over a few lines while a stream
+    of reads elsewhere keeps the write queue from draining: reads of lines whose writes are
+    still queued, beats merging into queued lines, partial and narrow writes; every byte
+    checked, every DRAM command timed."""
+    tb = TB(dut)
+    await tb.reset()
+    ln = tb.line
+    far = tb.mem_size // 2
+    far_span = min(tb.mem_size // 4, 64 * ln)
+    await tb.write(far, tb.rng.randbytes(far_span))
+    tb.set_backpressure(backpressure)
+    stop = Event()
+    seen = {"rd_from_wq": 0, "w_merge": 0}
+    probe = cocotb.start_soon(tb.count(tuple(seen), seen, stop))
+    readers = [cocotb.start_soon(tb.reader(far, far_span, stop, 3)) for _ in range(2)]
+    span = 32 * ln
+    workers = [cocotb.start_soon(tb.worker(w * 4 * span, span, 16 * _scale(), 4 * ln,
+                                                 read_back=0.5))
+               for w in range(3)]
+    await cocotb.triggers.gather(*workers)
+    stop.set()
+    reads = await cocotb.triggers.gather(*readers)
+    await probe
+    for w in range(3):
+        await tb.check_read(w * 4 * span, span)
+    await tb.finish()
+    assert sum(reads) > 0, "the background readers never read"
+    assert seen["rd_from_wq"] > 0, "no read found its line's write still queued"
+    assert seen["w_merge"] > 0, "no write beat merged into a queued line"
+    issued = tb.checker.counts
+    assert issued["WR"] == tb.stat("wr") and issued["RD"] == tb.stat("rd"), (
+        f"trace {issued} disagrees with stat_rd/stat_wr")
+
+
+@cocotb.test(timeout_time=400, timeout_unit="us")
+async def test_reset_with_queued_writes(dut) -> None:
+    """Writes acknowledged (their B sent) but still in the write queue when reset comes reach
+    the storage: the controller flushes them, one line per cycle, during and after reset, and
+    takes no request until it has; a read right after reset returns their bytes."""
+    tb = TB(dut)
+    await tb.reset()
+    ln = tb.line
+    geom = dram.DramGeometry(tb.mem_size, ln, bool(tb.params["ADDR_HASH"]))
+    # single-line writes to one bank, each in another row: every WR needs PRE and ACT first,
+    # so the queue drains far slower than the writes arrive (their B comes when queued)
+    lines, rows = [], set()
+    bank = geom.decode(0)[:2]
+    for a in range(0, tb.mem_size, ln):
+        bg, ba, row, _ = geom.decode(a)
+        if (bg, ba) == bank and row not in rows:
+            rows.add(row)
+            lines.append(a)
+        if len(lines) == min(16, tb.params.get("WQ_DEPTH", 64)):
+            break
+    data = [tb.rng.randbytes(ln) for _ in lines]
+    await cocotb.triggers.gather(*[cocotb.start_soon(tb.write(a, d))
+                                   for a, d in zip(lines, data, strict=True)])
+    queued = int(dut.wq_count.value)
+    assert queued >= 2, f"only {queued} write(s) still queued at reset: the test checks nothing"
+    # a one-cycle reset; the timing checker starts afresh after it (as after every reset)
+    tb.monitor.stop()
+    dut.rst.value = 1
+    await ClockCycles(dut.clk, 1)
+    dut.rst.value = 0
+    await FallingEdge(dut.clk)
+    left = int(dut.wq_count.value)
+    assert left >= 1, f"{queued} writes queued at reset, none left one cycle after it"
+    assert int(dut.s_axi_arready.value) == 0 and int(dut.s_axi_awready.value) == 0, \
+        f"{left} queued write(s) not yet flushed, but the controller takes requests"
+    # (the trace shows the reset cycle until the next edge; the flush issues no command)
+    tb.checker = Ddr4Checker(tb.timing, tb.params["REF_POSTPONE_MAX"])
+    tb.monitor = Ddr4Monitor(dut, dut.clk, tb.checker).start()
+    for a in lines:
+        await tb.check_read(a, ln)
+    assert int(dut.wq_count.value) == 0
+    dut._log.info("%d of %d writes were still queued at reset, %d one cycle after it",
+                  queued, len(lines), left)
+    await tb.finish()
+
+
+@cocotb.test(timeout_time=400, timeout_unit="us")
+async def test_address_mapping(dut) -> None:
+    """Every RD lands on the bank group, bank, row and column that pyhost.spec.dram's
+    DramGeometry gives for its address (with or without ADDR_HASH, as the build has it)."""
+    tb = TB(dut)
+    await tb.reset()
+    ln = tb.line
+    geom = dram.DramGeometry(tb.mem_size, ln, bool(tb.params["ADDR_HASH"]))
+    row = ln << (dram.BG_BITS + dram.COL_BITS + dram.BA_BITS)
+    addrs = [0, ln, 2 * ln, 3 * ln, 4 * ln, 4 * ln * 128, 4 * ln * 128 * 3]
+    addrs += [r * row + o for r in (1, 2, 3, 5, 6, 9, 12, 16, 31) for o in (0, 7 * ln)
+              if r * row + o < tb.mem_size]
+    addrs += [tb.rng.randrange(tb.mem_size // ln) * ln for _ in range(24)]
+    log: list = []
+    tb.monitor.log = log
+    for a in addrs:
+        log.clear()
+        res = await tb.axi.read(a, ln)
+        assert res.resp == AxiResp.OKAY
+        rds = [c for c in log if c[1] == dram.CMD_RD]
+        assert len(rds) == 1, f"read 0x{a:x}: {len(rds)} RD commands"
+        bg, ba, r, col = geom.decode(a)
+        assert rds[0][2:] == (bg, ba, r, col), (
+            f"read 0x{a:x}: RD at bg {rds[0][2]} ba {rds[0][3]} row {rds[0][4]} col "
+            f"{rds[0][5]}, the spec maps it to bg {bg} ba {ba} row {r} col {col}")
+    await tb.finish()
+
+
+def _saturate(tb: TB, cycles: int, copy: bool) -> Pattern:
+    """Traffic that keeps the controller busy for ``cycles``: sequential reads, or a chunked
+    copy (reads and writes, the write queue draining in batches; the copy runs over 8 chunks of
+    64 lines, at most 4 KiB, so the measured copy after ``cycles`` is short)."""
+    span = min(tb.mem_size // 4, 64 << 10)
+    if copy:
+        chunk = min(4096, 64 * tb.line)
+        return Pattern("copy", 0.5, True, span=8 * chunk, copy_dst=tb.mem_size // 2,
+                       chunk=chunk, in_flight=4, warmup=cycles)
+    return Pattern("reads", 1.0, True, span=span, warmup=1, cycles=cycles)
+
+
+@cocotb.test(timeout_time=4000, timeout_unit="us")
+async def test_refresh_idle_then_saturate(dut) -> None:
+    """Idle until the first REF (paid as soon as it is due), then saturating reads: refresh is
+    postponed, but the next REF comes at most (REF_POSTPONE_MAX + 1) x tREFI after the idle
+    one, and so on (the checker measures every REF-to-REF distance)."""
+    tb = TB(dut, master=False)
+    await tb.reset()
+    t = tb.timing
+    await tb.wait_cycles(t.REFI + t.RFC)
+    assert tb.stat("refresh") == 1, f"idle controller: {tb.stat('refresh')} REFs after one tREFI"
+    ck = tb.checker
+    idle_ref = ck.prev_ref
+    await tb.traffic.run(
+        _saturate(tb, ck.ref_gap_limit + 2 * t.REFI, copy=False))
+    await tb.finish()
+    assert ck.refs >= 3, f"only {ck.refs} REFs"
+    assert ck.max_ref_gap <= ck.ref_gap_limit
+    assert ck.max_ref_gap > ck.ref_gap_limit - t.REFI, (
+        f"REF-to-REF at most {ck.max_ref_gap} cycles: refresh was not postponed under load")
+    assert idle_ref < t.REFI + 2 * t.RFC
+
+
+@cocotb.test(timeout_time=4000, timeout_unit="us")
+async def test_refresh_saturated_from_reset(dut) -> None:
+    """Saturating reads and writes from reset on: the first REF comes at most
+    (REF_POSTPONE_MAX + 1) x tREFI after reset, each later one at most that after the one
+    before, and the refresh debt stays within the limit."""
+    tb = TB(dut, master=False)
+    await tb.reset()
+    t = tb.timing
+    ck = tb.checker
+    st = await tb.traffic.run(
+        _saturate(tb, ck.ref_gap_limit + 2 * t.REFI, copy=True))
+    await tb.finish()
+    assert st.read_beats and st.write_beats, "the copy did not run"
+    assert ck.refs >= 3, f"only {ck.refs} REFs"
+    assert ck.max_ref_gap > ck.ref_gap_limit - t.REFI, (
+        f"REF-to-REF at most {ck.max_ref_gap} cycles: refresh was not postponed under load")

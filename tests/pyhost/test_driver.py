@@ -74,6 +74,46 @@ class OverrunCard(ModelCard):
         return e
 
 
+class UnderrunCard(ModelCard):
+    """Writes one byte before the start of every H2C destination."""
+
+    def _move(self, ch: Channel, src: int, dst: int, n: int) -> DmaError:
+        e = super()._move(ch, src, dst, n)
+        if ch == H2C and e == DmaError.NONE and dst > 0:
+            self.card_memory[dst - 1] ^= 0xFF
+        return e
+
+
+class OverrunC2HCard(ModelCard):
+    """Writes one byte past the end of every C2H destination in host memory."""
+
+    def _move(self, ch: Channel, src: int, dst: int, n: int) -> DmaError:
+        e = super()._move(ch, src, dst, n)
+        if ch == C2H and e == DmaError.NONE:
+            self.host.write(dst + n, bytes([self.host.read(dst + n, 1)[0] ^ 0xFF]))
+        return e
+
+
+class StrayCopyCard(ModelCard):
+    """Card-to-card copies of at least a page also flip a byte 12 KiB past the destination's
+    end, outside the region read back after each copy."""
+
+    def _move(self, ch: Channel, src: int, dst: int, n: int) -> DmaError:
+        e = super()._move(ch, src, dst, n)
+        if ch == C2C and e == DmaError.NONE and n >= 4096 and dst + n + 12288 < self.mem_size:
+            self.card_memory[dst + n + 12288] ^= 0xFF
+        return e
+
+
+class ShortCopyCard(ModelCard):
+    """Card-to-card copies leave their last byte alone."""
+
+    def _move(self, ch: Channel, src: int, dst: int, n: int) -> DmaError:
+        if ch == C2C and n > 1:
+            return super()._move(ch, src, dst, n - 1)
+        return super()._move(ch, src, dst, n)
+
+
 class ShortC2HCard(ModelCard):
     """Drops the last byte of C2H transfers that end on a 4 KiB host boundary."""
 
@@ -132,6 +172,10 @@ class NaiveDriver(PcieDriver):
 
 @pytest.mark.parametrize("card_cls,check", [
     (OverrunCard, program.check_alignment),
+    (UnderrunCard, program.check_alignment),
+    (OverrunC2HCard, program.check_alignment),
+    (StrayCopyCard, program.check_copy_on_card),
+    (ShortCopyCard, program.check_copy_on_card),
     (ShortC2HCard, program.check_alignment),
     (SwappedCodeCard, program.check_errors),
     (CountsFailedCard, program.check_errors),

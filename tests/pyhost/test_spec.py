@@ -58,12 +58,32 @@ def test_rtl_timing_parameters_come_from_the_spec() -> None:
 
 def test_geometry_decode() -> None:
     """Consecutive lines rotate through the bank groups, then columns, banks and rows."""
-    g = dram.DramGeometry(1 << 30)
+    g = dram.DramGeometry(1 << 30, addr_hash=False)
     assert g.row_bits == 13
     assert [g.decode(64 * i)[0] for i in range(5)] == [0, 1, 2, 3, 0]
     assert g.decode(64 * 4) == (0, 0, 0, 1)
     assert g.decode(64 * 4 * 128) == (0, 1, 0, 0)
     assert g.decode(64 * 4 * 128 * 4) == (0, 0, 1, 0)
+
+
+def test_geometry_hash() -> None:
+    """The XOR mapping: row 0 is the plain mapping; inside a row the lines still spread over
+    all 16 banks, 4 KiB at a time in one bank of each group; two rows that differ in one bit
+    never share a bank index."""
+    g = dram.DramGeometry(1 << 30)
+    plain = dram.DramGeometry(1 << 30, addr_hash=False)
+    row = 64 << (dram.BG_BITS + dram.COL_BITS + dram.BA_BITS)    # 128 KiB per row
+    assert all(g.decode(a) == plain.decode(a) for a in range(0, row, 64))
+    for r in (1, 5, 1000, 8191):
+        banks = [g.decode(r * row + a)[:2] for a in range(0, row, 64)]
+        assert len(set(banks)) == 16 and all(banks.count(b) == 128 for b in set(banks))
+        chunk = {g.decode(r * row + a)[:2] for a in range(0, 4096, 64)}
+        assert len(chunk) == 4 and len({bg for bg, _ in chunk}) == 4
+        assert all(g.decode(r * row + a)[2:] == plain.decode(r * row + a)[2:]
+                   for a in range(0, row, 64 * 37))
+    for r in range(0, 8192, 97):
+        for k in range(13):
+            assert g.decode(r * row)[1] != g.decode((r ^ (1 << k)) * row)[1], (r, k)
 
 
 # --- the accelerator's default build -------------------------------------------------------------
@@ -142,3 +162,20 @@ def test_changing_a_default_changes_the_rtl_build(tmp_path, monkeypatch) -> None
     shown = subprocess.run(["vvp", "-n", str(out)], check=True, capture_output=True,
                            text=True).stdout.split()
     assert shown[:4] == ["4", "4", "4", str(accel.DEFAULT_INP_DEPTH)], shown
+
+
+def test_trace_layout_covers_the_trace_ports() -> None:
+    """The packed trace has every trace port of dram_ctrl, at its width, back to back."""
+    src = (ROOT / "rtl" / "dram_ctrl" / "dram_ctrl.v").read_text()
+    ports = {m[2]: m[1] for m in re.finditer(
+        r"output wire\s*(\[[^\]]*\])?\s*trace_(\w+)", src)}
+    widths = {"[63:0]": 64, "[31:0]": 32, "[2:0]": 3, None: 1,
+              "[`DRAM_BG_BITS-1:0]": dram.BG_BITS, "[`DRAM_BA_BITS-1:0]": dram.BA_BITS}
+    fields = dict(dram.TRACE_FIELDS)
+    assert {k: widths[v] for k, v in ports.items()} == {
+        k: w for k, w in fields.items() if not k.startswith("r_")}
+    lsb = 0
+    for name, width in dram.TRACE_FIELDS:
+        assert dram.TRACE_LAYOUT[name] == (lsb, width)
+        lsb += width
+    assert dram.TRACE_WIDTH == lsb
