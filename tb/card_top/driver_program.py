@@ -261,12 +261,15 @@ def check_alignment(drv: PcieDriver, *, reduced: bool = False, card_base: int = 
     # into the slot's first page and at least ALIGN_GUARD bytes after it; the bytes between two
     # destinations (and a guard page before the first) are guards, compared like the rest.
     sizes = [PAGE * math.ceil((max(ho, co) + n + ALIGN_GUARD) / PAGE) for ho, co, n in cases]
+    limit = min(1 << 20, CARD_WINDOW)
     groups: list[list[int]] = [[]]
+    span = PAGE                          # the current group's guard page and slots
     for k, size in enumerate(sizes):     # groups of at most 1 MiB of slots
-        if groups[-1] and PAGE + sum(sizes[i] for i in groups[-1]) + size > min(1 << 20,
-                                                                              CARD_WINDOW):
+        if groups[-1] and span + size > limit:
             groups.append([])
+            span = PAGE
         groups[-1].append(k)
+        span += size
     window = max(PAGE + sum(sizes[i] for i in g) for g in groups)
     rng = np.random.default_rng(seed)
     with _scratch(drv) as s:

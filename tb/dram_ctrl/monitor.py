@@ -54,11 +54,12 @@ class Ddr4Monitor:
         c = self.ctrl
         ck = self.checker
         packed = c.trace_packed       # one read per cycle (layout: pyhost.spec.dram)
-        lay = dram.TRACE_LAYOUT
+        # (lsb, mask) of each field, worked out once: this loop runs every busy cycle
+        lay = {n: (lsb, (1 << w) - 1) for n, (lsb, w) in dram.TRACE_LAYOUT.items()}
 
         def field(v: int, name: str) -> int:
-            lsb, width = lay[name]
-            return (v >> lsb) & ((1 << width) - 1)
+            lsb, mask = lay[name]
+            return (v >> lsb) & mask
 
         row_fields = ("row_cmd", "row_bg", "row_ba", "row_row")
         col_fields = ("col_cmd", "col_bg", "col_ba", "col_row", "col_col")   # command()'s order

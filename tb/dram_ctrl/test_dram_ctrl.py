@@ -123,17 +123,15 @@ class TB:
         ln = self.line
         assert base % ln == 0 and span % ln == 0, "check_written takes whole lines"
         lines = np.flatnonzero(self.known[base:base + span].reshape(-1, ln).any(axis=1))
+        if lines.size == 0:
+            return 0
+        cut = np.flatnonzero(np.diff(lines) > 4)       # a run ends before each gap
         total = 0
-        start = prev = None
-        for i in [*lines.tolist(), None]:
-            if i is not None and prev is not None and i - prev <= 4:
-                prev = i
-                continue
-            if start is not None:
-                lo, n = base + start * ln, (prev + 1 - start) * ln
-                await self.check_read(lo, n)
-                total += n
-            start = prev = i
+        for first, last in zip(np.r_[lines[0], lines[cut + 1]], np.r_[lines[cut], lines[-1]],
+                               strict=True):
+            n = int(last - first + 1) * ln
+            await self.check_read(base + int(first) * ln, n)
+            total += n
         return total
 
     async def worker(self, base: int, span: int, ops: int, max_len: int,

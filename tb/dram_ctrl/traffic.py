@@ -285,13 +285,19 @@ class AxiTraffic:
                 w_queue.append(beats)
             elif not aw_pending:
                 s["awvalid"].value = 0
-            if not w_left and w_queue:
-                w_left = w_queue.pop(0)
-                s["wdata"].value = self.rng.getrandbits(8 * self.line)
-            s["wvalid"].value = 1 if w_left else 0
-            s["wlast"].value = 1 if w_left == 1 else 0
+            w_left = self._present_w(s, w_left, w_queue)
         self.idle()
         return st
+
+    def _present_w(self, s, w_left: int, w_queue: list[int]) -> int:
+        """Present the W channel for this cycle: the next queued burst's first beat (random
+        data) once the current one is done; returns the beats left of the current burst."""
+        if not w_left and w_queue:
+            w_left = w_queue.pop(0)
+            s["wdata"].value = self.rng.getrandbits(8 * self.line)
+        s["wvalid"].value = 1 if w_left else 0
+        s["wlast"].value = 1 if w_left == 1 else 0
+        return w_left
 
     async def _run_copy(self, p: Pattern, base: int) -> Stats:
         """A chunked copy from ``base`` to ``p.copy_dst`` over ``p.span`` bytes, repeated; the
@@ -398,10 +404,6 @@ class AxiTraffic:
                 w_queue.append(beats)
             elif not aw_pending:
                 s["awvalid"].value = 0
-            if not w_left and w_queue:
-                w_left = w_queue.pop(0)
-                s["wdata"].value = self.rng.getrandbits(8 * self.line)
-            s["wvalid"].value = 1 if w_left else 0
-            s["wlast"].value = 1 if w_left == 1 else 0
+            w_left = self._present_w(s, w_left, w_queue)
         self.idle()
         return st
