@@ -5,9 +5,12 @@ Enumeration (IDs, class, BAR sizes, MSI-X, link; Gen3 x16 and Gen4 x8), MMIO of 
 against ModelCard, unmapped BAR offsets, MSI-X on every interrupt source, the shared driver
 program and accelerator programs, the demo CNN bit for bit against ModelCard, the request limits
 crossed with offsets and lengths under a monitor of every request TLP, completions out of order,
-split and delayed, and the link's error completions. CARD_TB_HOST picks the host
-behaviour: "ooo" (500 ns, jittered, out of order, split at MPS), "split64" / "split128"
-(completions of 64 / 128 bytes at that RCB), "inorder" (in order, no jitter).
+split and delayed, and the link's error completions; the DDR4 timing monitor checks every
+command of the card's DRAM controller, as on card_top. Each test picks its host behaviour
+(HOSTS): "ooo" (500 ns, jittered, out of order, split at MPS), "split64" / "split128"
+(completions of 64 / 128 bytes at that RCB), "default" (HostLinkConfig's defaults: what make sim
+and the benchmarks run on); CARD_TB_HOST replaces "ooo" where a test runs on it (e.g.
+"inorder": in order, no jitter).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from tb.common.clocking import reset, start_clock
 from tb.common.pcie_card import MmioUnsupportedRequest, PcieOptions
 from tb.common.pcie_link import HostLinkConfig
 from tb.common.rtl_card import RtlCard
+from tb.dram_ctrl.monitor import Ddr4Monitor
 
 PAGE = 4096
 #: The driver's descriptor size on this bench: 64 KiB (the driver's default is 1 MiB). The checks
@@ -45,10 +49,11 @@ LINK_ALIGNMENT = {"host_offsets": (0, 1, 2, 3, 4092, 4095), "lengths": (1, 65, 4
                   "card_offsets": (0, 61)}
 
 HOSTS = {
+    "default": HostLinkConfig(),
     "ooo": HostLinkConfig(read_latency_ns=500, jitter_ns=300, out_of_order=True, seed=7),
     "split64": HostLinkConfig(read_latency_ns=500, jitter_ns=200, rcb=64, cpl_split=64, seed=3),
-    "split128": HostLinkConfig(read_latency_ns=700, rcb=128, cpl_split=128, seed=5),
-    "inorder": HostLinkConfig(read_latency_ns=200, out_of_order=False),
+    "split128": HostLinkConfig(read_latency_ns=700, jitter_ns=0, rcb=128, cpl_split=128, seed=5),
+    "inorder": HostLinkConfig(read_latency_ns=200, jitter_ns=0, out_of_order=False),
     # the abort check: the driver polls BUSY after RESET against a wall-clock deadline (0.5 s),
     # and the drain waits for the reads in flight; a short latency keeps that within it
     "fast": HostLinkConfig(read_latency_ns=100, jitter_ns=50, out_of_order=True, seed=9),
@@ -99,11 +104,13 @@ class RequestMonitor:
 
 
 class TB:
-    def __init__(self, dut, host: str | None = None, mps: int = 256, mrrs: int = 512,
+    def __init__(self, dut, host: str = "ooo", mps: int = 256, mrrs: int = 512,
                  cpl_timeout_ns: int | None = None, link: str = pcie.DEFAULT_LINK) -> None:
         self.dut = dut
         start_clock(dut)
-        cfg = HOSTS[host or os.environ.get("CARD_TB_HOST", "ooo")]
+        # CARD_TB_HOST replaces the out-of-order host in the tests that run on it
+        self.host_name = (os.environ.get("CARD_TB_HOST") or host) if host == "ooo" else host
+        cfg = HOSTS[self.host_name]
         opts = PcieOptions(link=link, mps=mps, mrrs=mrrs, host=HostLinkConfig(**vars(cfg)),
                            cpl_timeout_ns=cpl_timeout_ns)
         self.card = RtlCard(dut, HostMemory(32 << 20), link="pcie", pcie=opts,
@@ -111,9 +118,15 @@ class TB:
         self.link = self.card.pcie.link
         self.monitor = RequestMonitor(self.link.rc, dut)
         self.monitor.mps, self.monitor.mrrs = mps, mrrs
+        self.ddr4 = Ddr4Monitor.for_card(dut)
 
     async def reset(self) -> None:
         await reset(self.dut)
+        self.ddr4.start()
+
+    def dram_columns(self) -> int:
+        """Column commands (RD, WR) the DDR4 monitor has checked so far."""
+        return self.ddr4.checker.counts["RD"] + self.ddr4.checker.counts["WR"]
 
     def check(self) -> None:
         """The request monitor's rules, and the hard IP's completion buffer never overflowed
@@ -126,13 +139,17 @@ class TB:
             f"{pcie.RC_BUFFER_CPLH} / {pcie.RC_BUFFER_CPLD})")
 
     async def host(self, fn, *args, **kwargs):
+        """Run blocking host code ``fn(driver, ...)`` on the card; then the DDR4 monitor's
+        end-of-run check (refresh debt and REF-to-REF distance up to now)."""
         def main():
             drv = PcieDriver(self.card, chunk_bytes=CHUNK_BYTES)
             try:
                 return fn(drv, *args, **kwargs)
             finally:
                 drv.close()
-        return await bridge(main)()
+        result = await bridge(main)()
+        self.ddr4.finish()
+        return result
 
 
 @cocotb.test(timeout_time=50, timeout_unit="ms")
@@ -259,7 +276,7 @@ async def test_msix_every_source(dut) -> None:
 @cocotb.parametrize(check=[c.name for c in driver_program.ALL_CHECKS])
 async def test_driver_program(dut, check: str) -> None:
     """One check of the shared driver program on the PCIe card, every request TLP monitored."""
-    tb = TB(dut, host="fast" if check == "check_abort" else None)
+    tb = TB(dut, host="fast" if check == "check_abort" else "ooo")
     await tb.reset()
     fn = next(c.fn for c in driver_program.ALL_CHECKS if c.name == check)
 
@@ -272,8 +289,10 @@ async def test_driver_program(dut, check: str) -> None:
             fn(drv, reduced=True)
     await tb.host(run)
     tb.check()
+    assert tb.dram_columns() > 0 or check in ("check_card_info", "check_validation"), \
+        "the DDR4 monitor saw no card memory access"
     rc = tb.link.rc
-    if os.environ.get("CARD_TB_HOST", "ooo") == "ooo" and rc.reads > 16:
+    if tb.host_name == "ooo" and rc.reads > 16:
         assert rc.reordered > 0, "the host never completed reads out of order"
 
 
@@ -356,14 +375,20 @@ async def test_demo_model(dut) -> None:
     tb.check()
 
 
+#: (MPS, MRRS, host) of test_request_limits: MPS 128..1024 and MRRS 128..4096; the two 4 KiB read
+#: settings on the hosts that split every read into 64-byte and 128-byte completions (the RC
+#: realignment of many small completions per tag, at both RCBs).
+LIMITS = [(128, 128, "ooo"), (256, 4096, "split64"), (512, 256, "ooo"), (1024, 1024, "ooo"),
+          (128, 2048, "ooo"), (1024, 4096, "split128")]
+
+
 @cocotb.test(timeout_time=400, timeout_unit="ms")
-@cocotb.parametrize(limits=[(128, 128), (256, 4096), (512, 256), (1024, 1024), (128, 2048),
-                            (1024, 4096)])
-async def test_request_limits(dut, limits: tuple[int, int]) -> None:
+@cocotb.parametrize(limits=LIMITS)
+async def test_request_limits(dut, limits: tuple[int, int, str]) -> None:
     """The engine follows the link's MPS / MRRS (Device Control, read by the driver): host
     offsets x lengths both ways, no request TLP longer than allowed or across 4 KiB."""
-    mps, mrrs = limits
-    tb = TB(dut, mps=mps, mrrs=mrrs)
+    mps, mrrs, host = limits
+    tb = TB(dut, host=host, mps=mps, mrrs=mrrs)
     await tb.reset()
     await tb.host(driver_program.check_alignment, lengths=(1, 127, 1000, 5000),
                   host_offsets=(0, 3, 4093), card_offsets=(0, 61))
@@ -381,7 +406,7 @@ async def test_completion_buffer(dut) -> None:
     dropped, the data round trip is exact, the peak occupancy is within the buffer."""
     tb = TB(dut, host="split64", mps=256, mrrs=4096)
     await tb.reset()
-    n = 256 << 10
+    n = 128 << 10                 # 32 reads of 4 KiB: every tag
 
     def prog(drv) -> None:
         src, dst = drv.host.alloc(n + PAGE), drv.host.alloc(n + PAGE)
@@ -389,7 +414,7 @@ async def test_completion_buffer(dut) -> None:
         src.write(data, 0)
         drv.write_data(src, n, 0)
         drv.read_data(0, n, dst)
-        assert dst.read(0, n) == data, "256 KiB round trip differs"
+        assert dst.read(0, n) == data, "128 KiB round trip differs"
         drv.host.free(dst)
         drv.host.free(src)
     await tb.host(prog)
@@ -402,8 +427,39 @@ async def test_completion_buffer(dut) -> None:
     assert dev.rx_peak[0] <= pcie.RC_BUFFER_CPLH and dev.rx_peak[1] <= pcie.RC_BUFFER_CPLD
 
 
-async def _error_case(dut, kind: str) -> None:
-    tb = TB(dut, cpl_timeout_ns=20_000 if kind in ("drop", "lose") else None)
+@cocotb.test(timeout_time=100, timeout_unit="ms")
+async def test_default_host_reorders(dut) -> None:
+    """The host make sim and the benchmarks run on (HostLinkConfig's defaults: 500 ns plus a
+    spread per read) really returns completions out of order across tags and interleaves them,
+    with many reads in flight, while the card streams (a batch of 64 KiB transfers each way,
+    read back exact). A host of one fixed latency completes every read in order."""
+    tb = TB(dut, host="default")
+    await tb.reset()
+    n, count = 64 << 10, 3
+
+    def prog(drv) -> None:
+        src, dst = drv.host.alloc(count * n), drv.host.alloc(count * n)
+        data = bytes((i * 29 + (i >> 12)) & 0xFF for i in range(count * n))
+        src.write(data, 0)
+        drv.write_batch([(src.address + i * n, n, i * n) for i in range(count)])
+        drv.read_batch([(i * n, n, dst.address + i * n) for i in range(count)])
+        assert dst.read(0, count * n) == data, "streamed round trip differs"
+        drv.host.free(dst)
+        drv.host.free(src)
+    await tb.host(prog)
+    tb.check()
+    rc = tb.link.rc
+    cocotb.log.info("default host: %d reads, %d overtook an older one, %d of %d completions "
+                    "interleaved, up to %d reads in flight", rc.reads, rc.reordered,
+                    rc.interleaved, rc.completions, rc.max_in_flight)
+    assert rc.reordered > rc.reads // 10, (
+        f"{rc.reordered} of {rc.reads} reads completed out of order on the default host")
+    assert rc.interleaved > 0, "the default host never interleaved completions of two reads"
+    assert rc.max_in_flight >= 16, f"at most {rc.max_in_flight} reads in flight at the host"
+
+
+async def _error_case(dut, kind: str, host: str) -> None:
+    tb = TB(dut, host=host, cpl_timeout_ns=20_000 if kind in ("drop", "lose") else None)
     await tb.reset()
 
     # where in the source the error is: the first completion of the read at PAGE (MRRS 512);
@@ -456,11 +512,16 @@ async def _error_case(dut, kind: str) -> None:
     assert dev.rx_overflows == 0, dev.rx_overflows
 
 
+#: (kind, host) of test_completion_errors: poisoned data also across 128-byte completions.
+ERROR_CASES = [("ur", "ooo"), ("ca", "ooo"), ("poison", "ooo"), ("poison", "split128"),
+               ("drop", "ooo"), ("lose", "ooo")]
+
+
 @cocotb.test(timeout_time=200, timeout_unit="ms")
-@cocotb.parametrize(kind=["ur", "ca", "poison", "drop", "lose"])
-async def test_completion_errors(dut, kind: str) -> None:
-    """Unsupported Request, Completer Abort, poisoned data, completion timeout (the rest of a
-    read never sent), one completion lost (the rest sent) on a DMA read: SRC_READ (data) or
-    DESC_READ (descriptor), never a hang or a transfer with a hole, and the card works again
-    after the driver's recovery."""
-    await _error_case(dut, kind)
+@cocotb.parametrize(case=ERROR_CASES)
+async def test_completion_errors(dut, case: tuple[str, str]) -> None:
+    """Unsupported Request, Completer Abort, poisoned data (also across 128-byte completions),
+    completion timeout (the rest of a read never sent), one completion lost (the rest sent) on a
+    DMA read: SRC_READ (data) or DESC_READ (descriptor), never a hang or a transfer with a hole,
+    and the card works again after the driver's recovery."""
+    await _error_case(dut, *case)

@@ -13,8 +13,11 @@ Two classes extend the package (site-packages is never patched):
   It counts what the package only logs: completions dropped because the receive buffer was full
   (``rx_overflows``), and the buffer's peak occupancy in headers and data credits.
 - :class:`HostRootComplex` (a ``RootComplex``): the package serves each memory read at once and
-  in order, all of it before the next. Here reads wait a configurable latency, many are in
-  flight, completions of different tags are returned in any order and interleaved, and each
+  in order, all of it before the next. Here reads wait a configurable latency (by default
+  500 ns plus a spread of up to 200 ns per read, as a host's memory answers: with one fixed
+  latency reads would become ready in the order they came and be completed in order), many
+  are in flight, completions of different tags are returned in any order and interleaved
+  (a random pick among the reads that are ready whenever the link takes a completion), and each
   read is split at the read completion boundary (into ``cpl_split``-byte pieces, or as large as
   the max payload size allows). Host memory is served straight from the HostMemory's numpy array;
   address ranges can answer Unsupported Request, Completer Abort, poisoned data, nothing at all
@@ -170,7 +173,7 @@ class HostLinkConfig:
     """Behaviour of the host behind the root complex."""
 
     read_latency_ns: int = 500        # request arrival to the first completion
-    jitter_ns: int = 0                # extra random latency per read, 0..jitter_ns
+    jitter_ns: int = 200              # extra random latency per read, 0..jitter_ns
     out_of_order: bool = True         # completions of different tags in random order
     rcb: int = 64                     # read completion boundary (64 or 128)
     cpl_split: int = 0                # completion size (a multiple of rcb); 0: up to MPS
@@ -204,7 +207,9 @@ class HostRootComplex(RootComplex):
         self._seq = 0
         self.reads = 0
         self.completions = 0
-        self.reordered = 0
+        self.reordered = 0                # reads whose first completion overtook an older read
+        self.interleaved = 0              # completions sent between two of another read
+        self._last: _Read | None = None   # the read of the last completion sent
         self.lost = 0                     # completions the "lose" ranges kept back
         self.max_in_flight = 0
         self.listeners: list = []         # callables(tlp) for every request TLP from the card
@@ -347,6 +352,10 @@ class HostRootComplex(RootComplex):
         r.addr += n
         if r.addr >= r.end:
             self._reads.remove(r)
+        last = self._last
+        if last is not None and last is not r and last.addr < last.end:
+            self.interleaved += 1
+        self._last = r
         self.completions += 1
         await self.send(cpl)
 
