@@ -69,7 +69,7 @@ PARAMS = {"MEM_SIZE": f"64'd{CARD_MEM}"}
 #: card_top's defaults for the accelerator are the ISA's defaults (ACC_CFG_* are checked).
 CFG = AccelConfig()
 #: The card memory array the C++ harness loads and dumps by backdoor (VPI name, bytes per entry).
-DRAM_ARRAY = "card_top.dram.mem"
+DRAM_ARRAY = "card_top.core.dram.mem"
 LINE = 64
 SEED = 20240611
 FILL = 0xA5                         # output regions start as this pattern: a missed write shows

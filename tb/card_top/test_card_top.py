@@ -51,8 +51,8 @@ class LiveLimits(HostPortMonitor):
         # still writes its status back, and then only the 4 KiB rule applies
         def valid(v: int) -> bool:
             return 128 <= v <= 4096 and v & (v - 1) == 0
-        mps = int(self.dut.dma.engine.mps.value)
-        mrrs = int(self.dut.dma.engine.mrrs.value)
+        mps = int(self.dut.core.dma.engine.mps.value)
+        mrrs = int(self.dut.core.dma.engine.mrrs.value)
         self.mps = mps if valid(mps) else 4096
         self.mrrs = mrrs if valid(mrrs) else 4096
         super()._burst(kind, addr, beats, written)

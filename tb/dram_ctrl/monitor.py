@@ -1,13 +1,14 @@
 """The DDR4 timing monitor: a dram_ctrl instance's command trace, fed to the DDR4 checker.
 
 Every bench with a dram_ctrl in it starts one: the dram_ctrl bench on its top level, the card
-benches on ``card_top.dram``. It samples the command trace and the R channel (for tCL) at the
-falling clock edge, with one read per cycle of ``trace_packed`` (the RTL packs the trace and the
-R channel's valid and OKAY-beat bits in pyhost.spec.dram's TRACE_FIELDS layout: one VPI read
-instead of a dozen), but only while a command or a read beat is presented: between them it
-sleeps on the valid signals' rising edges, with a timer that wakes it when the next REF is due,
-so a card computing without memory traffic runs no Python per cycle. Any rule broken raises
-:class:`~tb.dram_ctrl.ddr4_checker.TimingViolation` in the monitor's task, which fails the test.
+benches on ``<top>.core.dram`` (card_core's controller, under card_top and card_top_pcie). It
+samples the command trace and the R channel (for tCL) at the falling clock edge, with one read per
+cycle of ``trace_packed`` (the RTL packs the trace and the R channel's valid and OKAY-beat bits in
+pyhost.spec.dram's TRACE_FIELDS layout: one VPI read instead of a dozen), but only while a command
+or a read beat is presented: between them it sleeps on the valid signals' rising edges, with a timer
+that wakes it when the next REF is due, so a card computing without memory traffic runs no Python
+per cycle. Any rule broken raises :class:`~tb.dram_ctrl.ddr4_checker.TimingViolation` in the
+monitor's task, which fails the test.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ class Ddr4Monitor:
 
     @classmethod
     def for_card(cls, dut) -> Ddr4Monitor:
-        """The monitor of card_top's DRAM controller (product timings)."""
-        return cls(dut.dram, dut.clk, Ddr4Checker(dram.DEFAULT_TIMING))
+        """The monitor of a card's DRAM controller (product timings): card_core's ``dram``, under
+        card_top and card_top_pcie alike, on the card clock."""
+        return cls(dut.core.dram, dut.clk, Ddr4Checker(dram.DEFAULT_TIMING))
 
     def start(self) -> Ddr4Monitor:
         """Start checking (call right after reset: trace cycle 0 is the first cycle out of it)."""
