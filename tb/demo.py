@@ -337,9 +337,7 @@ def demo_build(opts: DemoOptions) -> Any:
     ports, and FST tracing still records the whole hierarchy), with waves when asked."""
     from tb.common import simulator
 
-    return simulator.build(opts.sim, "card_top", simulator.card_sources(),
-                           {"MEM_SIZE": f"64'd{opts.card_mem}"}, waves=opts.waves, public=[],
-                           cxx_opt="-O3")
+    return simulator.card_build(opts.sim, {"MEM_SIZE": f"64'd{opts.card_mem}"}, waves=opts.waves)
 
 
 def run_with_progress(build: Any, module: str, testcase: str, env: dict[str, str],

@@ -28,8 +28,8 @@ SMALL_CHUNK = 64 << 10
 
 def run_card(sim: str, memory: str, tests: list[str] | None = None,
              waves: bool | None = None) -> simulator.RunResult:
-    return simulator.run(sim, "card_top", simulator.card_sources(), "tb.card_top.test_card_top",
-                      parameters={"MEM_SIZE": f"64'd{CARD_MEM}"}, testcase=tests, waves=waves,
+    return simulator.test(simulator.card_build(sim, {"MEM_SIZE": f"64'd{CARD_MEM}"}, waves),
+                      "tb.card_top.test_card_top", testcase=tests,
                       extra_env={"CARD_TB_PARAMS": json.dumps({"MEM_SIZE": CARD_MEM}),
                                  "CARD_TB_MEMORY": memory, "SIM": sim,
                                  **({} if (sim, memory) == ("verilator", "inorder")
