@@ -10,8 +10,9 @@ by compiler.plugins.accel.kernels with random quantizer parameters.
   ACC_MACS / (N*N*ACC_CYCLES). The speed is simulated cycles per wall second from the START
   write to the interrupt, measured on the cocotb side, with the Python wakeups in that window
   counted (every GPI trigger that entered Python). It runs on two Verilator builds of card_top:
-  `lean` (tb/common/simulator.py's ``public=[], cxx_opt="-O3"``: no --public-flat-rw, only
-  card_top's own ports and signals public, C++ at -O3; the benchmark's figure) and `full`
+  `lean` (tb/common/simulator.py's ``card_build``, the build every card test runs: no
+  --public-flat-rw, only card_top's own ports and signals and the few internal ones the card
+  benches read (``CARD_PUBLIC``) public, C++ at -O3; the benchmark's figure) and `full`
   (cocotb's default: every signal public, verilated.mk's -Os).
 - C++ harness (tb/accel/harness/accel_harness.cpp): the same card_top RTL, Verilator version and
   flags as a cocotb build, no Python in the loop: card memory loaded by backdoor, the register
@@ -234,12 +235,15 @@ def harness_script(job: dict[str, Any], dump: str) -> str:
 #: `lean` (no --public-flat-rw, -O3; the benchmark's figure) and `full` (cocotb's default).
 BUILDS = ("lean", "full")
 #: simulator.build's ``public`` (None: every signal public) and ``cxx_opt`` of each build.
-BUILD_OPTS: dict[str, dict[str, Any]] = {"lean": {"public": [], "cxx_opt": "-O3"},
+BUILD_OPTS: dict[str, dict[str, Any]] = {"lean": {"public": list(simulator.CARD_PUBLIC),
+                                                  "cxx_opt": "-O3"},
                                          "full": {"public": None, "cxx_opt": None}}
 
 
 def cocotb_build(variant: str) -> simulator.Build:
     """The cocotb model of one build (built once, then reused by the runner's stamp)."""
+    if variant == "lean":
+        return simulator.card_build("verilator", PARAMS, waves=False)
     return simulator.build("verilator", "card_top", simulator.card_sources(), PARAMS,
                         **BUILD_OPTS[variant])
 

@@ -204,8 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     raw = RESULTS / "dma.raw.json"
     raw.unlink(missing_ok=True)
     # lean build: the bench drives and reads only card_top's ports
-    b = simulator.build("verilator", "card_top", simulator.card_sources(),
-                     {"MEM_SIZE": f"64'd{CARD_MEM}"}, public=[], cxx_opt="-O3")
+    b = simulator.card_build("verilator", {"MEM_SIZE": f"64'd{CARD_MEM}"}, waves=False)
     simulator.test(b, "bench.dma_bench", run_name="bench",
                 testcase="bench_c2c" if args.only == "c2c" else None,
                 extra_env={"BENCH_OUT": str(raw), "COCOTB_LOG_LEVEL": "WARNING"})

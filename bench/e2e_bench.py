@@ -8,7 +8,7 @@ time on both simulators.
   seeded random input image. References: onnxruntime in fp32, and the same compiled model on
   the functional card (``ModelCard``, 64 MiB, the same runtime and memory manager).
 - The RTL run: card_top (64 MiB card memory) under Verilator, a lean -O3 build
-  (tb/common/simulator.py ``public=[], cxx_opt="-O3"``: the runtime touches only card_top's
+  (tb/common/simulator.py ``card_build``: the runtime touches only card_top's
   ports), host memory answering reads after
   500 ns; the cocotb test ``e2e_resnet50`` below runs ``CardExecutor`` + ``CardSession`` on
   ``PcieDriver(RtlCard(dut))`` in a ``cocotb.task.bridge`` thread, with the memory manager's
@@ -330,13 +330,8 @@ def run_rtl(work: Path = WORK, link: str = "axi") -> tuple[dict[str, Any], dict[
     e2e_resnet50 on work/model.xmodel and work/inputs.npz; (result, outputs, build wall, RTL run
     wall, run directory)."""
     t0 = time.perf_counter()
-    if link == "pcie":
-        from tb.common.pcie_card import card_sources
-        b = simulator.build("verilator", "card_top_pcie", card_sources(), PARAMS, public=[],
-                            cxx_opt="-O3")
-    else:
-        b = simulator.build("verilator", "card_top", simulator.card_sources(), PARAMS, public=[],
-                            cxx_opt="-O3")
+    b = simulator.card_build("verilator", PARAMS, waves=False,
+                             top="card_top_pcie" if link == "pcie" else "card_top")
     build_s = time.perf_counter() - t0
     files = {k: work / f"rtl_{k}" for k in ("out.json", "outputs.npz", "memtrace.jsonl",
                                             "timeline.json", "progress.txt")}

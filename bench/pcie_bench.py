@@ -44,7 +44,7 @@ from pyhost.backend import HostMemory
 from pyhost.driver import PcieDriver
 from tb.common import simulator
 from tb.common.clocking import reset, start_clock
-from tb.common.pcie_card import PcieOptions, card_sources
+from tb.common.pcie_card import PcieOptions
 from tb.common.pcie_link import HostLinkConfig
 from tb.common.rtl_card import RtlCard
 
@@ -186,8 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     raw = RESULTS / "pcie.raw.json"
     raw.unlink(missing_ok=True)
-    b = simulator.build("verilator", "card_top_pcie", card_sources(),
-                        {"MEM_SIZE": f"64'd{CARD_MEM}"}, public=[], cxx_opt="-O3")
+    b = simulator.card_build("verilator", {"MEM_SIZE": f"64'd{CARD_MEM}"}, waves=False,
+                             top="card_top_pcie")
     # one simulator process per setting, side by side (the figures are simulated time)
     from concurrent.futures import ThreadPoolExecutor
 

@@ -124,8 +124,7 @@ def measure(n: int, out: Path, randoms: int = 12) -> None:
     from tb.sweep.spec import make_point
 
     point = make_point({"n": n, "card_mem": "64M", "backend": "rtl"})
-    b = simulator.build("verilator", "card_top", simulator.card_sources(),
-                        point.rtl_parameters(), public=[], cxx_opt="-O3")
+    b = simulator.card_build("verilator", point.rtl_parameters(), waves=False)
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "cases.json"
         res = simulator.test(b, "tb.card_top.test_perf_model", testcase="perf_measure",

@@ -350,13 +350,9 @@ def demo_build(opts: DemoOptions) -> Any:
     FST tracing still records the whole hierarchy), with waves when asked."""
     from tb.common import simulator
 
-    if opts.link == "pcie":
-        from tb.common.pcie_card import card_sources
-        top, sources = "card_top_pcie", card_sources()
-    else:
-        top, sources = "card_top", simulator.card_sources()
-    return simulator.build(opts.sim, top, sources, {"MEM_SIZE": f"64'd{opts.card_mem}"},
-                           waves=opts.waves, public=[], cxx_opt="-O3")
+    top = "card_top_pcie" if opts.link == "pcie" else "card_top"
+    return simulator.card_build(opts.sim, {"MEM_SIZE": f"64'd{opts.card_mem}"}, waves=opts.waves,
+                                top=top)
 
 
 def run_with_progress(build: Any, module: str, testcase: str, env: dict[str, str],

@@ -108,8 +108,9 @@ class Point:
     timeout_s: float = 3600.0
     #: Return the run's FST to the client (RTL points).
     waves: bool = False
-    #: The Verilator build: "lean" (only the top level visible to VPI, C++ at -O3: about 5.7x
-    #: faster, docs/accel.md) or "full" (cocotb's --public-flat-rw build the RTL tests use).
+    #: The Verilator build: "lean" (tb/common/simulator.py's card_build, the one the card tests
+    #: and benches use: only the top level and a few monitored signals visible to VPI, C++ at
+    #: -O3; about 5.7x faster, docs/accel.md) or "full" (cocotb's --public-flat-rw build).
     #: The cycles are the same; it is not part of the point's identity.
     build: str = "lean"
 

@@ -119,9 +119,10 @@ def _rtl_run(point: Point, art: Path, out: Path
             raise PointError(f"link mode {point.link!r}: this tree's RtlCard has only the "
                              f"{DEFAULT_LINK!r} host link (no `link` option)")
     t0 = time.perf_counter()
-    b = simulator.build(point.simulator, "card_top", simulator.card_sources(),
-                        point.rtl_parameters(), waves=point.waves,
-                        **({"public": [], "cxx_opt": "-O3"} if point.build == "lean" else {}))
+    b = simulator.card_build(point.simulator, point.rtl_parameters(), waves=point.waves) \
+        if point.build == "lean" else \
+        simulator.build(point.simulator, "card_top", simulator.card_sources(),
+                        point.rtl_parameters(), waves=point.waves)
     build_s = time.perf_counter() - t0
     files = {k: out / f"rtl_{k}" for k in ("out.json", "outputs.npz")}
     env = {"SWEEP_XMODEL": str(art / "model.xmodel"), "SWEEP_INPUTS": str(art / "inputs.npz"),

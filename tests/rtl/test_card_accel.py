@@ -18,8 +18,8 @@ from tests.rtl.test_card_top import CARD_MEM
 def test_card_accel(sim: str) -> None:
     """Every accelerator check passes on the RTL card: one simulator run for all of them (a run
     costs seconds to start; each check resets the card)."""
-    res = simulator.run(sim, "card_top", simulator.card_sources(), "tb.card_top.test_card_accel",
-                     parameters={"MEM_SIZE": f"64'd{CARD_MEM}"},
+    res = simulator.test(simulator.card_build(sim, {"MEM_SIZE": f"64'd{CARD_MEM}"}),
+                     "tb.card_top.test_card_accel",
                      extra_env={"CARD_TB_PARAMS": json.dumps({"MEM_SIZE": CARD_MEM}),
                                 "CARD_TB_MEMORY": "inorder", "SIM": sim})
     assert res.tests == len(ALL_CHECKS)

@@ -14,9 +14,8 @@ from tests.rtl.test_card_top import SMALL_CARD_MEM as CARD_MEM
 @pytest.mark.rtl
 def test_card_memory_manager(sim: str) -> None:
     """Eviction, write-back and compaction with data checked end to end on the RTL card."""
-    res = simulator.run(sim, "card_top", simulator.card_sources(),
+    res = simulator.test(simulator.card_build(sim, {"MEM_SIZE": f"64'd{CARD_MEM}"}),
                      "tb.card_top.test_card_memory_manager",
-                     parameters={"MEM_SIZE": f"64'd{CARD_MEM}"},
                      extra_env={"CARD_TB_PARAMS": json.dumps({"MEM_SIZE": CARD_MEM}),
                                 "CARD_TB_MEMORY": "inorder", "SIM": sim})
     assert res.tests == 1

@@ -16,8 +16,8 @@ from tests.rtl.test_card_top import SMALL_CARD_MEM as SMALL
 
 def _run(sim: str, mem: int, tests: list[str], env: dict[str, str] | None = None
          ) -> simulator.RunResult:
-    return simulator.run(sim, "card_top", simulator.card_sources(), "tb.card_top.test_card_models",
-                      parameters={"MEM_SIZE": f"64'd{mem}"}, testcase=tests,
+    return simulator.test(simulator.card_build(sim, {"MEM_SIZE": f"64'd{mem}"}),
+                      "tb.card_top.test_card_models", testcase=tests,
                       extra_env={"CARD_TB_PARAMS": json.dumps({"MEM_SIZE": mem}),
                                  "CARD_TB_MEMORY": "inorder", "SIM": sim, **(env or {})})
 

@@ -1,13 +1,13 @@
 """System regression: the shared driver program on the RTL card (card_top), each simulator.
 
-Two host-memory behaviours: in order with back-pressure and idle cycles on every channel, and
-long jittered latency with read data returned out of order across tags. Verilator runs every
-check in order and every check but the card-to-card copies (which never touch host memory) out of
-order. Icarus, about 25x slower on this design, runs registers, request limits, chains of
-1 to 256 descriptors, every error code, the abort and a smaller alignment check in order, and
-batched calls and the errors out of order (the full alignment and the card-to-card copies are
-Verilator-only, to keep `make test` short). Only Verilator in order uses the driver's 1 MiB
-descriptors; the other runs cap them at 64 KiB.
+Two host-memory behaviours: in order with back-pressure and idle cycles on every channel, and long
+jittered latency with read data returned out of order across tags. Verilator runs every check in
+order and every check but the card-to-card copies (which never touch host memory) out of order.
+Icarus, about 100x slower on this design, runs registers, request limits, chains of 1 to 256
+descriptors, the abort and a smaller alignment check in order, and batched calls and every error
+code out of order (each once: the errors took 43 s of Icarus in order as well) (the full alignment
+and the card-to-card copies are Verilator-only, to keep `make test` short). Only Verilator in order
+uses the driver's 1 MiB descriptors; the other runs cap them at 64 KiB.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ SMALL_CHUNK = 64 << 10
 
 def run_card(sim: str, memory: str, tests: list[str] | None = None,
              waves: bool | None = None) -> simulator.RunResult:
-    return simulator.run(sim, "card_top", simulator.card_sources(), "tb.card_top.test_card_top",
-                      parameters={"MEM_SIZE": f"64'd{CARD_MEM}"}, testcase=tests, waves=waves,
+    return simulator.test(simulator.card_build(sim, {"MEM_SIZE": f"64'd{CARD_MEM}"}, waves),
+                      "tb.card_top.test_card_top", testcase=tests,
                       extra_env={"CARD_TB_PARAMS": json.dumps({"MEM_SIZE": CARD_MEM}),
                                  "CARD_TB_MEMORY": memory, "SIM": sim,
                                  **({} if (sim, memory) == ("verilator", "inorder")
@@ -38,7 +38,7 @@ def run_card(sim: str, memory: str, tests: list[str] | None = None,
 
 ICARUS_CHECKS = {
     "inorder": ("check_card_info", "check_validation", "check_request_limits", "check_chains",
-                "check_errors", "check_abort"),
+                "check_abort"),
     "ooo": ("check_batched_calls", "check_errors"),
 }
 

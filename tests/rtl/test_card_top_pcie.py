@@ -1,18 +1,16 @@
 """PCIe regression: the card as a PCIe endpoint (card_top_pcie) behind the UltraScale+ hard IP
 model and a root complex, on each simulator.
 
-Verilator runs every test of the bench once, in one simulator process on one lean build (only what
-the bench reads is public: the DRAM controller's trace for the DDR4 monitor, the engine's request
-limits for the request monitor's messages; verilated.mk's -Os, which builds in 64 CPU seconds here
-against 82 at -O3, and the bench's time is mostly the link model's Python): enumeration on Gen3 x16
-and Gen4 x8, MMIO of every register, unmapped BAR offsets, MSI-X on every source, the whole driver
-program (but the card-to-card copies, which never leave the card) and every accelerator program on
-the out-of-order host, the demo CNN, the idle link, the completion buffer, the default host's
-reordering, the completion errors and the limits cases (MPS 128..1024 x MRRS 128..4096, the 4 KiB
-read settings on hosts that split every read into 64 and 128-byte completions), all under the
-request-TLP monitor and the DDR4 monitor. Icarus, much slower on this design, runs a smoke set:
-enumeration with a DMA each way, every register, MSI-X on every source: every RTL block of the
-endpoint, both clocks.
+Verilator runs every test of the bench once, in one simulator process on the card build every card
+bench shares (simulator.card_build: lean -O3, public only simulator.CARD_PUBLIC, which is what the
+DDR4 monitor and the request monitor read): enumeration on Gen3 x16 and Gen4 x8, MMIO of every
+register, unmapped BAR offsets, MSI-X on every source, the whole driver program (but the
+card-to-card copies, which never leave the card) and every accelerator program on the out-of-order
+host, the demo CNN, the idle link, the completion buffer, the default host's reordering, the
+completion errors and the limits cases (MPS 128..1024 x MRRS 128..4096, the 4 KiB read settings on
+hosts that split every read into 64 and 128-byte completions), all under the request-TLP monitor and
+the DDR4 monitor. Icarus, much slower on this design, runs a smoke set: enumeration with a DMA each
+way, every register, MSI-X on every source: every RTL block of the endpoint, both clocks.
 """
 
 from __future__ import annotations
@@ -24,25 +22,13 @@ import pytest
 from tb.common import simulator
 
 CARD_MEM = 16 << 20
-#: What the bench reads inside the card (a lean build keeps only these and the top's ports
-#: visible): the DDR4 monitor's trace of dram_ctrl, the request monitor's engine limits.
-PUBLIC = ["dram_ctrl:trace_*", "dram_ctrl:s_axi_rvalid", "dma_engine:mps", "dma_engine:mrrs"]
-
-
-def pcie_sources():
-    from tb.common.pcie_card import card_sources
-
-    return card_sources()
-
-
 def run_pcie(sim: str, tests: list[str] | None = None,
              waves: bool | None = None) -> simulator.RunResult:
-    return simulator.run(sim, "card_top_pcie", pcie_sources(),
-                         "tb.card_top_pcie.test_card_top_pcie",
-                         parameters={"MEM_SIZE": f"64'd{CARD_MEM}"}, testcase=tests,
-                         waves=waves, public=PUBLIC,
-                         extra_env={"CARD_TB_PARAMS": json.dumps({"MEM_SIZE": CARD_MEM}),
-                                    "SIM": sim})
+    b = simulator.card_build(sim, {"MEM_SIZE": f"64'd{CARD_MEM}"}, waves=waves,
+                             top="card_top_pcie")
+    return simulator.test(b, "tb.card_top_pcie.test_card_top_pcie", testcase=tests,
+                          extra_env={"CARD_TB_PARAMS": json.dumps({"MEM_SIZE": CARD_MEM}),
+                                     "SIM": sim})
 
 
 def _indexed(name: str, checks) -> list[str]:

@@ -30,9 +30,8 @@ def test_perf_model_against_the_rtl(tmp_path: Path) -> None:
     if not simulator.simulator_available("verilator"):
         pytest.skip("needs Verilator")
     out = tmp_path / "perf.json"
-    res = simulator.run("verilator", "card_top", simulator.card_sources(),
-                        "tb.card_top.test_perf_model", parameters={"MEM_SIZE": f"64'd{CARD_MEM}"},
-                        testcase="perf_measure", check=True,
+    res = simulator.test(simulator.card_build("verilator", {"MEM_SIZE": f"64'd{CARD_MEM}"}),
+                         "tb.card_top.test_perf_model", testcase="perf_measure", check=True,
                         extra_env={"PERF_OUT": str(out), "PERF_RANDOM": "8"})
     assert res.tests == 1
     cases = json.loads(out.read_text())

@@ -2,8 +2,8 @@
 user reaches an existing cluster, and the local default the command line starts itself.
 
 Small on purpose: a tiny ONNX model (tests/compiler/helpers.conv_net) on the functional card at
-a few points, one point of it on card_top under Verilator (the `full` build at 16 MiB that
-tests/rtl/test_card_models.py builds too), and two points that fail (a timeout, a missing model
+a few points, one point of it on card_top under Verilator (the lean build at 16 MiB that
+the card tests in tests/rtl build too), and two points that fail (a timeout, a missing model
 file) while the others finish.
 """
 
@@ -143,7 +143,7 @@ def test_sweep_on_an_existing_cluster(cluster, tiny: Path, tmp_path: Path) -> No
     from tb.sweep.cluster import connect
 
     good_rtl = {"backend": "rtl", "simulator": "verilator", "n": 8, "card_mem": "16M",
-                "build": "full"}
+                "build": "lean"}
     spec = _spec(tiny, [good_rtl, {"n": 4, "policy": "lru", "timeout_s": 1},
                         {"model": str(tmp_path / "missing.onnx")}])
     cache = Cache(tmp_path / "cache")
