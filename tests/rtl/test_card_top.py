@@ -1,13 +1,13 @@
 """System regression: the shared driver program on the RTL card (card_top), each simulator.
 
-Two host-memory behaviours: in order with back-pressure and idle cycles on every channel, and long
-jittered latency with read data returned out of order across tags. Verilator runs every check in
-order and every check but the card-to-card copies (which never touch host memory) out of order.
-Icarus, about 100x slower on this design, runs registers, request limits, chains of 1 to 256
-descriptors, the abort and a smaller alignment check in order, and batched calls and every error
-code out of order (each once: the errors took 43 s of Icarus in order as well) (the full alignment
-and the card-to-card copies are Verilator-only, to keep `make test` short). Only Verilator in order
-uses the driver's 1 MiB descriptors; the other runs cap them at 64 KiB.
+Two host-memory behaviours: in order with back-pressure and idle cycles on every channel, and
+long jittered latency with read data returned out of order across tags. Verilator runs every
+check in order and every check but the card-to-card copies (which never touch host memory) out of
+order. Icarus, about 100x slower on this design, runs registers, request limits, chains of
+1 to 256 descriptors, the abort and a smaller alignment check in order, and batched calls and
+every error code out of order: each check once (the full alignment and the card-to-card copies
+are Verilator-only, to keep `make test` short). Only Verilator in order uses the driver's 1 MiB
+descriptors; the other runs cap them at 64 KiB.
 """
 
 from __future__ import annotations
