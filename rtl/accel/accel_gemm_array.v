@@ -15,7 +15,7 @@
 // leaves with out_valid and the row's tag. Full throughput: one row per cycle. A row that enters
 // in the same cycle as w_load already uses the new tile (so a GEMM's weight read and its first row
 // can arrive together); rows that entered earlier are not affected. The products and the adder
-// tree of each column are one combinational stage in front of the output register.
+// tree of each column are one stage in front of the output register.
 module accel_gemm_array #(
     parameter integer N = `ACCEL_N,  // array size: N x N int8 MACs per row
     parameter integer TAG_W = 1      // width of the tag carried alongside each row
@@ -60,32 +60,29 @@ always @(posedge clk) begin
         w_reg <= w_tile;
 end
 
-// Sign-extend one int8 lane to 32 bits.
-function [31:0] sx8;
-    input [7:0] v;
-    begin
-        sx8 = {{24{v[7]}}, v};
-    end
-endfunction
-
 // One column sum per lane n: (reset ? 0 : acc_in[n]) + sum_k x[k] * W[k][n]. The product of two
 // sign-extended int8 values is exact in 32 bits, and the low 32 bits of the sum are the int32
-// wrap-around result.
-reg [32*N-1:0] sum_next;
-integer k_s, n_s;
-
-always @* begin
-    for (n_s = 0; n_s < N; n_s = n_s + 1) begin
-        sum_next[32*n_s +: 32] = reset_acc ? 32'd0 : acc_in[32*n_s +: 32];
-        for (k_s = 0; k_s < N; k_s = k_s + 1)
-            sum_next[32*n_s +: 32] = sum_next[32*n_s +: 32]
-                + sx8(x[8*k_s +: 8]) * sx8(w_eff[8*(k_s*N+n_s) +: 8]);
+// wrap-around result. It is computed in the clocked block, only for a row that enters: an
+// event-driven simulator evaluates it once per row, not on every change of x, acc_in or the
+// tile (Icarus re-ran all N*N products several times a cycle, rows or not).
+function [31:0] col_sum;
+    input integer n;
+    reg signed [31:0] sum, prod;
+    integer k;
+    begin
+        sum = reset_acc ? 32'sd0 : $signed(acc_in[32*n +: 32]);
+        for (k = 0; k < N; k = k + 1) begin
+            prod = $signed(x[8*k +: 8]) * $signed(w_eff[8*(k*N+n) +: 8]);
+            sum = sum + prod;
+        end
+        col_sum = sum;
     end
-end
+endfunction
 
 reg                 out_valid_reg;
 reg [32*N-1:0]      acc_out_reg;
 reg [TAG_W-1:0]     out_tag_reg;
+integer n_s;
 
 always @(posedge clk) begin
     if (rst)
@@ -93,7 +90,8 @@ always @(posedge clk) begin
     else
         out_valid_reg <= in_valid;
     if (in_valid) begin
-        acc_out_reg <= sum_next;
+        for (n_s = 0; n_s < N; n_s = n_s + 1)
+            acc_out_reg[32*n_s +: 32] <= col_sum(n_s);
         out_tag_reg <= in_tag;
     end
 end
