@@ -30,6 +30,7 @@ import cocotb
 import numpy as np
 from cocotb.task import bridge
 
+from bench import record
 from pyhost.backend import HostMemory
 from pyhost.driver import PcieDriver
 from pyhost.spec import dram
@@ -151,40 +152,33 @@ def _c2c(card: RtlCard) -> dict:
             "dram_bus_fraction": round(2 * C2C_BYTES / (cycles * LINE), 4)}
 
 
-def _write(key: str, value) -> None:
-    path = Path(os.environ["BENCH_OUT"])
-    data = json.loads(path.read_text()) if path.exists() else {}
-    data[key] = value
-    path.write_text(json.dumps(data, indent=2))
-
-
 @cocotb.test()
 async def bench_throughput(dut) -> None:
     """H2C and C2H throughput with 500 ns host read latency, and small transfers."""
     card = await _start(dut, memory=HostMemoryConfig(read_latency=LATENCY_CYCLES))
-    _write("throughput", await bridge(_throughput)(card))
-    _write("small_transfers", await bridge(_small)(card))
+    record("throughput", await bridge(_throughput)(card))
+    record("small_transfers", await bridge(_small)(card))
 
 
 @cocotb.test()
 async def bench_c2c(dut) -> None:
     """One 4 MiB card-to-card copy, doorbell to interrupt."""
     card = await _start(dut, memory=HostMemoryConfig(read_latency=LATENCY_CYCLES))
-    _write("c2c", await bridge(_c2c)(card))
+    record("c2c", await bridge(_c2c)(card))
 
 
 @cocotb.test()
 async def bench_cosim_native(dut) -> None:
     """Simulated bytes per wall second with the project's host-memory model."""
     card = await _start(dut, memory=HostMemoryConfig(read_latency=1))
-    _write("cosim_native", await bridge(_round_trips)(card, 8 << 20))
+    record("cosim_native", await bridge(_round_trips)(card, 8 << 20))
 
 
 @cocotb.test()
 async def bench_cosim_axiram(dut) -> None:
     """Simulated bytes per wall second with a plain cocotbext-axi AxiRam as host memory."""
     card = await _start(dut, memory_model="axiram")
-    _write("cosim_axiram", await bridge(_round_trips)(card, 8 << 20))
+    record("cosim_axiram", await bridge(_round_trips)(card, 8 << 20))
 
 
 def _print_c2c(c: dict) -> None:

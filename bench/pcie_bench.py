@@ -40,6 +40,7 @@ import numpy as np
 from cocotb.task import bridge
 from cocotb.utils import get_sim_time
 
+from bench import record
 from pyhost.backend import HostMemory
 from pyhost.driver import PcieDriver
 from tb.common import simulator
@@ -136,13 +137,6 @@ def bridge_time(card: RtlCard):
     return lambda: resume(now)()
 
 
-def _write(key: str, value) -> None:
-    path = Path(os.environ["BENCH_OUT"])
-    data = json.loads(path.read_text()) if path.exists() else {}
-    data[key] = value
-    path.write_text(json.dumps(data, indent=2))
-
-
 @cocotb.test()
 @cocotb.parametrize(setting=list(range(len(SETTINGS))))
 async def bench_throughput(dut, setting: int) -> None:
@@ -158,7 +152,7 @@ async def bench_throughput(dut, setting: int) -> None:
     rows = await bridge(_throughput)(card)
     rc = card.pcie.link.rc
     dev = card.pcie.link.dev
-    _write(f"{mps}/{mrrs}", {"mps": mps, "mrrs": mrrs, "lspci": info, "rows": rows,
+    record(f"{mps}/{mrrs}", {"mps": mps, "mrrs": mrrs, "lspci": info, "rows": rows,
                              "host_reads": rc.reads, "completions": rc.completions,
                              "reordered": rc.reordered, "interleaved": rc.interleaved,
                              "max_reads_in_flight": rc.max_in_flight,

@@ -2,10 +2,11 @@
 `timescale 1ns / 1ps
 `default_nettype none
 
-// pcie_dma: the DMA engine (dma_engine.v) with its two ports. The host port is an AXI4 master
-// served by the host-memory model (a PCIe TLP adapter can take its place: it only has to speak
-// dma_engine's request/completion interface); the card port is an AXI4 master on the card's
-// interconnect. Registers live in csr.v; this block gets their values and returns status.
+// dma_core: the DMA engine (dma_engine.v) with its card port, an AXI4 master on the card's
+// interconnect. The host side is left as dma_engine's request/completion interface, for the
+// AXI4 host port (dma_axi_port.v, in card_top and pcie_dma) or the PCIe requester adapter
+// (pcie_rq_adapter.v, in card_top_pcie). Registers live in csr.v; this block gets their values
+// and returns status.
 module dma_core #(
     parameter integer DATA_WIDTH = 512,      // data width of both ports
     parameter integer CARD_ADDR_WIDTH = 32,  // card port address width

@@ -4,7 +4,8 @@
 
 // pcie_dma: the DMA engine with both ports as AXI4 masters: dma_core.v (the engine and its card
 // port on the card's interconnect) and the AXI4 host-port adapter (dma_axi_port.v) served by the
-// host-memory model. card_top_pcie puts the PCIe requester adapter on dma_core instead. Registers live in csr.v; this block gets their values and returns status.
+// host-memory model (the DMA unit bench's top). card_top_pcie puts the PCIe requester adapter
+// on dma_core instead. Registers live in csr.v; this block gets their values and returns status.
 module pcie_dma #(
     parameter integer DATA_WIDTH = 512,      // data width of both ports
     parameter integer CARD_ADDR_WIDTH = 32,  // card port address width

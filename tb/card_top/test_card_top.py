@@ -76,18 +76,23 @@ class TB:
         self.ddr4.start()
 
     async def host(self, fn, *args, **kwargs):
-        """Run blocking host code ``fn(driver, ...)`` against the RTL card; then the DDR4
-        monitor's end-of-run check (refresh debt and REF-to-REF distance up to now)."""
-        def main():
-            drv = PcieDriver(self.card, chunk_bytes=int(os.environ.get(
-                "CARD_TB_CHUNK", DEFAULT_CHUNK_BYTES)))
-            try:
-                return fn(drv, *args, **kwargs)
-            finally:
-                drv.close()
-        result = await bridge(main)()
-        self.ddr4.finish()
-        return result
+        """Run blocking host code ``fn(driver, ...)`` against the RTL card (see run_host)."""
+        chunk = int(os.environ.get("CARD_TB_CHUNK", DEFAULT_CHUNK_BYTES))
+        return await run_host(self.card, self.ddr4, chunk, fn, *args, **kwargs)
+
+
+async def run_host(card, ddr4: Ddr4Monitor, chunk_bytes: int, fn, *args, **kwargs):
+    """Run blocking host code ``fn(driver, ...)`` on a PcieDriver of ``card`` in the host thread;
+    then the DDR4 monitor's end-of-run check (refresh debt and REF-to-REF distance up to now)."""
+    def main():
+        drv = PcieDriver(card, chunk_bytes=chunk_bytes)
+        try:
+            return fn(drv, *args, **kwargs)
+        finally:
+            drv.close()
+    result = await bridge(main)()
+    ddr4.finish()
+    return result
 
 
 @cocotb.test(timeout_time=200, timeout_unit="ms")

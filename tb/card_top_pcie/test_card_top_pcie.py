@@ -23,12 +23,13 @@ from cocotb.task import bridge
 from cocotbext.pcie.core.tlp import TlpType
 
 from pyhost.backend import HostMemory
-from pyhost.driver import AccelRunError, DmaTransferError, PcieDriver
+from pyhost.driver import AccelRunError, DmaTransferError
 from pyhost.model_card import ModelCard
 from pyhost.spec import isa, pcie, regs
 from pyhost.spec.isa import AccelError
 from pyhost.spec.regs import Channel, DmaError
 from tb.card_top import accel_program, driver_program
+from tb.card_top.test_card_top import run_host
 from tb.common.clocking import reset, start_clock
 from tb.common.pcie_card import MmioUnsupportedRequest, PcieOptions
 from tb.common.pcie_link import HostLinkConfig
@@ -150,17 +151,8 @@ class TB:
             f"{pcie.RC_BUFFER_CPLH} / {pcie.RC_BUFFER_CPLD})")
 
     async def host(self, fn, *args, **kwargs):
-        """Run blocking host code ``fn(driver, ...)`` on the card; then the DDR4 monitor's
-        end-of-run check (refresh debt and REF-to-REF distance up to now)."""
-        def main():
-            drv = PcieDriver(self.card, chunk_bytes=CHUNK_BYTES)
-            try:
-                return fn(drv, *args, **kwargs)
-            finally:
-                drv.close()
-        result = await bridge(main)()
-        self.ddr4.finish()
-        return result
+        """Run blocking host code ``fn(driver, ...)`` on the card (card_top's run_host)."""
+        return await run_host(self.card, self.ddr4, CHUNK_BYTES, fn, *args, **kwargs)
 
 
 @cocotb.test(timeout_time=50, timeout_unit="ms")
