@@ -70,9 +70,11 @@ def sp_range_ok(insn: isa.Insn, cfg: AccelConfig) -> bool:
     outer, inner = f("outer", 0), f("inner", 0)
     if not (outer and inner):
         return True
-    if insn.op == isa.Opcode.GEMM:
+    if insn.op in (isa.Opcode.GEMM, isa.Opcode.DW):
         a_last = f("acc_base", 0) + (outer - 1) * f("acc_so", 0) + (inner - 1) * f("acc_si", 0)
         i_last = f("inp_base", 0) + (outer - 1) * f("inp_so", 0) + (inner - 1) * f("inp_si", 0)
+        if insn.op == isa.Opcode.DW:
+            i_last += isa.dw_offsets(f("taps", 0), f("tap_w", 0), f("tap_pitch", 0))[-1]
         return a_last < cfg.acc_depth and i_last < cfg.inp_depth and \
             f("wgt_base", 0) < cfg.wgt_depth
     if insn.op == isa.Opcode.ALU:
@@ -100,7 +102,7 @@ def check_program(name: str, program: bytes, cfg: AccelConfig, slots: int) -> li
             insn = isa.decode(raw)
         except isa.IsaError as e:
             raise AbiError(f"{where} ({raw.hex()}) does not decode: {e}; recompile") from None
-        err = isa.check_static(insn)
+        err = isa.check_static(insn, cfg.n)
         if err != isa.AccelError.NONE:
             raise AbiError(f"{where} is illegal ({err.name}): {isa.disassemble_one(insn)}")
         if (insn.op == isa.Opcode.END) != (pc == last):

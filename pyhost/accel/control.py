@@ -123,11 +123,12 @@ class AccelRunResult:
 
 
 _ACCEL_HINTS = {
-    AccelError.ILLEGAL_OPCODE: "opcode 0 or above END: INSN_BASE / INSN_COUNT do not match the "
+    AccelError.ILLEGAL_OPCODE: "opcode 0 or above DW: INSN_BASE / INSN_COUNT do not match the "
                                "program, or its memory was overwritten",
     AccelError.ILLEGAL_FIELD: "a dependency flag the unit has no queue for, STORE from INP/WGT "
-                              "or with padding, ALU op 7, REQ with use_imm, or END with flags "
-                              "(pyhost.spec.isa.check_static)",
+                              "or with padding, ALU op 7, REQ with use_imm, END with flags, or "
+                              "DW with taps 0 or above N, tap_w 0 or taps off the INP banks' "
+                              "rotation (pyhost.spec.isa.check_static)",
     AccelError.SP_RANGE: "the instruction touches a scratchpad row beyond the depth the card "
                          "reports (PcieDriver.accel_config)",
     AccelError.MISALIGNED: "slot address + offset is not a multiple of the element size "
@@ -261,7 +262,9 @@ class AccelControl:
                 continue
             listing.append(instruction_text(img))
             if check:
-                err = isa.check_static(insn)
+                # only DW's checks depend on the array size (reading it costs MMIO reads)
+                n = self.accel_config().n if insn.op == Opcode.DW else 1
+                err = isa.check_static(insn, n)
                 if err != AccelError.NONE:
                     raise AccelProgramError(f"instruction {i} ({insn}) is {err.name}: "
                                             f"{_ACCEL_HINTS[err]}")

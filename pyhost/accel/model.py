@@ -312,7 +312,7 @@ def _check(item: Insn | bytes, n: int) -> _Op | AccelError:
             insn = isa.decode(bytes(item))
         except isa.IsaError:
             return AccelError.ILLEGAL_OPCODE
-    err = isa.check_static(insn)
+    err = isa.check_static(insn, n)
     if err != AccelError.NONE:
         return err
     return _Op(insn, _fields(insn), n)
@@ -620,6 +620,41 @@ class AccelModel:
                 else:
                     self.acc[r] = _wrap32(self.acc[r].astype(np.int64) + s)
 
+    def _dw(self, f: dict[str, int], c: dict[str, int]) -> AccelError:
+        """DW (docs/isa.md): per lane, the dot product of the taps' input rows with the tile's
+        rows, computed at once for every iteration whose accumulator row no other iteration of
+        the instruction writes (an order-free sum otherwise, as `_gemm_now` does)."""
+        cfg = self.cfg
+        outer, inner = f["outer"], f["inner"]
+        if not (outer and inner):
+            return AccelError.NONE
+        off = np.array(isa.dw_offsets(f["taps"], f["tap_w"], f["tap_pitch"]), np.int64)
+        a_last = f["acc_base"] + (outer - 1) * f["acc_so"] + (inner - 1) * f["acc_si"]
+        i_last = f["inp_base"] + (outer - 1) * f["inp_so"] + (inner - 1) * f["inp_si"] \
+            + int(off[-1])
+        if a_last >= cfg.acc_depth or i_last >= cfg.inp_depth or f["wgt_base"] >= cfg.wgt_depth:
+            return AccelError.SP_RANGE
+        taps = off.size
+        c["macs"] += outer * inner * taps * cfg.n
+        a = _loop_rows(f["acc_base"], outer, inner, f["acc_so"], f["acc_si"])
+        x = _loop_rows(f["inp_base"], outer, inner, f["inp_so"], f["inp_si"])
+        w = self.wgt[f["wgt_base"], :taps].astype(np.int32)          # [taps, N]
+        reset = bool(f["reset"])
+        step = max(1, _BLOCK // taps)
+        for lo in range(0, a.size, step):
+            ab = a[lo:lo + step]
+            rows = self.inp[x[lo:lo + step, None] + off[None, :]]      # [iters, taps, N]
+            prod = np.einsum("ikn,kn->in", rows.astype(np.int32), w)   # |sum| < 2**21
+            if _unique(ab):
+                self.acc[ab] = prod if reset else _wrap32(self.acc[ab].astype(np.int64) + prod)
+            elif reset:
+                r, last = np.unique(ab[::-1], return_index=True)
+                self.acc[r] = prod[::-1][last]
+            else:
+                r, sums = _group_reduce(ab, prod.astype(np.int64), np.add)
+                self.acc[r] = _wrap32(self.acc[r].astype(np.int64) + sums)
+        return AccelError.NONE
+
     def _alu(self, f: dict[str, int]) -> AccelError:
         cfg = self.cfg
         outer, inner = f["outer"], f["inner"]
@@ -846,7 +881,8 @@ class _GemmBatch:
         return False                  # an instruction this batch knows nothing about
 
 
-_LOAD, _STORE, _GEMM = int(Opcode.LOAD), int(Opcode.STORE), int(Opcode.GEMM)
+_LOAD, _STORE, _GEMM, _DW = (int(Opcode.LOAD), int(Opcode.STORE), int(Opcode.GEMM),
+                             int(Opcode.DW))
 
 
 class _Run:
@@ -946,6 +982,8 @@ class _Run:
                 err = m._load(f, self.mem, self.slots, c)
             elif code == _STORE:
                 err = m._store(f, self.mem, self.slots, c)
+            elif code == _DW:
+                err = m._dw(f, c)
             else:
                 err = m._alu(f)
         if err:
@@ -965,7 +1003,7 @@ class _Run:
         c[self._busy[u]] += dur
         if start != ready:
             c[self._stall[u]] += start - ready
-        if code == _GEMM:
+        if code == _GEMM or code == _DW:
             c["gemm_busy"] += dur
         self.unit_t[u] = finish
         self.finish_t[u].append(finish)

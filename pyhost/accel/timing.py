@@ -73,7 +73,7 @@ def insn_cycles(insn: Insn, n: int, mem_latency: int = 0) -> int:
 def field_cycles(op: Opcode, fields: Mapping[str, int], n: int, mem_latency: int = 0) -> int:
     """`insn_cycles` of an instruction given as its opcode and field dict (absent fields 0)."""
     f = fields.get
-    if op in (Opcode.GEMM, Opcode.ALU):
+    if op in (Opcode.GEMM, Opcode.ALU, Opcode.DW):
         return f("outer", 0) * f("inner", 0) + 1
     if op in (Opcode.LOAD, Opcode.STORE):
         e = isa.element_bytes(Buffer(f("buf", 0)), n)
@@ -90,8 +90,8 @@ class Estimate:
 
     cycles: int                 # until the last unit finishes
     gemm_iterations: int        # array cycles doing useful work (one row in, N*N MACs)
-    gemm_busy: int              # GEMM instruction cycles, + 1 per instruction
-    compute_busy: int           # GEMM + ALU
+    gemm_busy: int              # GEMM and DW instruction cycles, + 1 per instruction
+    compute_busy: int           # GEMM + DW + ALU
     load_busy: int
     store_busy: int
     insns: int
@@ -149,7 +149,7 @@ def estimate(insns: Sequence[Insn], cfg: AccelConfig = DEFAULT_CONFIG, mem_laten
         unit_t[u] = end
         finish[u].append(end)
         busy[u] += dur
-        if insn.op == Opcode.GEMM:
+        if insn.op in (Opcode.GEMM, Opcode.DW):
             gemm_it += insn.fields.get("outer", 0) * insn.fields.get("inner", 0)
             gemm_busy += dur
         for c in pushes:
@@ -308,8 +308,8 @@ def _unit_cycles(raw: np.ndarray, n: int, p: PerfParams
     (pop_prev, pop_next, push_prev, push_next as bits 0..3), the cycles it occupies its unit
     from its start and the cycles from its start to its push, under `perf_estimate`'s rules:
 
-    - GEMM / ALU: one iteration per cycle, `compute_extra` more; the push `compute_push` after
-      the last (an empty loop: one cycle);
+    - GEMM / DW / ALU: one iteration per cycle, `compute_extra` more; the push `compute_push`
+      after the last (an empty loop: one cycle);
     - LOAD: `load_start`, then the later of its scratchpad writes (one row per cycle) and its
       memory data: bursts of at most MAX_BURST_BEATS beats per memory row, MAX_OUTSTANDING in
       flight, `read_latency` to the first beat of each, one beat per cycle; then `load_end`;
@@ -322,10 +322,10 @@ def _unit_cycles(raw: np.ndarray, n: int, p: PerfParams
     flags = ((lo >> np.uint64(4)) & np.uint64(0xF)).astype(np.int64)
     occ = np.zeros(op.size, np.int64)
     push = np.zeros(op.size, np.int64)
-    comp = (op == Opcode.GEMM) | (op == Opcode.ALU)
+    comp = (op == Opcode.GEMM) | (op == Opcode.ALU) | (op == Opcode.DW)
     if comp.any():
         it = np.zeros(op.size, np.int64)
-        for code in (Opcode.GEMM, Opcode.ALU):
+        for code in (Opcode.GEMM, Opcode.ALU, Opcode.DW):
             sel = op == code
             if sel.any():
                 pos = _positions(code)
@@ -400,7 +400,7 @@ def perf_estimate(insns: Sequence[Insn], cfg: AccelConfig = DEFAULT_CONFIG,
     return perf_estimate_raw(b"".join(isa.encode(i) for i in insns), cfg, p, insn_base)
 
 
-#: Unit of each opcode (LOAD 1, GEMM 2, ALU 3, STORE 4, END 5 in isa.Opcode), -1: none.
+#: Unit of each opcode (LOAD 1, STORE 2, GEMM 3, ALU 4, END 5, DW 6 in isa.Opcode), -1: none.
 _UNIT_OF = np.full(16, -1, np.int64)
 for _op, _unit in isa.UNIT_OF.items():
     _UNIT_OF[_op] = int(_unit)
@@ -432,7 +432,7 @@ def perf_estimate_raw(raw: bytes | np.ndarray, cfg: AccelConfig = DEFAULT_CONFIG
     flags_l = flags[:count].tolist()
     occ_l = occ[:count].tolist()
     push_l = push[:count].tolist()
-    gemm_l = (op[:count] == Opcode.GEMM).tolist()
+    gemm_l = ((op[:count] == Opcode.GEMM) | (op[:count] == Opcode.DW)).tolist()
     if any(u < 0 for u in units):
         raise ValueError("perf_estimate: an instruction with an illegal opcode before END")
     cap = cfg.queue_depth + 1

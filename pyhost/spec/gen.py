@@ -129,7 +129,7 @@ def accel_isa() -> str:
     lines += [f"`define ACC_ERR_{e.name} 8'd{int(e)}" for e in isa.AccelError]
     lines += ["", "// Instruction fields: `F_<FORMAT>_<FIELD>_LSB and _W; LOAD and STORE share MEM"]
     names = {isa.Opcode.LOAD: "MEM", isa.Opcode.GEMM: "GEMM", isa.Opcode.ALU: "ALU",
-             isa.Opcode.END: "HDR"}
+             isa.Opcode.DW: "DW", isa.Opcode.END: "HDR"}
     for op, fmt_name in names.items():
         lsb = 0
         for f in isa.FORMATS[op]:

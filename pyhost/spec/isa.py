@@ -13,7 +13,8 @@ import re
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-ISA_VERSION = 1
+#: 2: DW (depthwise) added; a version-1 program runs unchanged.
+ISA_VERSION = 2
 INSN_BITS = 128
 INSN_BYTES = INSN_BITS // 8
 
@@ -33,6 +34,8 @@ class Opcode(IntEnum):
     GEMM = 3    # int8 x int8 -> int32 on the N x N array (compute unit)
     ALU = 4     # vector operation on accumulator rows (compute unit)
     END = 5     # end of the stream: finish when every unit is idle, raise the done interrupt
+    DW = 6      # depthwise: per lane, a dot product over up to N taps (N input rows at once) on
+                # the N x N array (compute unit)
 
 
 class Buffer(IntEnum):
@@ -64,7 +67,7 @@ class Unit(IntEnum):
 
 
 UNIT_OF = {Opcode.LOAD: Unit.LOAD, Opcode.STORE: Unit.STORE, Opcode.GEMM: Unit.COMPUTE,
-           Opcode.ALU: Unit.COMPUTE}
+           Opcode.ALU: Unit.COMPUTE, Opcode.DW: Unit.COMPUTE}
 
 # --- dependency tokens ---------------------------------------------------------------------------
 #: The four token counters (docs/isa.md "Execution model"), by index: (producer, consumer).
@@ -100,9 +103,10 @@ class AccelError(IntEnum):
     """Error codes in ACC_STATUS.ERR_CODE. The accelerator stops at the first error."""
 
     NONE = 0
-    ILLEGAL_OPCODE = 1   # opcode 0 or above END
+    ILLEGAL_OPCODE = 1   # opcode 0 or above DW (7..15)
     ILLEGAL_FIELD = 2    # a dependency flag the unit has no queue for, bad buffer or ALU op,
-                         # STORE from INP/WGT or with padding, REQ with USE_IMM, END with flags
+                         # STORE from INP/WGT or with padding, REQ with USE_IMM, END with flags,
+                         # DW with taps 0 or above N, tap_w 0, or taps off the banks' rotation
     SP_RANGE = 3         # the instruction would touch a scratchpad row beyond the depth
     MISALIGNED = 4       # LOAD/STORE address not a multiple of the element size
     FETCH_BUS = 5        # reading instructions failed (SLVERR/DECERR)
@@ -176,6 +180,23 @@ FORMATS: dict[Opcode, tuple[FieldSpec, ...]] = {
         FieldSpec("imm", 24, signed=True, doc="immediate (REQ: zp [7:0], lo [15:8], hi [23:16])"),
     ),
     Opcode.END: HEADER,
+    # DW narrows GEMM's bases and inner strides to make room for the tap geometry
+    Opcode.DW: HEADER + (
+        FieldSpec("reset", 1, doc="write the sum instead of adding it"),
+        FieldSpec("acc_base", 14, doc="first accumulator row"),
+        FieldSpec("inp_base", 16, doc="first input row (tap 0 of the first iteration)"),
+        FieldSpec("wgt_base", 12, doc="the weight tile W[k][n]: tap k, lane n (held for the "
+                                      "whole instruction)"),
+        FieldSpec("outer", 12, doc="outer loop count"),
+        FieldSpec("inner", 12, doc="inner loop count"),
+        FieldSpec("acc_so", 12, doc="accumulator row stride of the outer loop"),
+        FieldSpec("acc_si", 4, doc="accumulator row stride of the inner loop"),
+        FieldSpec("inp_so", 12, doc="input row stride of the outer loop"),
+        FieldSpec("inp_si", 4, doc="input row stride of the inner loop"),
+        FieldSpec("taps", 7, doc="taps (input rows) per iteration, 1..N"),
+        FieldSpec("tap_w", 4, doc="taps per kernel row (1..15)"),
+        FieldSpec("tap_pitch", 10, doc="input rows from one kernel row to the next"),
+    ),
 }
 
 for _op, _fmt in FORMATS.items():
@@ -330,6 +351,8 @@ def decode_program(raw: bytes) -> list[Insn]:
 # One instruction per line: MNEMONIC [flags] field=value ..., e.g.
 #   LOAD.INP  slot=1 sp_base=0 offset=0x100 y_size=4 x_size=8 y_stride=8 pad_left=1 | push_next
 #   GEMM      reset acc_base=0 inp_base=0 wgt_base=3 outer=4 inner=8 acc_so=8 acc_si=1 | pop_prev
+#   DW        acc_base=0 inp_base=0 wgt_base=1 outer=4 inner=8 acc_so=8 acc_si=1 inp_so=22
+#             inp_si=2 taps=6 tap_w=3 tap_pitch=11
 #   ALU.REQ   dst_base=0 src_base=64 outer=1 inner=32 dst_si=1 zp=-3 lo=-128 hi=127
 # Flags after '|' are the dependency flags; '#' starts a comment. LOAD/STORE take the buffer and
 # ALU the operation as a suffix; for ALU.REQ, zp/lo/hi stand for the immediate.
@@ -351,7 +374,7 @@ def disassemble_one(insn: Insn) -> str:
         except ValueError:
             pass
     parts = [mnem]
-    if op == Opcode.GEMM and insn.reset:
+    if op in (Opcode.GEMM, Opcode.DW) and insn.reset:
         parts.append("reset")
         skip.add("reset")
     if op == Opcode.ALU and insn.use_imm and insn.alu_op != AluOp.REQ:
@@ -413,7 +436,7 @@ def assemble_one(line: str) -> Insn:
         raise IsaError(f"{base} takes no suffix")
     req: dict[str, int] = {}
     for a in args:
-        if a == "reset" and op == Opcode.GEMM:
+        if a == "reset" and op in (Opcode.GEMM, Opcode.DW):
             vals["reset"] = 1
             continue
         if "=" not in a:
@@ -471,6 +494,10 @@ def gemm(**f: int) -> Insn:
     return Insn(Opcode.GEMM, dict(f))
 
 
+def dw(**f: int) -> Insn:
+    return Insn(Opcode.DW, dict(f))
+
+
 def alu(op: AluOp, imm: int | None = None, **f: int) -> Insn:
     d = {"alu_op": int(op), **f}
     if imm is not None:
@@ -492,8 +519,23 @@ def end() -> Insn:
 LEGAL_FLAGS = {u: (*POPS[u], *PUSHES[u]) for u in Unit}
 
 
-def check_static(insn: Insn) -> AccelError:
-    """The decode-time check the fetch unit applies before dispatch (NONE if legal)."""
+def dw_offsets(taps: int, tap_w: int, tap_pitch: int) -> list[int]:
+    """The input row offsets of a DW iteration's taps k = 0..taps-1:
+    (k // tap_w) * tap_pitch + k % tap_w."""
+    return [(k // tap_w) * tap_pitch + k % tap_w for k in range(taps)] if tap_w else []
+
+
+def dw_banks_ok(taps: int, tap_w: int, tap_pitch: int, n: int) -> bool:
+    """Whether a DW's taps may be read in one cycle from the N INP banks (row r in bank r mod N):
+    tap k of an iteration at row r must be in bank (r + k) mod N, so that the banks give the
+    taps rotated by r mod N. That holds when the taps lie on one kernel row (taps <= tap_w), or
+    when the pitch continues the bank sequence (tap_pitch = tap_w mod N)."""
+    return taps <= tap_w or (tap_pitch - tap_w) % n == 0
+
+
+def check_static(insn: Insn, n: int) -> AccelError:
+    """The decode-time check the fetch unit applies before dispatch (NONE if legal), on an
+    accelerator with an N x N array."""
     unit = insn.unit
     flags = [f for f in _FLAGS if insn.fields.get(f)]
     if unit is None:  # END
@@ -508,6 +550,10 @@ def check_static(insn: Insn) -> AccelError:
     if insn.op == Opcode.ALU:
         if insn.alu_op > max(AluOp) or (insn.alu_op == AluOp.REQ and insn.use_imm):
             return AccelError.ILLEGAL_FIELD
+    if insn.op == Opcode.DW:
+        taps, tap_w = insn.taps, insn.tap_w
+        if not 1 <= taps <= n or tap_w == 0 or not dw_banks_ok(taps, tap_w, insn.tap_pitch, n):
+            return AccelError.ILLEGAL_FIELD
     return AccelError.NONE
 
 
@@ -521,8 +567,8 @@ it). It blocks while that queue is full. END stops fetching; the accelerator is 
 queue is empty and every unit idle. Reaching INSN_COUNT without END is NO_END, reported (with
 ERR_PC = INSN_COUNT) once the dispatched instructions have run, as for END.
 
-The three units run in parallel, each in its own program order: LOAD on the load unit, GEMM and
-ALU on the compute unit, STORE on the store unit. Four token counters order them: load->compute,
+The three units run in parallel, each in its own program order: LOAD on the load unit, GEMM, DW
+and ALU on the compute unit, STORE on the store unit. Four token counters order them: load->compute,
 compute->load, compute->store and store->compute. Before an instruction starts, its unit takes a
 token from each queue its pop flags name, waiting until one is there; after it finishes (for
 STORE: after every write response), it pushes a token into each queue its push flags name.
@@ -566,6 +612,27 @@ rows and elements (a way to fill scratchpad rows with a constant).
             ACC[a][n] = (0 if reset else ACC[a][n]) + sum_k x[k] * W[k][n]   (int32, wraps)
 
 Iterations take effect in order: a later iteration sees the rows an earlier one wrote.
+
+## DW (depthwise)
+
+    off[k] = (k // tap_w) * tap_pitch + k % tap_w                 # k = 0 .. taps-1
+    for o in range(outer):
+        for i in range(inner):
+            a = acc_base + o * acc_so + i * acc_si
+            r = inp_base + o * inp_so + i * inp_si
+            W = WGT[wgt_base]                                      # N x N int8, W[k][n]
+            ACC[a][n] = (0 if reset else ACC[a][n])
+                        + sum_{k < taps} INP[r + off[k]][n] * W[k][n]          (int32, wraps)
+
+Each lane n is its own channel: a depthwise convolution's taps (tap_w per kernel row, kernel rows
+tap_pitch input rows apart) are the reduction, so one iteration does taps x N MACs, where a GEMM
+with a diagonal tile does N. Rows k >= taps of the tile are not used. The INP scratchpad is N
+banks (row mod N) and an iteration reads its taps' rows from them in one cycle, tap k from bank
+(r + k) mod N (the banks' outputs rotated by r): that holds when the taps lie on one kernel row
+(taps <= tap_w) or tap_pitch = tap_w (mod N). Otherwise, or with taps 0 or above N or tap_w 0,
+the instruction is ILLEGAL_FIELD. SP_RANGE covers every row read:
+r + off[taps-1] of the last iteration. Iterations take effect in order, as for GEMM. A DW
+iteration costs one cycle, like a GEMM iteration; ACC_MACS counts taps x N per iteration.
 
 ## ALU
 

@@ -71,6 +71,8 @@ localparam integer INP_AW = $clog2(INP_DEPTH);
 localparam integer WGT_AW = $clog2(WGT_DEPTH);
 localparam integer ACC_AW = $clog2(ACC_DEPTH);
 localparam integer QW = 128 + 32;                  // queue entry: {pc, instruction}
+localparam integer N_I = N;
+localparam [63:0] LANES = {32'd0, N_I[31:0]};      // MACs per input row the array multiplies
 localparam integer NCNT = `ACCEL_COUNTERS;
 localparam integer AXSIZE_I = $clog2(DATA_WIDTH / 8);
 localparam [2:0] AXSIZE = AXSIZE_I[2:0];
@@ -136,11 +138,14 @@ wire ld_err, cp_err, st_err;
 wire [7:0]  ld_err_code, cp_err_code, st_err_code;
 wire [31:0] ld_err_pc, cp_err_pc, st_err_pc;
 wire ld_bytes_valid, st_bytes_valid, cp_mac_pulse, cp_gemm_busy;
+wire [7:0] cp_mac_rows;
 wire [31:0] ld_bytes, st_bytes;
 
 // scratchpad ports
 wire              ld_inp_we, ld_wgt_we, ld_acc_we;
-wire [INP_AW-1:0] ld_inp_waddr, cp_inp_raddr;
+wire [INP_AW-1:0] ld_inp_waddr;
+wire [N*INP_AW-1:0] cp_inp_raddr;
+wire [N-1:0]      cp_inp_rmask;
 wire [WGT_AW-1:0] ld_wgt_waddr, cp_wgt_raddr;
 wire [ACC_AW-1:0] ld_acc_waddr, cp_acc_raddr0, cp_acc_raddr1, cp_acc_raddr2, cp_acc_waddr,
                   st_acc_raddr;
@@ -148,7 +153,7 @@ wire [8*N-1:0]    ld_inp_wdata;
 wire [8*N*N-1:0]  ld_wgt_wdata;
 wire [32*N-1:0]   ld_acc_wdata, cp_acc_wdata;
 wire              cp_inp_re, cp_wgt_re, cp_acc_re0, cp_acc_re1, cp_acc_re2, cp_acc_we, st_acc_re;
-reg  [8*N-1:0]    cp_inp_rdata;
+reg  [8*N*N-1:0]  cp_inp_rdata;
 reg  [8*N*N-1:0]  cp_wgt_rdata;
 reg  [32*N-1:0]   cp_acc_rdata0, cp_acc_rdata1, cp_acc_rdata2, st_acc_rdata;
 
@@ -267,7 +272,8 @@ always @(posedge clk) begin
     if (st_busy) cnt_reg[`ACC_CNT_STORE_BUSY] <= cnt_reg[`ACC_CNT_STORE_BUSY] + 64'd1;
     if (st_waiting) cnt_reg[`ACC_CNT_STORE_STALL] <= cnt_reg[`ACC_CNT_STORE_STALL] + 64'd1;
     if (cp_gemm_busy) cnt_reg[`ACC_CNT_GEMM_BUSY] <= cnt_reg[`ACC_CNT_GEMM_BUSY] + 64'd1;
-    if (cp_mac_pulse) cnt_reg[`ACC_CNT_MACS] <= cnt_reg[`ACC_CNT_MACS] + N * N;
+    if (cp_mac_pulse)
+        cnt_reg[`ACC_CNT_MACS] <= cnt_reg[`ACC_CNT_MACS] + {56'd0, cp_mac_rows} * LANES;
     if (ld_bytes_valid)
         cnt_reg[`ACC_CNT_BYTES_LOADED] <= cnt_reg[`ACC_CNT_BYTES_LOADED] + {32'd0, ld_bytes};
     if (st_bytes_valid)
@@ -401,9 +407,17 @@ reg [8*N-1:0]   inp_mem [0:INP_DEPTH-1] /* verilator public_flat_rd */;
 reg [8*N*N-1:0] wgt_mem [0:WGT_DEPTH-1] /* verilator public_flat_rd */;
 reg [32*N-1:0]  acc_mem [0:ACC_DEPTH-1] /* verilator public_flat_rd */;
 
+// INP is read N rows at a time (a DW iteration's taps; a GEMM reads row 0 only). In hardware it
+// is N single-ported banks, row r in bank r mod N: the fetch unit lets a DW through only when
+// its taps fall in distinct banks (docs/isa.md), so the N reads of a cycle never collide. A row
+// not read keeps its old data, which the compute unit ignores.
+integer k_inp;
 always @(posedge clk) begin
     if (ld_inp_we) inp_mem[ld_inp_waddr] <= ld_inp_wdata;
-    if (cp_inp_re) cp_inp_rdata <= inp_mem[cp_inp_raddr];
+    if (cp_inp_re)
+        for (k_inp = 0; k_inp < N; k_inp = k_inp + 1)
+            if (cp_inp_rmask[k_inp])
+                cp_inp_rdata[8*N*k_inp +: 8*N] <= inp_mem[cp_inp_raddr[k_inp*INP_AW +: INP_AW]];
 end
 
 always @(posedge clk) begin
@@ -461,7 +475,7 @@ assign m_axi_awsize = AXSIZE;
 assign m_axi_awburst = 2'b01;
 
 // --- units ---------------------------------------------------------------------------------------
-accel_fetch #(.DATA_WIDTH(DATA_WIDTH), .ADDR_WIDTH(ADDR_WIDTH)) fetch (
+accel_fetch #(.N(N), .DATA_WIDTH(DATA_WIDTH), .ADDR_WIDTH(ADDR_WIDTH)) fetch (
     .clk(clk), .rst(rst),
     .start(start_ok), .insn_base(insn_base_reg), .insn_count(insn_count_reg), .stop(stop),
     .m_axi_araddr(f_araddr), .m_axi_arlen(f_arlen), .m_axi_arvalid(f_arvalid),
@@ -506,13 +520,14 @@ accel_compute #(
     .tok_push_prev(cp_push_prev), .tok_push_next(cp_push_next),
     .stop(stop), .idle(cp_idle), .waiting(cp_waiting), .busy(cp_busy),
     .err(cp_err), .err_code(cp_err_code), .err_pc(cp_err_pc),
-    .inp_re(cp_inp_re), .inp_raddr(cp_inp_raddr), .inp_rdata(cp_inp_rdata),
+    .inp_re(cp_inp_re), .inp_raddr(cp_inp_raddr), .inp_rmask(cp_inp_rmask),
+    .inp_rdata(cp_inp_rdata),
     .wgt_re(cp_wgt_re), .wgt_raddr(cp_wgt_raddr), .wgt_rdata(cp_wgt_rdata),
     .acc_re0(cp_acc_re0), .acc_raddr0(cp_acc_raddr0), .acc_rdata0(cp_acc_rdata0),
     .acc_re1(cp_acc_re1), .acc_raddr1(cp_acc_raddr1), .acc_rdata1(cp_acc_rdata1),
     .acc_re2(cp_acc_re2), .acc_raddr2(cp_acc_raddr2), .acc_rdata2(cp_acc_rdata2),
     .acc_we(cp_acc_we), .acc_waddr(cp_acc_waddr), .acc_wdata(cp_acc_wdata),
-    .mac_pulse(cp_mac_pulse), .gemm_busy(cp_gemm_busy)
+    .mac_pulse(cp_mac_pulse), .mac_rows(cp_mac_rows), .gemm_busy(cp_gemm_busy)
 );
 
 accel_store #(

@@ -5,8 +5,10 @@
 `include "accel_isa.vh"
 `include "accel_cfg.vh"
 
-// The compute unit: runs GEMM and ALU instructions (docs/isa.md) one after the other, in program
-// order, one loop iteration per cycle.
+// The compute unit: runs GEMM, DW and ALU instructions (docs/isa.md) one after the other, in
+// program order, one loop iteration per cycle. DW is a GEMM whose iteration reads up to N input
+// rows (its taps) at once and puts the array in depthwise mode; below, "GEMM" covers both where
+// they do not differ.
 //
 // Instruction flow. The queue head is taken into the held register (Q) whenever Q is empty or
 // its instruction starts in this cycle, and stop is low; the scratchpad range of the instruction
@@ -20,8 +22,9 @@
 // unit never sends) issues one empty slot that only carries its pushes.
 //
 // Pipeline of an iteration (scratchpad reads are synchronous, data the cycle after *_re):
-//   I  issue: read INP[x] and ACC[a] (GEMM; ACC not read with reset), or ACC[d], ACC[s] and, for
-//      REQ, ACC[s+1] (ALU); the first iteration of a GEMM also reads WGT[wgt_base].
+//   I  issue: read INP[x] and ACC[a] (GEMM; ACC not read with reset; DW reads its taps' rows
+//      INP[x + off[k]], k < taps, through the N-row port), or ACC[d], ACC[s] and, for REQ,
+//      ACC[s+1] (ALU); the first iteration of a GEMM also reads WGT[wgt_base].
 //   R  read data arrives; RAW forwarding (below); GEMM: the row enters accel_gemm_array (LAT 1,
 //      with the weight tile of the same cycle on the first row); ALU: accel_vector, which is
 //      purely combinational, and its result is registered.
@@ -38,7 +41,8 @@
 // the pipeline. waiting = an instruction is held, its tokens are not there and nothing is busy
 // (so a waiting unit is really blocked). stop: the held instruction is dropped, nothing is taken,
 // the loop stops issuing (an instruction cut short never pushes); iterations already in the
-// pipeline finish (at most two cycles). mac_pulse: one cycle per GEMM iteration (its W cycle);
+// pipeline finish (at most two cycles). mac_pulse: one cycle per GEMM iteration (its W cycle),
+// with mac_rows the input rows it multiplied (GEMM: N, DW: taps; the MACs are mac_rows x N);
 // gemm_busy: a GEMM is issuing or in the pipeline.
 module accel_compute #(
     parameter integer N = `ACCEL_N,                  // GEMM array size / lanes per row
@@ -68,10 +72,13 @@ module accel_compute #(
     output wire [7:0]                   err_code,
     output wire [31:0]                  err_pc,
 
-    // scratchpads
+    // scratchpads; INP has an N-row read port: row k (address k at [k*AW +: AW], data at
+    // [8*N*k +: 8*N]) is read where inp_rmask[k] is set (GEMM: row 0 only; DW: its taps) and
+    // the data of the other rows is ignored
     output wire                         inp_re,
-    output wire [$clog2(INP_DEPTH)-1:0] inp_raddr,
-    input  wire [8*N-1:0]               inp_rdata,
+    output wire [N*$clog2(INP_DEPTH)-1:0] inp_raddr,
+    output wire [N-1:0]                 inp_rmask,
+    input  wire [8*N*N-1:0]             inp_rdata,
     output wire                         wgt_re,
     output wire [$clog2(WGT_DEPTH)-1:0] wgt_raddr,
     input  wire [8*N*N-1:0]             wgt_rdata,
@@ -90,11 +97,14 @@ module accel_compute #(
 
     // counters
     output wire                         mac_pulse,
+    output wire [7:0]                   mac_rows,
     output wire                         gemm_busy
 );
 
 // Row address widths of the scratchpads.
 localparam integer INP_AW = $clog2(INP_DEPTH);
+localparam integer N_I = N;
+localparam [7:0]   N_ROWS = N_I[7:0];  // a GEMM iteration's input rows, for mac_rows
 localparam integer WGT_AW = $clog2(WGT_DEPTH);
 localparam integer ACC_AW = $clog2(ACC_DEPTH);
 
@@ -113,35 +123,68 @@ initial begin
             || `F_GEMM_INP_SO_W != 12 || `F_ALU_SRC_SO_W != 12 || `F_GEMM_ACC_SI_W != 8
             || `F_ALU_DST_SI_W != 8 || `F_GEMM_INP_SI_W != 8 || `F_ALU_SRC_SI_W != 8
             || `F_GEMM_ACC_BASE_W != 16 || `F_GEMM_INP_BASE_W != 16 || `F_GEMM_WGT_BASE_W != 16
-            || `F_ALU_DST_BASE_W != 14 || `F_ALU_SRC_BASE_W != 14 || `F_ALU_IMM_W != 24)
+            || `F_ALU_DST_BASE_W != 14 || `F_ALU_SRC_BASE_W != 14 || `F_ALU_IMM_W != 24
+            || `F_DW_OUTER_W != 12 || `F_DW_INNER_W != 12 || `F_DW_ACC_SO_W != 12
+            || `F_DW_INP_SO_W != 12 || `F_DW_ACC_SI_W != 4 || `F_DW_INP_SI_W != 4
+            || `F_DW_ACC_BASE_W != 14 || `F_DW_INP_BASE_W != 16 || `F_DW_WGT_BASE_W != 12
+            || `F_DW_TAPS_W != 7 || `F_DW_TAP_W_W != 4 || `F_DW_TAP_PITCH_W != 10)
         $fatal(1, "accel_compute: ISA field widths changed (accel_isa.vh); adapt the decode");
 end
 
-// --- decode of the queue head (GEMM and ALU mapped onto one loop form) ---------------------------
-// a: the accumulator row written (GEMM acc, ALU dst); b: the row streamed alongside (GEMM inp,
-// ALU src).
+// --- decode of the queue head (GEMM, DW and ALU mapped onto one loop form) -----------------------
+// a: the accumulator row written (GEMM/DW acc, ALU dst); b: the row streamed alongside (GEMM/DW
+// inp, ALU src). DW's narrower fields are zero-extended.
 wire [3:0]  d_opcode = insn[`F_HDR_OPCODE_LSB +: `F_HDR_OPCODE_W];
-wire        d_gemm = d_opcode == `OP_GEMM;
+wire        d_dw = d_opcode == `OP_DW;
+wire        d_gemm = d_opcode == `OP_GEMM || d_dw;     // uses the array
 wire        d_alu = d_opcode == `OP_ALU;
 
-wire [11:0] d_outer = d_gemm ? insn[`F_GEMM_OUTER_LSB +: `F_GEMM_OUTER_W]
-                             : insn[`F_ALU_OUTER_LSB +: `F_ALU_OUTER_W];
-wire [11:0] d_inner = d_gemm ? insn[`F_GEMM_INNER_LSB +: `F_GEMM_INNER_W]
-                             : insn[`F_ALU_INNER_LSB +: `F_ALU_INNER_W];
-wire [15:0] d_a_base = d_gemm ? insn[`F_GEMM_ACC_BASE_LSB +: `F_GEMM_ACC_BASE_W]
-                              : {2'b00, insn[`F_ALU_DST_BASE_LSB +: `F_ALU_DST_BASE_W]};
-wire [15:0] d_b_base = d_gemm ? insn[`F_GEMM_INP_BASE_LSB +: `F_GEMM_INP_BASE_W]
-                              : {2'b00, insn[`F_ALU_SRC_BASE_LSB +: `F_ALU_SRC_BASE_W]};
-wire [11:0] d_a_so = d_gemm ? insn[`F_GEMM_ACC_SO_LSB +: `F_GEMM_ACC_SO_W]
-                            : insn[`F_ALU_DST_SO_LSB +: `F_ALU_DST_SO_W];
-wire [7:0]  d_a_si = d_gemm ? insn[`F_GEMM_ACC_SI_LSB +: `F_GEMM_ACC_SI_W]
-                            : insn[`F_ALU_DST_SI_LSB +: `F_ALU_DST_SI_W];
-wire [11:0] d_b_so = d_gemm ? insn[`F_GEMM_INP_SO_LSB +: `F_GEMM_INP_SO_W]
-                            : insn[`F_ALU_SRC_SO_LSB +: `F_ALU_SRC_SO_W];
-wire [7:0]  d_b_si = d_gemm ? insn[`F_GEMM_INP_SI_LSB +: `F_GEMM_INP_SI_W]
-                            : insn[`F_ALU_SRC_SI_LSB +: `F_ALU_SRC_SI_W];
-wire [15:0] d_wgt = insn[`F_GEMM_WGT_BASE_LSB +: `F_GEMM_WGT_BASE_W];
-wire        d_reset = insn[`F_GEMM_RESET_LSB +: `F_GEMM_RESET_W];
+reg  [11:0] d_outer, d_inner, d_a_so, d_b_so;
+reg  [15:0] d_a_base, d_b_base, d_wgt;
+reg  [7:0]  d_a_si, d_b_si;
+reg         d_reset;
+reg  [6:0]  d_taps;         // input rows per iteration (GEMM: 1)
+reg  [3:0]  d_tap_w;
+reg  [9:0]  d_tap_pitch;
+always @* begin
+    d_outer = insn[`F_ALU_OUTER_LSB +: `F_ALU_OUTER_W];
+    d_inner = insn[`F_ALU_INNER_LSB +: `F_ALU_INNER_W];
+    d_a_base = {2'b00, insn[`F_ALU_DST_BASE_LSB +: `F_ALU_DST_BASE_W]};
+    d_b_base = {2'b00, insn[`F_ALU_SRC_BASE_LSB +: `F_ALU_SRC_BASE_W]};
+    d_a_so = insn[`F_ALU_DST_SO_LSB +: `F_ALU_DST_SO_W];
+    d_a_si = insn[`F_ALU_DST_SI_LSB +: `F_ALU_DST_SI_W];
+    d_b_so = insn[`F_ALU_SRC_SO_LSB +: `F_ALU_SRC_SO_W];
+    d_b_si = insn[`F_ALU_SRC_SI_LSB +: `F_ALU_SRC_SI_W];
+    d_wgt = insn[`F_GEMM_WGT_BASE_LSB +: `F_GEMM_WGT_BASE_W];
+    d_reset = insn[`F_GEMM_RESET_LSB +: `F_GEMM_RESET_W];
+    d_taps = 7'd1;
+    d_tap_w = 4'd1;
+    d_tap_pitch = 10'd0;
+    if (d_opcode == `OP_GEMM) begin
+        d_outer = insn[`F_GEMM_OUTER_LSB +: `F_GEMM_OUTER_W];
+        d_inner = insn[`F_GEMM_INNER_LSB +: `F_GEMM_INNER_W];
+        d_a_base = insn[`F_GEMM_ACC_BASE_LSB +: `F_GEMM_ACC_BASE_W];
+        d_b_base = insn[`F_GEMM_INP_BASE_LSB +: `F_GEMM_INP_BASE_W];
+        d_a_so = insn[`F_GEMM_ACC_SO_LSB +: `F_GEMM_ACC_SO_W];
+        d_a_si = insn[`F_GEMM_ACC_SI_LSB +: `F_GEMM_ACC_SI_W];
+        d_b_so = insn[`F_GEMM_INP_SO_LSB +: `F_GEMM_INP_SO_W];
+        d_b_si = insn[`F_GEMM_INP_SI_LSB +: `F_GEMM_INP_SI_W];
+    end else if (d_dw) begin
+        d_outer = insn[`F_DW_OUTER_LSB +: `F_DW_OUTER_W];
+        d_inner = insn[`F_DW_INNER_LSB +: `F_DW_INNER_W];
+        d_a_base = {2'b00, insn[`F_DW_ACC_BASE_LSB +: `F_DW_ACC_BASE_W]};
+        d_b_base = insn[`F_DW_INP_BASE_LSB +: `F_DW_INP_BASE_W];
+        d_a_so = insn[`F_DW_ACC_SO_LSB +: `F_DW_ACC_SO_W];
+        d_a_si = {4'd0, insn[`F_DW_ACC_SI_LSB +: `F_DW_ACC_SI_W]};
+        d_b_so = insn[`F_DW_INP_SO_LSB +: `F_DW_INP_SO_W];
+        d_b_si = {4'd0, insn[`F_DW_INP_SI_LSB +: `F_DW_INP_SI_W]};
+        d_wgt = {4'd0, insn[`F_DW_WGT_BASE_LSB +: `F_DW_WGT_BASE_W]};
+        d_reset = insn[`F_DW_RESET_LSB +: `F_DW_RESET_W];
+        d_taps = insn[`F_DW_TAPS_LSB +: `F_DW_TAPS_W];
+        d_tap_w = insn[`F_DW_TAP_W_LSB +: `F_DW_TAP_W_W];
+        d_tap_pitch = insn[`F_DW_TAP_PITCH_LSB +: `F_DW_TAP_PITCH_W];
+    end
+end
 wire [2:0]  d_op = insn[`F_ALU_ALU_OP_LSB +: `F_ALU_ALU_OP_W];
 wire        d_use_imm = insn[`F_ALU_USE_IMM_LSB +: `F_ALU_USE_IMM_W];
 wire [23:0] d_imm = insn[`F_ALU_IMM_LSB +: `F_ALU_IMM_W];
@@ -150,6 +193,42 @@ wire [3:0]  d_flags = {insn[`F_HDR_PUSH_NEXT_LSB], insn[`F_HDR_PUSH_PREV_LSB],
 
 // No iteration: empty loop, or not a compute opcode.
 wire        d_zero = !(d_gemm || d_alu) || d_outer == 12'd0 || d_inner == 12'd0;
+
+// The input row offset of tap k: (k / tap_w) * tap_pitch + k % tap_w, counted up tap by tap (the
+// fetch unit lets through only taps 1..N and tap_w >= 1; tap_w 0 is taken as 1 here so that
+// nothing is undefined). tap_offsets gives taps 0..N-1; tap_last the offset of tap taps-1.
+function [16*N-1:0] tap_offsets;
+    input [3:0] tap_w;
+    input [9:0] pitch;
+    reg [15:0] row_base;
+    reg [3:0]  col;
+    integer k;
+    begin
+        row_base = 16'd0;
+        col = 4'd0;
+        for (k = 0; k < N; k = k + 1) begin
+            tap_offsets[16*k +: 16] = row_base + {12'd0, col};
+            if (col + 4'd1 >= tap_w) begin
+                col = 4'd0;
+                row_base = row_base + {6'd0, pitch};
+            end else begin
+                col = col + 4'd1;
+            end
+        end
+    end
+endfunction
+
+function [31:0] tap_last;
+    input [6:0] taps;
+    input [3:0] tap_w;
+    input [9:0] pitch;
+    reg [6:0] k, w;
+    begin
+        k = taps - 7'd1;
+        w = {3'd0, tap_w == 4'd0 ? 4'd1 : tap_w};
+        tap_last = {25'd0, k / w} * {22'd0, pitch} + {25'd0, k % w};
+    end
+endfunction
 
 // Last row of a loop: base + (outer-1)*so + (inner-1)*si (strides are unsigned, so it is the
 // largest). Below 2^26, exact in 32 bits.
@@ -167,7 +246,8 @@ endfunction
 
 wire [31:0] d_a_last = last_row(d_a_base, d_outer, d_inner, d_a_so, d_a_si);
 wire [31:0] d_b_last = last_row(d_b_base, d_outer, d_inner, d_b_so, d_b_si)
-                     + {31'd0, d_alu && d_op == `ALU_REQ};     // REQ also reads s+1
+                     + {31'd0, d_alu && d_op == `ALU_REQ}      // REQ also reads s+1
+                     + (d_dw ? tap_last(d_taps, d_tap_w, d_tap_pitch) : 32'd0);
 wire        d_a_oor = d_a_last >= ACC_DEPTH;
 wire        d_b_oor = d_gemm ? d_b_last >= INP_DEPTH : !d_use_imm && d_b_last >= ACC_DEPTH;
 wire        d_w_oor = d_gemm && {16'd0, d_wgt} >= WGT_DEPTH;
@@ -176,7 +256,10 @@ wire        d_range_err = !d_zero && (d_a_oor || d_b_oor || d_w_oor);
 // --- held instruction (Q) ------------------------------------------------------------------------
 reg         q_valid_reg;
 reg [31:0]  q_pc_reg;
-reg         q_gemm_reg, q_zero_reg, q_range_err_reg, q_reset_reg, q_use_imm_reg;
+reg         q_gemm_reg, q_dw_reg, q_zero_reg, q_range_err_reg, q_reset_reg, q_use_imm_reg;
+reg [6:0]   q_taps_reg;
+reg [3:0]   q_tap_w_reg;
+reg [9:0]   q_tap_pitch_reg;
 reg [3:0]   q_flags_reg;                  // {push_next, push_prev, pop_next, pop_prev}
 reg [11:0]  q_outer_reg, q_inner_reg, q_a_so_reg, q_b_so_reg;
 reg [7:0]   q_a_si_reg, q_b_si_reg;
@@ -186,7 +269,11 @@ reg [23:0]  q_imm_reg;
 
 // --- loop registers (the instruction issuing iterations) -----------------------------------------
 reg         run_valid_reg;
-reg         run_null_reg, run_gemm_reg, run_first_reg, run_reset_reg, run_use_imm_reg;
+reg         run_null_reg, run_gemm_reg, run_dw_reg, run_first_reg, run_reset_reg;
+reg         run_use_imm_reg;
+reg [6:0]   run_taps_reg;
+reg [3:0]   run_tap_w_reg;
+reg [9:0]   run_tap_pitch_reg;
 reg         run_push_prev_reg, run_push_next_reg;
 reg [2:0]   run_op_reg;
 reg [23:0]  run_imm_reg;
@@ -196,7 +283,9 @@ reg [7:0]   run_a_si_reg, run_b_si_reg;
 reg [31:0]  run_a_cur_reg, run_a_row_reg, run_b_cur_reg, run_b_row_reg, run_wgt_reg;
 
 // --- pipeline: R stage (s1), W stage (s2), last write (w1) ---------------------------------------
-reg                 s1_valid_reg, s1_wr_reg, s1_gemm_reg, s1_wload_reg, s1_reset_reg;
+reg                 s1_valid_reg, s1_wr_reg, s1_gemm_reg, s1_dw_reg, s1_wload_reg, s1_reset_reg;
+reg [N-1:0]         s1_mask_reg;
+reg [7:0]           s1_rows_reg, s2_rows_reg;
 reg                 s1_use_imm_reg, s1_push_prev_reg, s1_push_next_reg;
 reg [2:0]           s1_op_reg;
 reg [23:0]          s1_imm_reg;
@@ -227,8 +316,32 @@ assign tok_pop_next = start && q_flags_reg[1];
 wire [31:0] b_plus1 = run_b_cur_reg + 32'd1;
 wire        issue_rd = issue && !run_null_reg;
 
+// The N-row INP read: tap k's row and whether it is read (k < taps; GEMM: taps = 1, tap 0 is
+// the row). The offsets change only when an instruction starts.
+wire [16*N-1:0] run_off = tap_offsets(run_tap_w_reg, run_tap_pitch_reg);
+function [INP_AW-1:0] tap_row;
+    input [31:0] row;
+    input [15:0] off;
+    reg [31:0] sum;
+    begin
+        sum = row + {16'd0, off};
+        tap_row = sum[INP_AW-1:0];
+    end
+endfunction
+
+reg  [N*INP_AW-1:0] inp_raddr_all;
+reg  [N-1:0]        inp_rmask_all;
+integer k_r;
+always @* begin
+    for (k_r = 0; k_r < N; k_r = k_r + 1) begin
+        inp_raddr_all[k_r*INP_AW +: INP_AW] = tap_row(run_b_cur_reg, run_off[16*k_r +: 16]);
+        inp_rmask_all[k_r] = k_r[6:0] < run_taps_reg;
+    end
+end
+
 assign inp_re = issue_rd && run_gemm_reg;
-assign inp_raddr = run_b_cur_reg[INP_AW-1:0];
+assign inp_raddr = inp_raddr_all;
+assign inp_rmask = inp_rmask_all;
 assign wgt_re = issue_rd && run_gemm_reg && run_first_reg;
 assign wgt_raddr = run_wgt_reg[WGT_AW-1:0];
 assign acc_re0 = issue_rd && !(run_gemm_reg && run_reset_reg);
@@ -244,6 +357,10 @@ always @(posedge clk) begin
         q_valid_reg <= 1'b1;
         q_pc_reg <= insn_pc;
         q_gemm_reg <= d_gemm;
+        q_dw_reg <= d_dw;
+        q_taps_reg <= d_taps;
+        q_tap_w_reg <= d_tap_w;
+        q_tap_pitch_reg <= d_tap_pitch;
         q_zero_reg <= d_zero;
         q_range_err_reg <= d_range_err;
         q_reset_reg <= d_reset;
@@ -269,6 +386,10 @@ always @(posedge clk) begin
         run_valid_reg <= 1'b1;
         run_null_reg <= q_zero_reg;
         run_gemm_reg <= q_gemm_reg;
+        run_dw_reg <= q_dw_reg;
+        run_taps_reg <= q_taps_reg;
+        run_tap_w_reg <= q_tap_w_reg;
+        run_tap_pitch_reg <= q_tap_pitch_reg;
         run_first_reg <= 1'b1;
         run_reset_reg <= q_reset_reg;
         run_use_imm_reg <= q_use_imm_reg;
@@ -352,6 +473,14 @@ wire [32*N-1:0] opnd_s = fwd(acc_rdata1, s1_b_reg, acc_we, s2_a_reg, acc_wdata,
 wire [32*N-1:0] opnd_s1 = fwd(acc_rdata2, s1_b1_reg, acc_we, s2_a_reg, acc_wdata,
                               w1_valid_reg, w1_addr_reg, w1_data_reg);
 wire [32*N-1:0] imm_row = {N{{8{s1_imm_reg[23]}}, s1_imm_reg}};
+
+// The taps' rows as the array takes them: rows not read (k >= taps) are zero.
+reg  [8*N*N-1:0] inp_rows;
+integer k_m;
+always @* begin
+    for (k_m = 0; k_m < N; k_m = k_m + 1)
+        inp_rows[8*N*k_m +: 8*N] = s1_mask_reg[k_m] ? inp_rdata[8*N*k_m +: 8*N] : {8*N{1'b0}};
+end
 wire [32*N-1:0] vec_result;
 
 wire            arr_out_valid;
@@ -363,7 +492,9 @@ accel_gemm_array #(.N(N), .TAG_W(1)) gemm_array (
     .w_load(s1_valid_reg && s1_wload_reg),
     .w_tile(wgt_rdata),
     .in_valid(s1_valid_reg && s1_wr_reg && s1_gemm_reg),
-    .x(inp_rdata),
+    .dw(s1_dw_reg),
+    .x(inp_rdata[8*N-1:0]),
+    .x_rows(inp_rows),
     .acc_in(opnd_a),
     .reset_acc(s1_reset_reg),
     .in_tag(1'b0),
@@ -386,6 +517,9 @@ always @(posedge clk) begin
     s1_valid_reg <= issue;
     s1_wr_reg <= !run_null_reg;
     s1_gemm_reg <= run_gemm_reg;
+    s1_dw_reg <= run_dw_reg;
+    s1_mask_reg <= inp_rmask_all;
+    s1_rows_reg <= run_dw_reg ? {1'b0, run_taps_reg} : N_ROWS;
     s1_wload_reg <= run_gemm_reg && run_first_reg;
     s1_reset_reg <= run_reset_reg;
     s1_use_imm_reg <= run_use_imm_reg;
@@ -401,6 +535,7 @@ always @(posedge clk) begin
     s2_valid_reg <= s1_valid_reg;
     s2_wr_reg <= s1_wr_reg;
     s2_gemm_reg <= s1_gemm_reg;
+    s2_rows_reg <= s1_rows_reg;
     s2_a_reg <= s1_a_reg;
     s2_push_prev_reg <= s1_push_prev_reg;
     s2_push_next_reg <= s1_push_next_reg;
@@ -433,6 +568,7 @@ assign err = err_reg;
 assign err_code = err_reg ? `ACC_ERR_SP_RANGE : `ACC_ERR_NONE;
 assign err_pc = err_pc_reg;
 assign mac_pulse = acc_we && s2_gemm_reg;
+assign mac_rows = s2_rows_reg;
 assign gemm_busy = (run_valid_reg && run_gemm_reg) || (s1_valid_reg && s1_gemm_reg)
                  || (s2_valid_reg && s2_gemm_reg);
 

@@ -21,6 +21,7 @@
 // After END, an error or `stop`, nothing more is dispatched, outstanding beats are accepted and
 // dropped, and the unit goes idle once nothing is in flight.
 module accel_fetch #(
+    parameter integer N = `ACCEL_N,                       // array size (DW's taps limit and banks)
     parameter integer DATA_WIDTH = `ACCEL_DATA_WIDTH,     // AXI data width (/128: insns per beat)
     parameter integer ADDR_WIDTH = 32,                    // AXI address width (>= 32)
     parameter integer MAX_BURST = `ACCEL_FETCH_MAX_BURST  // longest burst (1..64 beats)
@@ -78,6 +79,7 @@ initial begin
         $fatal(1, "accel_fetch: DATA_WIDTH must be 256..32768, a power of two, got %0d",
                DATA_WIDTH);
     if (ADDR_WIDTH < 32) $fatal(1, "accel_fetch: ADDR_WIDTH must be >= 32, got %0d", ADDR_WIDTH);
+    if (N < 1 || N > 64) $fatal(1, "accel_fetch: N must be 1..64, got %0d", N);
     if (MAX_BURST < 1 || MAX_BURST > PAGE_BEATS)
         $fatal(1, "accel_fetch: MAX_BURST must be 1..%0d (one 4 KiB page), got %0d",
                PAGE_BEATS, MAX_BURST);
@@ -123,6 +125,16 @@ wire mem_pads = |{insn[`F_MEM_PAD_TOP_LSB +: `F_MEM_PAD_TOP_W],
                   insn[`F_MEM_PAD_RIGHT_LSB +: `F_MEM_PAD_RIGHT_W]};
 wire [2:0] alu_op = insn[`F_ALU_ALU_OP_LSB +: `F_ALU_ALU_OP_W];
 wire alu_imm = insn[`F_ALU_USE_IMM_LSB];
+// DW: taps 1..N, tap_w >= 1, and the taps in distinct INP banks (pyhost.spec.isa.dw_banks_ok:
+// on one kernel row, or tap_pitch = tap_w mod N)
+localparam integer N_I = N;
+localparam [6:0] TAPS_MAX = N_I[6:0];
+localparam [9:0] BANKS = N_I[9:0];
+wire [6:0] dw_taps = insn[`F_DW_TAPS_LSB +: `F_DW_TAPS_W];
+wire [3:0] dw_tap_w = insn[`F_DW_TAP_W_LSB +: `F_DW_TAP_W_W];
+wire [9:0] dw_pitch = insn[`F_DW_TAP_PITCH_LSB +: `F_DW_TAP_PITCH_W];
+wire dw_banks_ok = dw_taps <= {3'd0, dw_tap_w} || dw_pitch % BANKS == {6'd0, dw_tap_w} % BANKS;
+wire dw_bad = dw_taps == 7'd0 || dw_taps > TAPS_MAX || dw_tap_w == 4'd0 || !dw_banks_ok;
 
 reg [7:0] check;        // the check_static result of the head instruction
 reg       to_load, to_compute, to_store, is_end;
@@ -144,6 +156,10 @@ always @* begin
                 check = `ACC_ERR_ILLEGAL_FIELD;
         end
         `OP_GEMM: to_compute = 1'b1;
+        `OP_DW: begin
+            to_compute = 1'b1;
+            if (dw_bad) check = `ACC_ERR_ILLEGAL_FIELD;
+        end
         `OP_ALU: begin
             to_compute = 1'b1;
             if (alu_op > `ALU_REQ || (alu_op == `ALU_REQ && alu_imm))

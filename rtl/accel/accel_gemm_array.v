@@ -12,7 +12,13 @@
 //
 //     acc_out[n] = (reset_acc ? 0 : acc_in[n]) + sum_k x[k] * W[k][n]     (int32, wraps)
 //
-// leaves with out_valid and the row's tag. Full throughput: one row per cycle. A row that enters
+// leaves with out_valid and the row's tag. In depthwise mode (dw, the DW instruction) N rows
+// X[k] (x_rows, row k at [8*N*k +: 8*N]) enter instead, and each lane is its own channel:
+//
+//     acc_out[n] = (reset_acc ? 0 : acc_in[n]) + sum_k X[k][n] * W[k][n]
+//
+// (the compute unit gives zero rows for the taps an instruction does not use). Full
+// throughput: one row (or set of rows) per cycle. A row that enters
 // in the same cycle as w_load already uses the new tile (so a GEMM's weight read and its first row
 // can arrive together); rows that entered earlier are not affected. The products and the adder
 // tree of each column are one stage in front of the output register.
@@ -27,7 +33,9 @@ module accel_gemm_array #(
     input  wire [8*N*N-1:0]     w_tile,
 
     input  wire                 in_valid,
+    input  wire                 dw,         // depthwise: x_rows instead of x
     input  wire [8*N-1:0]       x,
+    input  wire [8*N*N-1:0]     x_rows,
     input  wire [32*N-1:0]      acc_in,
     input  wire                 reset_acc,  // add to 0 instead of acc_in
     input  wire [TAG_W-1:0]     in_tag,
@@ -60,9 +68,9 @@ always @(posedge clk) begin
         w_reg <= w_tile;
 end
 
-// One column sum per lane n: (reset ? 0 : acc_in[n]) + sum_k x[k] * W[k][n]. The product of two
-// sign-extended int8 values is exact in 32 bits, and the low 32 bits of the sum are the int32
-// wrap-around result. It is computed in the clocked block, only for a row that enters: an
+// One column sum per lane n: (reset ? 0 : acc_in[n]) + sum_k x[k] * W[k][n] (depthwise:
+// X[k][n] * W[k][n]). The product of two sign-extended int8 values is exact in 32 bits, and the
+// low 32 bits of the sum are the int32 wrap-around result. It is computed in the clocked block, only for a row that enters: an
 // event-driven simulator evaluates it once per row, not on every change of x, acc_in or the
 // tile (Icarus re-ran all N*N products several times a cycle, rows or not).
 function [31:0] col_sum;
@@ -72,7 +80,10 @@ function [31:0] col_sum;
     begin
         sum = reset_acc ? 32'sd0 : $signed(acc_in[32*n +: 32]);
         for (k = 0; k < N; k = k + 1) begin
-            prod = $signed(x[8*k +: 8]) * $signed(w_eff[8*(k*N+n) +: 8]);
+            if (dw)
+                prod = $signed(x_rows[8*(k*N+n) +: 8]) * $signed(w_eff[8*(k*N+n) +: 8]);
+            else
+                prod = $signed(x[8*k +: 8]) * $signed(w_eff[8*(k*N+n) +: 8]);
             sum = sum + prod;
         end
         col_sum = sum;

@@ -2,7 +2,7 @@
 `ifndef ACCEL_ISA_VH
 `define ACCEL_ISA_VH
 
-`define ISA_VERSION 1
+`define ISA_VERSION 2
 `define INSN_BITS 128
 `define ISA_NUM_SLOTS 16
 `define ISA_TOKEN_MAX 255
@@ -13,6 +13,7 @@
 `define OP_GEMM 4'd3
 `define OP_ALU 4'd4
 `define OP_END 4'd5
+`define OP_DW 4'd6
 
 // LOAD/STORE buffers
 `define BUF_INP 2'd0
@@ -111,6 +112,32 @@
 `define F_ALU_SRC_SI_W 8
 `define F_ALU_IMM_LSB 104
 `define F_ALU_IMM_W 24
+`define F_DW_RESET_LSB 8
+`define F_DW_RESET_W 1
+`define F_DW_ACC_BASE_LSB 9
+`define F_DW_ACC_BASE_W 14
+`define F_DW_INP_BASE_LSB 23
+`define F_DW_INP_BASE_W 16
+`define F_DW_WGT_BASE_LSB 39
+`define F_DW_WGT_BASE_W 12
+`define F_DW_OUTER_LSB 51
+`define F_DW_OUTER_W 12
+`define F_DW_INNER_LSB 63
+`define F_DW_INNER_W 12
+`define F_DW_ACC_SO_LSB 75
+`define F_DW_ACC_SO_W 12
+`define F_DW_ACC_SI_LSB 87
+`define F_DW_ACC_SI_W 4
+`define F_DW_INP_SO_LSB 91
+`define F_DW_INP_SO_W 12
+`define F_DW_INP_SI_LSB 103
+`define F_DW_INP_SI_W 4
+`define F_DW_TAPS_LSB 107
+`define F_DW_TAPS_W 7
+`define F_DW_TAP_W_LSB 114
+`define F_DW_TAP_W_W 4
+`define F_DW_TAP_PITCH_LSB 118
+`define F_DW_TAP_PITCH_W 10
 `define F_HDR_OPCODE_LSB 0
 `define F_HDR_OPCODE_W 4
 `define F_HDR_POP_PREV_LSB 4

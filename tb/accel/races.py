@@ -77,13 +77,14 @@ def footprint(insn: Insn, n: int, slots: Sequence[int] | None = None) -> list[_A
             return []
         return [_Access("ACC", f.sp_base, f.sp_base + y * x - 1, False),
                 *_mem_access(insn, n, slots, True)]
-    if insn.op not in (Opcode.GEMM, Opcode.ALU) or not (f.outer and f.inner):
+    if insn.op not in (Opcode.GEMM, Opcode.DW, Opcode.ALU) or not (f.outer and f.inner):
         return []
-    if insn.op == Opcode.GEMM:
+    if insn.op in (Opcode.GEMM, Opcode.DW):
+        taps = _taps(insn)
         return [_Access("ACC", f.acc_base, _loop_last(f.acc_base, f.outer, f.inner, f.acc_so,
                                                       f.acc_si), True),
                 _Access("INP", f.inp_base, _loop_last(f.inp_base, f.outer, f.inner, f.inp_so,
-                                                      f.inp_si), False),
+                                                      f.inp_si) + taps[-1], False),
                 _Access("WGT", f.wgt_base, f.wgt_base, False)]
     out = [_Access("ACC", f.dst_base, _loop_last(f.dst_base, f.outer, f.inner, f.dst_so,
                                                  f.dst_si), True)]
@@ -91,6 +92,13 @@ def footprint(insn: Insn, n: int, slots: Sequence[int] | None = None) -> list[_A
         last = _loop_last(f.src_base, f.outer, f.inner, f.src_so, f.src_si)
         out.append(_Access("ACC", f.src_base, last + (1 if f.alu_op == AluOp.REQ else 0), False))
     return out
+
+
+def _taps(insn: Insn) -> list[int]:
+    """The input row offsets an iteration reads: a DW's taps, a GEMM's one row."""
+    if insn.op == Opcode.DW:
+        return isa.dw_offsets(insn.taps, insn.tap_w, insn.tap_pitch)
+    return [0]
 
 
 def _loop_rows(base: int, outer: int, inner: int, so: int, si: int) -> np.ndarray:
@@ -107,11 +115,14 @@ def _exact_rows(insn: Insn, res: str, write: bool) -> np.ndarray:
         else:
             rows = f.y_size * f.x_size
         return np.arange(f.sp_base, f.sp_base + rows, dtype=np.int64)
-    if insn.op == Opcode.GEMM:
+    if insn.op in (Opcode.GEMM, Opcode.DW):
         loops = {"ACC": (f.acc_base, f.acc_so, f.acc_si), "INP": (f.inp_base, f.inp_so, f.inp_si)}
         if res == "WGT":
             return np.array([f.wgt_base], np.int64)
-        return np.unique(_loop_rows(loops[res][0], f.outer, f.inner, *loops[res][1:]))
+        rows = _loop_rows(loops[res][0], f.outer, f.inner, *loops[res][1:])
+        if res == "INP":
+            rows = (rows[:, None] + np.array(_taps(insn), np.int64)[None, :]).reshape(-1)
+        return np.unique(rows)
     dst = _loop_rows(f.dst_base, f.outer, f.inner, f.dst_so, f.dst_si)
     if write:
         return np.unique(dst)

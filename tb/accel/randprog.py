@@ -316,6 +316,32 @@ class _Gen:
                             acc_so=acc_so, acc_si=acc_si, inp_so=inp_so, inp_si=inp_si)
         raise _Retry
 
+    def dw(self, b: int) -> Insn:
+        """A DW inside tile b's windows: taps 1..N, on one kernel row or over several with
+        tap_pitch = tap_w (mod N) (the bank rule)."""
+        r, n = self.rng, self.n
+        wa, wi, ww = self.w_work[b], self.w_inp[b], self.w_wgt[b]
+        for _ in range(50):
+            taps = r.choice([1, n, r.randint(1, n)])
+            tap_w = r.choice([1, 2, 3, r.randint(1, 15)])
+            pitch = r.randrange(0, 4) if taps <= tap_w else tap_w + n * r.randrange(0, 3)
+            last_tap = isa.dw_offsets(taps, tap_w, pitch)[-1]
+            outer, inner = r.randrange(1, 5), r.randrange(1, 9)
+            acc_si = r.choice([0, 1, 1, 2])
+            acc_so = r.choice([0, inner * acc_si, inner * acc_si + 1, r.randrange(0, 9)])
+            inp_si = r.choice([0, 1, 1, 2])
+            inp_so = r.choice([inner * inp_si, r.randrange(0, 12)])
+            a_span = (outer - 1) * acc_so + (inner - 1) * acc_si
+            i_span = (outer - 1) * inp_so + (inner - 1) * inp_si + last_tap
+            if a_span >= wa.size or i_span >= wi.size:
+                continue
+            return isa.dw(reset=r.randrange(2), acc_base=wa.start + r.randrange(wa.size - a_span),
+                          inp_base=wi.start + r.randrange(wi.size - i_span),
+                          wgt_base=ww.start + r.randrange(ww.size), outer=outer, inner=inner,
+                          acc_so=acc_so, acc_si=acc_si, inp_so=inp_so, inp_si=inp_si,
+                          taps=taps, tap_w=tap_w, tap_pitch=pitch)
+        raise _Retry
+
     def alu(self, b: int, params_row: int | None) -> Insn:
         r = self.rng
         dst_w = self.w_work[b]
@@ -436,7 +462,8 @@ def _tile_streams(g: _Gen, t: int, slices: list[tuple[int, int, int]]
 
     comp: list[Insn] = []
     for _ in range(r.randrange(1, 5)):
-        comp.append(g.gemm(b) if r.random() < 0.5 else g.alu(b, params_row))
+        u = r.random()
+        comp.append(g.gemm(b) if u < 0.35 else g.dw(b) if u < 0.55 else g.alu(b, params_row))
     comp[0] = _with_flags(comp[0], pop_prev=1, pop_next=int(t >= 2))
     comp[-1] = _with_flags(comp[-1], push_prev=1, push_next=1)
 
@@ -558,9 +585,12 @@ def _bad_insn(g: _Gen, kind: AccelError) -> Insn | bytes:
                                       "inner": 1}),
             lambda: Insn(Opcode.END, {r.choice(["pop_prev", "pop_next", "push_prev",
                                                 "push_next"]): 1}),
+            lambda: isa.dw(outer=1, inner=1, **r.choice([
+                {"taps": 0, "tap_w": 1}, {"taps": n + 1, "tap_w": 15}, {"taps": 1, "tap_w": 0},
+                {"taps": 2, "tap_w": 1, "tap_pitch": 2 + n * r.randrange(4)}])),
         ])()
     if kind == AccelError.SP_RANGE:
-        which = r.randrange(6)
+        which = r.randrange(7)
         if which == 0:     # LOAD whose padded tile runs past the depth; memory in range
             buf = r.choice(list(Buffer))
             depth = c.depth(buf)
@@ -580,6 +610,11 @@ def _bad_insn(g: _Gen, kind: AccelError) -> Insn | bytes:
             return isa.gemm(inp_base=c.inp_depth - 1, outer=1, inner=2, inp_si=1)
         if which == 4:
             return isa.gemm(wgt_base=c.wgt_depth + r.randrange(0, 3), outer=1, inner=1)
+        if which == 5:     # DW whose last tap is the row at the depth (its first is in range)
+            taps = min(n, 4)
+            last = isa.dw_offsets(taps, 1, n + 1)[-1]
+            return isa.dw(inp_base=c.inp_depth - last, outer=1, inner=1, taps=taps, tap_w=1,
+                          tap_pitch=n + 1)
         return isa.req(src_base=c.acc_depth - 1, outer=1, inner=1)   # shift row at depth
     if kind == AccelError.MISALIGNED:
         buf = r.choice(list(Buffer))
@@ -696,6 +731,13 @@ def coverage(rp: RandomProgram, cfg: AccelConfig) -> set[str]:
                 out.add("GEMM reset")
             if g("inp_si", 0) > 1 or g("inp_so", 0) != g("inner", 0) * g("inp_si", 0):
                 out.add("GEMM input strides")
+        elif insn.op == Opcode.DW:
+            if g("taps", 0) > g("tap_w", 0):
+                out.add("DW taps over kernel rows")
+            if g("taps", 0) == cfg.n:
+                out.add("DW all N taps")
+            if g("acc_si", 0) == 0 and g("inner", 0) > 1:
+                out.add("DW acc_si = 0 (accumulate into one row)")
         elif insn.op == Opcode.ALU:
             op = AluOp(g("alu_op", 0))
             out.add(f"ALU.{op.name}" + (".imm" if g("use_imm", 0) else ""))

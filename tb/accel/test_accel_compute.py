@@ -1,7 +1,9 @@
-"""cocotb bench for accel_compute, the accelerator's compute unit (GEMM and ALU instructions).
+"""cocotb bench for accel_compute, the accelerator's compute unit (GEMM, DW and ALU instructions).
 
 The bench stands in for the accelerator top: it models the three scratchpads (synchronous reads,
-data the cycle after *_re; a read and a write of one row in the same cycle read the old data),
+data the cycle after *_re; a read and a write of one row in the same cycle read the old data; the
+INP port's rows that are not read get random data, and the rows that are must sit in the banks
+(first row + k) mod N, docs/isa.md DW),
 feeds instructions through the queue port (encoded with pyhost.spec.isa), drives the token
 inputs from its own counters, and raises stop one cycle after an error as the top does. Results
 are compared with :func:`reference`, a sequential model of the GEMM/ALU loops written from
@@ -69,10 +71,11 @@ def last_row(base: int, outer: int, inner: int, so: int, si: int) -> int:
 def range_ok(ins: Insn, mem: Memories) -> bool:
     """The SP_RANGE check of docs/isa.md: every row the instruction would touch exists."""
     inp_d, wgt_d, acc_d = len(mem.inp), len(mem.wgt), len(mem.acc)
-    if ins.op == Opcode.GEMM:
+    if ins.op in (Opcode.GEMM, Opcode.DW):
         o, i = ins.outer, ins.inner
+        taps = dw_taps(ins)
         return (last_row(ins.acc_base, o, i, ins.acc_so, ins.acc_si) < acc_d
-                and last_row(ins.inp_base, o, i, ins.inp_so, ins.inp_si) < inp_d
+                and last_row(ins.inp_base, o, i, ins.inp_so, ins.inp_si) + taps[-1] < inp_d
                 and ins.wgt_base < wgt_d)
     o, i = ins.outer, ins.inner
     ok = last_row(ins.dst_base, o, i, ins.dst_so, ins.dst_si) < acc_d
@@ -82,18 +85,37 @@ def range_ok(ins: Insn, mem: Memories) -> bool:
     return ok
 
 
+def dw_taps(ins: Insn) -> list[int]:
+    """The input row offsets an iteration reads: DW's taps, a GEMM's one row."""
+    if ins.op == Opcode.DW:
+        return isa.dw_offsets(ins.taps, ins.tap_w, ins.tap_pitch)
+    return [0]
+
+
 def reference(program: list[Insn], mem: Memories) -> tuple[list[tuple[int, int, int]], int | None]:
     """Run ``program`` sequentially on ``mem`` (in place). Returns every accumulator write as
     (instruction index, row, data) and the index of the instruction that fails the range check
-    (the program stops there), or None. Opcodes other than GEMM/ALU do nothing here."""
+    (the program stops there), or None. Opcodes other than GEMM/DW/ALU do nothing here."""
     n = mem.n
     writes: list[tuple[int, int, int]] = []
     for idx, ins in enumerate(program):
-        if ins.op not in (Opcode.GEMM, Opcode.ALU) or ins.outer == 0 or ins.inner == 0:
+        if ins.op not in (Opcode.GEMM, Opcode.DW, Opcode.ALU) or ins.outer == 0 \
+                or ins.inner == 0:
             continue
         if not range_ok(ins, mem):
             return writes, idx
-        if ins.op == Opcode.GEMM:
+        if ins.op == Opcode.DW:
+            w = lanes8(mem.wgt[ins.wgt_base], n * n).reshape(n, n)
+            offs = dw_taps(ins)
+            for o in range(ins.outer):
+                for i in range(ins.inner):
+                    a = ins.acc_base + o * ins.acc_so + i * ins.acc_si
+                    r = ins.inp_base + o * ins.inp_so + i * ins.inp_si
+                    x = np.array([lanes8(mem.inp[r + off], n) for off in offs])
+                    old = np.zeros(n, np.int64) if ins.reset else np.array(lanes32(mem.acc[a], n))
+                    mem.acc[a] = pack32(old + (x * w[:len(offs)]).sum(axis=0))
+                    writes.append((idx, a, mem.acc[a]))
+        elif ins.op == Opcode.GEMM:
             w = lanes8(mem.wgt[ins.wgt_base], n * n).reshape(n, n)
             for o in range(ins.outer):
                 for i in range(ins.inner):
@@ -118,7 +140,7 @@ def reference(program: list[Insn], mem: Memories) -> tuple[list[tuple[int, int, 
 
 
 def iterations(ins: Insn) -> int:
-    return ins.outer * ins.inner if ins.op in (Opcode.GEMM, Opcode.ALU) else 0
+    return ins.outer * ins.inner if ins.op in (Opcode.GEMM, Opcode.DW, Opcode.ALU) else 0
 
 
 # --- the bench -----------------------------------------------------------------------------------
@@ -142,6 +164,8 @@ class Log:
     acc_reads: list[tuple[int, int]] = field(default_factory=list)      # cycle, row
     wgt_reads: int = 0
     macs: int = 0
+    mac_rows: int = 0                     # sum of mac_rows over the mac pulses
+    bank_errors: list[str] = field(default_factory=list)
     gemm_busy: int = 0
     status: dict[int, tuple[int, int, int]] = field(default_factory=dict)   # idle, waiting, busy
     violations: list[str] = field(default_factory=list)
@@ -150,9 +174,9 @@ class Log:
 class TB:
     def __init__(self, dut, seed: int) -> None:
         self.dut = dut
-        self.n = len(dut.inp_rdata) // 8
-        self.depths = (1 << len(dut.inp_raddr), 1 << len(dut.wgt_raddr),
-                       1 << len(dut.acc_raddr0))
+        self.n = len(dut.acc_wdata) // 32
+        self.inp_aw = len(dut.inp_raddr) // self.n
+        self.depths = (1 << self.inp_aw, 1 << len(dut.wgt_raddr), 1 << len(dut.acc_raddr0))
         self.icarus = "icarus" in cocotb.SIM_NAME.lower()
         self.rng = random.Random(seed)
         self.mem = Memories.random(self.rng, self.n, *self.depths)
@@ -218,7 +242,7 @@ class TB:
             cyc = self.cycle
             # read data of last cycle's reads; anything else is garbage the unit must not use
             d.inp_rdata.value = rdata.get("inp") if rdata.get("inp") is not None \
-                else rng.getrandbits(8 * n)
+                else rng.getrandbits(8 * n * n)
             d.wgt_rdata.value = rdata.get("wgt") if rdata.get("wgt") is not None \
                 else rng.getrandbits(8 * n * n)
             for p in "012":
@@ -241,7 +265,8 @@ class TB:
             mem = self.mem
             rdata = {}
             if _bit(d.inp_re):
-                rdata["inp"] = mem.inp[int(d.inp_raddr.value)]
+                rdata["inp"] = self._inp_rows(cyc, int(d.inp_raddr.value),
+                                              int(d.inp_rmask.value))
             if _bit(d.wgt_re):
                 rdata["wgt"] = mem.wgt[int(d.wgt_raddr.value)]
                 log.wgt_reads += 1
@@ -282,9 +307,31 @@ class TB:
             log.status[cyc] = st
             if st[0] + st[1] + st[2] > 1:
                 log.violations.append(f"cycle {cyc}: idle/waiting/busy = {st}")
-            log.macs += _bit(d.mac_pulse)
+            if _bit(d.mac_pulse):
+                log.macs += 1
+                log.mac_rows += int(d.mac_rows.value)
             log.gemm_busy += _bit(d.gemm_busy)
             self.sampled.set()
+
+    def _inp_rows(self, cyc: int, addrs: int, mask: int) -> int:
+        """The N-row INP read: the rows read where the mask is set (random data elsewhere); the
+        read rows must be taps 0..k-1 in the banks (first row + k) mod N."""
+        n, aw = self.n, self.inp_aw
+        out = 0
+        first = addrs & ((1 << aw) - 1)
+        if not mask & 1 or mask & (mask + 1):
+            self.log.bank_errors.append(f"cycle {cyc}: rows read {mask:#b}, not taps 0..k-1")
+        for k in range(n):
+            row = (addrs >> (k * aw)) & ((1 << aw) - 1)
+            if mask >> k & 1:
+                if row % n != (first + k) % n:
+                    self.log.bank_errors.append(f"cycle {cyc}: tap {k} reads row {row}, bank "
+                                                f"{row % n}, expected bank {(first + k) % n}")
+                data = self.mem.inp[row]
+            else:
+                data = self.rng.getrandbits(8 * n)
+            out |= data << (8 * n * k)
+        return out
 
     async def next_cycle(self) -> int:
         """Wait until the next cycle has been sampled; returns its number."""
@@ -319,6 +366,7 @@ class TB:
         """Everything the unit did since reset against the sequential reference."""
         log = self.log
         assert not log.violations, f"protocol violations: {log.violations[:5]}"
+        assert not log.bank_errors, f"INP bank rule broken: {log.bank_errors[:5]}"
         ref = self.init.copy()
         exp_writes, err_idx = reference(self.program, ref)
         got = [(r, v) for _, r, v in log.writes]
@@ -363,11 +411,13 @@ class TB:
             if before:
                 assert c >= max(before), \
                     f"instruction {i} pushed in cycle {c}, before a write in cycle {max(before)}"
-        gemms = [x for x in done if x.op == Opcode.GEMM and iterations(x)]
+        gemms = [x for x in done if x.op in (Opcode.GEMM, Opcode.DW) and iterations(x)]
         assert log.wgt_reads == len(gemms), \
-            f"{log.wgt_reads} weight reads, expected one per GEMM ({len(gemms)})"
+            f"{log.wgt_reads} weight reads, expected one per GEMM / DW ({len(gemms)})"
         macs = sum(iterations(x) for x in gemms)
         assert log.macs == macs, f"mac_pulse {log.macs} times, expected {macs}"
+        rows = sum(iterations(x) * (x.taps if x.op == Opcode.DW else self.n) for x in gemms)
+        assert log.mac_rows == rows, f"mac_rows add up to {log.mac_rows}, expected {rows}"
 
 
 # --- program generators --------------------------------------------------------------------------
@@ -401,12 +451,26 @@ def rand_alu(rng: random.Random, region: int = 24, p_flags: float = 0.0) -> Insn
     return isa.alu(op, **f)
 
 
+def rand_dw(rng: random.Random, n: int, region: int = 24, p_flags: float = 0.0) -> Insn:
+    """A DW whose taps follow the bank rule: on one kernel row, or tap_pitch = tap_w mod N."""
+    taps = rng.choice([1, n, rng.randint(1, n), rng.randint(1, n)])
+    tap_w = rng.choice([1, 2, 3, rng.randint(1, 15)])
+    pitch = 0 if taps <= tap_w and rng.random() < 0.5 else tap_w + n * rng.randrange(3)
+    return isa.dw(reset=int(rng.random() < 0.3), acc_base=rng.randrange(region),
+                  inp_base=rng.randrange(64), wgt_base=rng.randrange(8),
+                  outer=rng.choice([1, 1, 2, 3, 4]), inner=rng.choice([1, 2, 3, 5, 8]),
+                  acc_so=rng.choice([0, 1, 2, 4, 8]), acc_si=rng.choice([0, 0, 1, 1, 2, 3]),
+                  inp_so=rng.choice([0, 1, 5, 11]), inp_si=rng.choice([0, 1, 2]), taps=taps,
+                  tap_w=tap_w, tap_pitch=pitch, **rand_flags(rng, p_flags))
+
+
 def rand_program(rng: random.Random, count: int, p_flags: float = 0.0,
-                 p_zero: float = 0.05) -> list[Insn]:
+                 p_zero: float = 0.05, n: int = 8) -> list[Insn]:
     out = []
     for _ in range(count):
-        ins = rand_gemm(rng, p_flags=p_flags) if rng.random() < 0.45 \
-            else rand_alu(rng, p_flags=p_flags)
+        u = rng.random()
+        ins = rand_gemm(rng, p_flags=p_flags) if u < 0.3 else \
+            rand_dw(rng, n, p_flags=p_flags) if u < 0.5 else rand_alu(rng, p_flags=p_flags)
         if rng.random() < p_zero:
             ins = Insn(ins.op, {**ins.fields, rng.choice(["outer", "inner"]): 0})
         out.append(ins)
@@ -432,6 +496,41 @@ async def test_gemm_loops(dut) -> None:
         isa.gemm(reset=1, acc_base=7, inp_base=9, wgt_base=wgt_d - 1, outer=1, inner=1),
         isa.gemm(acc_base=7, inp_base=inp_d - 1, wgt_base=3, outer=1, inner=1),
     ])
+    tb.check()
+
+
+@cocotb.test(timeout_time=2, timeout_unit="ms")
+async def test_dw(dut) -> None:
+    """DW (depthwise): every tap count 1..N, taps on one kernel row and over several (tap_pitch
+    = tap_w mod N), output and input strides, reset and accumulate; DW rows read back by an
+    ALU and a GEMM at once (forwarding), a DW accumulating into one row (acc_si = 0), DW after
+    GEMM on the same rows; the taps' rows come from the banks (r + k) mod N (the bench's bank
+    check), and ACC_MACS-style counting (mac_rows) adds taps per iteration."""
+    tb = TB(dut, seed=11)
+    n = tb.n
+    await tb.reset()
+    prog = []
+    for taps in range(1, n + 1):
+        tap_w = (taps + 1) // 2 if taps > 1 else 1
+        prog.append(isa.dw(reset=int(taps % 2 == 1), acc_base=4 * taps, inp_base=3 * taps,
+                           wgt_base=taps % 8, outer=2, inner=3, acc_so=3, acc_si=1,
+                           inp_so=2 * (tap_w + n) + 1, inp_si=2, taps=taps, tap_w=tap_w,
+                           tap_pitch=tap_w + n))
+    prog += [
+        isa.dw(acc_base=100, inp_base=7, wgt_base=2, outer=3, inner=4, acc_so=4, acc_si=1,
+               inp_so=30, inp_si=1, taps=min(3, n), tap_w=3),                 # one kernel row
+        isa.dw(acc_base=100, inp_base=9, wgt_base=3, outer=3, inner=4, acc_so=4, acc_si=1,
+               inp_so=30, inp_si=1, taps=n, tap_w=3, tap_pitch=3 + 2 * n),   # accumulate
+        isa.alu(AluOp.ADD, dst_base=101, src_base=100, outer=1, inner=4, dst_si=1, src_si=1),
+        isa.dw(reset=1, acc_base=120, inp_base=1, wgt_base=4, outer=1, inner=6, acc_si=0,
+               inp_si=1, taps=n, tap_w=1, tap_pitch=1 + n),                  # one row, x6
+        isa.gemm(acc_base=120, inp_base=2, wgt_base=5, outer=1, inner=2),    # GEMM on it
+        isa.dw(acc_base=120, inp_base=3, wgt_base=6, outer=1, inner=1, taps=2, tap_w=1,
+               tap_pitch=1),
+        isa.dw(acc_base=130, inp_base=5, wgt_base=7, outer=2, inner=2, acc_so=2, acc_si=1,
+               taps=n, tap_w=15, push_prev=1, push_next=1),                  # taps <= tap_w
+    ]
+    await tb.run(prog)
     tb.check()
 
 
@@ -512,7 +611,8 @@ async def test_random_programs(dut) -> None:
         await tb.restart(seed=40 + r)
         tb.p_gap = (0.0, 0.3, 0.7)[r % 3]
         tb.p_token = 0.2
-        await tb.run(rand_program(tb.rng, count, p_flags=0.15, p_zero=0.08), max_cycles=40000)
+        await tb.run(rand_program(tb.rng, count, p_flags=0.15, p_zero=0.08, n=tb.n),
+                     max_cycles=40000)
         tb.check()
         total += len(tb.log.writes)
         stale += tb.stale_reads()
@@ -533,6 +633,10 @@ async def test_sp_range(dut) -> None:
     (whatever its rows), runs and pushes."""
     tb = TB(dut, seed=5)
     inp_d, wgt_d, acc_d = tb.depths
+    dw_n = tb.n
+    dw_g = dict(outer=2, inner=3, inp_so=4, inp_si=1, acc_si=1, taps=min(6, dw_n), tap_w=3,
+                tap_pitch=3 + dw_n)
+    dw_last = isa.dw_offsets(dw_g["taps"], 3, 3 + dw_n)[-1]
     g = dict(outer=1, inner=1)
     cases = [
         ("GEMM acc last = depth-1", isa.gemm(acc_base=acc_d - 9, outer=2, inner=5, acc_so=4,
@@ -567,6 +671,19 @@ async def test_sp_range(dut) -> None:
                                                    outer=3, inner=0), False),
         ("ALU largest loop", isa.alu(AluOp.MOV, outer=4095, inner=4095, dst_so=4095,
                                      dst_si=255), True),
+        # DW: the last row read is the last iteration's last tap, 6 rows past the first
+        # iteration's first tap plus the last tap's offset
+        ("DW last tap row = depth-1", isa.dw(inp_base=inp_d - dw_last - 7, **dw_g), False),
+        ("DW last tap row = depth", isa.dw(inp_base=inp_d - dw_last - 6, **dw_g), True),
+        ("DW one tap, inp last = depth-1", isa.dw(inp_base=inp_d - 1, taps=1, tap_w=1, **g),
+         False),
+        ("DW wgt_base = depth", isa.dw(wgt_base=wgt_d, taps=1, tap_w=1, **g), True),
+        ("DW acc_base 0x3FFF", isa.dw(acc_base=0x3FFF, taps=2, tap_w=2, **g), True),
+        ("DW acc last = depth-1", isa.dw(acc_base=acc_d - 4, outer=1, inner=4, acc_si=1,
+                                        taps=1, tap_w=1), False),
+        ("DW inner 0, rows out of range", isa.dw(acc_base=0x3FFF, inp_base=0xFFFF, taps=4,
+                                                 tap_w=1, tap_pitch=1 + dw_n, outer=2,
+                                                 inner=0), False),
     ]
     for k, (label, ins, fails) in enumerate(cases):
         await tb.restart(seed=50 + k)

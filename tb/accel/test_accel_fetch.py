@@ -49,9 +49,14 @@ class SparseMem:
         return bytes(out)
 
 
+#: The array size of the unit under test (its N parameter; the DW rules depend on it), set by TB.
+ARRAY_N = [8]
+
+
 def rand_legal(rng: random.Random, op: Opcode | None = None) -> Insn:
     """A random instruction that passes check_static (END excluded unless asked for)."""
-    op = op or rng.choice([Opcode.LOAD, Opcode.STORE, Opcode.GEMM, Opcode.ALU])
+    n = ARRAY_N[0]
+    op = op or rng.choice([Opcode.LOAD, Opcode.STORE, Opcode.GEMM, Opcode.ALU, Opcode.DW])
     if op == Opcode.END:
         return isa.end()
     f: dict[str, int] = {}
@@ -69,8 +74,14 @@ def rand_legal(rng: random.Random, op: Opcode | None = None) -> Insn:
         f["alu_op"] = rng.randint(0, max(isa.AluOp))
         if f["alu_op"] == isa.AluOp.REQ:
             f["use_imm"] = 0
+    if op == Opcode.DW:
+        f["taps"] = rng.choice([1, n, rng.randint(1, n)])
+        f["tap_w"] = rng.choice([1, 3, 15, rng.randint(1, 15)])
+        if f["taps"] > f["tap_w"]:          # taps over several kernel rows: pitch = tap_w mod N
+            span = (1023 - f["tap_w"]) // n
+            f["tap_pitch"] = f["tap_w"] + n * rng.choice([0, span, rng.randint(0, span)])
     insn = Insn(op, {k: v for k, v in f.items() if v})
-    assert isa.check_static(insn) == AccelError.NONE, insn
+    assert isa.check_static(insn, n) == AccelError.NONE, insn
     return insn
 
 
@@ -103,6 +114,19 @@ def corrupt(rng: random.Random, kind: str) -> bytes:
         w = (word(rand_legal(rng, Opcode.ALU)) & ~(7 << lsb)) | (7 << lsb)
     elif kind == "req_imm":
         w = word(isa.req(1, -5, 100, dst_base=3, inner=2)) | bit("use_imm", Opcode.ALU)
+    elif kind == "dw_taps":
+        lsb = isa.field_lsb(Opcode.DW, "taps")
+        w = (word(rand_legal(rng, Opcode.DW)) & ~(0x7F << lsb)) \
+            | (rng.choice([0, ARRAY_N[0] + 1, 127]) << lsb)
+    elif kind == "dw_tap_w0":
+        w = word(rand_legal(rng, Opcode.DW)) & ~(0xF << isa.field_lsb(Opcode.DW, "tap_w"))
+    elif kind == "dw_banks":
+        n = ARRAY_N[0]
+        taps = rng.randint(2, n)
+        tap_w = rng.randint(1, min(taps - 1, 15))
+        pitch = rng.choice([p for p in range(tap_w, tap_w + n) if (p - tap_w) % n]) \
+            + n * rng.randrange(8)
+        w = word(isa.dw(taps=taps, tap_w=tap_w, tap_pitch=pitch, outer=1, inner=1))
     elif kind == "end_flag":
         w = word(isa.end()) | bit(rng.choice(["pop_prev", "pop_next", "push_prev",
                                               "push_next"]), Opcode.END)
@@ -113,7 +137,7 @@ def corrupt(rng: random.Random, kind: str) -> bytes:
 
 
 ILLEGAL_KINDS = ("opcode0", "opcode_high", "load_flag", "store_flag", "store_buf", "store_pad",
-                 "alu_op7", "req_imm", "end_flag")
+                 "alu_op7", "req_imm", "end_flag", "dw_taps", "dw_tap_w0", "dw_banks")
 
 
 @dataclass
@@ -134,7 +158,7 @@ def reference(mem: SparseMem, base: int, count: int, bad_beats: set[int]) -> Exp
         raw = mem.read(addr, 16)
         try:
             insn = isa.decode(raw)
-            code = isa.check_static(insn)
+            code = isa.check_static(insn, ARRAY_N[0])
         except IsaError:
             code = AccelError.ILLEGAL_OPCODE
         if code != AccelError.NONE:
@@ -189,6 +213,7 @@ class TB:
         self.cycle = 0
         self.run = Run()
         self.max_burst = int(dut.MAX_BURST.value)
+        ARRAY_N[0] = int(dut.N.value)
         start_clock(dut)
         dut.start.value = 0
         dut.insn_base.value = 0

@@ -1,8 +1,10 @@
 """cocotb bench for accel_gemm_array, the N x N int8 weight-stationary array.
 
 Streams rows at full throughput and with random gaps, switches weight tiles mid-stream (w_load
-together with a row and on idle cycles), and compares every output row, its tag and its latency
-(LAT = 1) with numpy: acc_out[n] = (reset ? 0 : acc_in[n]) + sum_k x[k] * W[k][n], int32 wraps.
+together with a row and on idle cycles), mixes depthwise rows (dw: N rows X[k] in x_rows) with
+ordinary ones, and compares every output row, its tag and its latency (LAT = 1) with numpy:
+acc_out[n] = (reset ? 0 : acc_in[n]) + sum_k x[k] * W[k][n] (depthwise: X[k][n] * W[k][n]),
+int32 wraps.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ class Beat:
     w_load: bool
     w: np.ndarray          # N x N int8, W[k][n]
     tag: int
+    dw: bool = False
+    xr: np.ndarray | None = None   # depthwise: N x N int8, row k = X[k]
 
 
 class TB:
@@ -54,7 +58,8 @@ class TB:
         self.n = len(dut.x) // 8
         self.tag_w = len(dut.in_tag)
         start_clock(dut)
-        for s in ("w_load", "w_tile", "in_valid", "x", "acc_in", "reset_acc", "in_tag"):
+        for s in ("w_load", "w_tile", "in_valid", "dw", "x", "x_rows", "acc_in", "reset_acc",
+                  "in_tag"):
             getattr(dut, s).value = 0
 
     async def reset(self) -> None:
@@ -72,6 +77,9 @@ class TB:
             if b is not None:
                 d.in_valid.value = int(b.valid)
                 d.x.value = pack8(b.x)
+                d.dw.value = int(b.dw)
+                d.x_rows.value = pack8((b.xr if b.xr is not None else np.zeros((n, n))
+                                        ).reshape(-1))
                 d.acc_in.value = pack32(b.acc)
                 d.reset_acc.value = int(b.reset)
                 d.w_load.value = int(b.w_load)
@@ -82,7 +90,12 @@ class TB:
                 exp = None
                 if b.valid:
                     base = np.zeros(n, np.int64) if b.reset else b.acc.astype(np.int64)
-                    exp = (cyc, wrap32(base + b.x.astype(np.int64) @ w_held), b.tag)
+                    if b.dw:
+                        assert b.xr is not None
+                        prod = (b.xr.astype(np.int64) * w_held).sum(axis=0)
+                    else:
+                        prod = b.x.astype(np.int64) @ w_held
+                    exp = (cyc, wrap32(base + prod), b.tag)
                 expected.append(exp)
             else:
                 d.in_valid.value = 0
@@ -131,9 +144,11 @@ def make_beats(n: int, tag_w: int, count: int, seed: int, p_valid: float,
         else:
             x = rng.integers(-128, 128, size=n)
             acc = rng.integers(-2**31, 2**31, size=n)
+        dw = prng.random() < 0.3
+        xr = rand_tile(rng, n, edge) if dw else None
         beats.append(Beat(valid=prng.random() < p_valid, x=x, acc=acc,
                           reset=prng.random() < 0.2, w_load=w_load, w=w,
-                          tag=prng.getrandbits(tag_w)))
+                          tag=prng.getrandbits(tag_w), dw=dw, xr=xr))
     return beats
 
 
@@ -169,6 +184,10 @@ async def test_extremes(dut) -> None:
         Beat(True, np.full(n, -128), np.full(n, 12345), True, False, w_min, 0),       # reset
         Beat(True, np.full(n, 127), np.full(n, 2**31 - 1), False, True,
              np.full((n, n), 127), 1),
+        Beat(True, np.zeros(n), np.full(n, 2**31 - 1), False, True, w_min, 0, True,
+             np.full((n, n), -128)),                                              # dw, + n*2^14
+        Beat(True, np.full(n, 5), np.full(n, -2**31), False, False, w_min, 1, True,
+             np.full((n, n), 127)),                                               # dw, wraps
     ]
     rows = await tb.stream(fixed + make_beats(n, tb.tag_w, 600, seed=3, p_valid=0.9, edge=True))
     dut._log.info("%d edge rows", rows)

@@ -318,3 +318,22 @@ def test_listing_and_raw_upload() -> None:
     prog = drv.accel_load_program(isa.encode_program(insns), 0x100)
     assert prog.listing == tuple(str(i) for i in insns) and prog.nbytes == 16 * len(insns)
     assert isa.decode_program(download(drv, 0x100, prog.nbytes)) == insns
+
+
+def test_dw_checked_against_the_cards_array_size() -> None:
+    """DW's static check depends on N, which the driver reads from ACC_CFG_N: 8 taps are legal on
+    the default N = 8 card and refused (ILLEGAL_FIELD, naming the rule) on an N = 4 card; a DW
+    whose taps leave the banks' rotation is refused on both; the card is not written."""
+    dw8 = isa.dw(outer=1, inner=1, taps=8, tap_w=3, tap_pitch=11)
+    off_rotation = isa.dw(outer=1, inner=1, taps=4, tap_w=3, tap_pitch=12)
+    card, drv = make()
+    drv.accel_load_program([dw8, isa.end()], 0x1000)
+    with pytest.raises(AccelProgramError, match="ILLEGAL_FIELD.*banks' rotation"):
+        drv.accel_load_program([off_rotation, isa.end()], 0x2000)
+    drv.close()
+    small = ModelCard(4 * MiB, accel=AccelConfig(n=4))
+    drv = PcieDriver(small)
+    with pytest.raises(AccelProgramError, match="ILLEGAL_FIELD.*taps 0 or above N"):
+        drv.accel_load_program([dw8, isa.end()], 0x1000)
+    assert not small.card_memory[:0x2000].any()
+    drv.close()

@@ -89,6 +89,25 @@ class Ref:
                                + sum(x[k] * w[k][j] for k in range(n))) for j in range(n)]
         return AccelError.NONE
 
+    def dw(self, f: dict[str, int]) -> AccelError:
+        g = {k: f.get(k, 0) for k in ("acc_base", "inp_base", "wgt_base", "outer", "inner",
+                                      "acc_so", "acc_si", "inp_so", "inp_si", "reset", "taps",
+                                      "tap_w", "tap_pitch")}
+        off = [(k // g["tap_w"]) * g["tap_pitch"] + k % g["tap_w"] for k in range(g["taps"])]
+        a_rows = self.loop(g["acc_base"], g["outer"], g["inner"], g["acc_so"], g["acc_si"])
+        x_rows = self.loop(g["inp_base"], g["outer"], g["inner"], g["inp_so"], g["inp_si"])
+        if a_rows and (max(a_rows) >= self.cfg.acc_depth
+                       or max(x_rows) + off[-1] >= self.cfg.inp_depth
+                       or g["wgt_base"] >= self.cfg.wgt_depth):
+            return AccelError.SP_RANGE
+        n = self.cfg.n
+        for a, r in zip(a_rows, x_rows, strict=True):
+            w = self.wgt[g["wgt_base"]]
+            self.acc[a] = [s32((0 if g["reset"] else self.acc[a][j])
+                               + sum(self.inp[r + off[k]][j] * w[k][j]
+                                     for k in range(g["taps"]))) for j in range(n)]
+        return AccelError.NONE
+
     def alu(self, f: dict[str, int]) -> AccelError:
         g = {k: f.get(k, 0) for k in ("alu_op", "use_imm", "dst_base", "src_base", "outer",
                                       "inner", "dst_so", "dst_si", "src_so", "src_si", "imm")}
@@ -203,6 +222,7 @@ def check_against_ref(m: AccelModel, insn: Insn, mem: bytearray, slots: list[int
     ref_mem = bytearray(mem)
     f = dict(insn.fields)
     want = {Opcode.GEMM: lambda: ref.gemm(f), Opcode.ALU: lambda: ref.alu(f),
+            Opcode.DW: lambda: ref.dw(f),
             Opcode.LOAD: lambda: ref.load(f, ref_mem, slots),
             Opcode.STORE: lambda: ref.store(f, ref_mem, slots)}[insn.op]()
     before = (m.inp.copy(), m.wgt.copy(), m.acc.copy(), bytes(mem))
@@ -276,6 +296,88 @@ gemm_fields = st.fixed_dictionaries({
 def test_gemm_property(f: dict[str, int], seed: int) -> None:
     """Any GEMM (strides, repeated rows, out of range) does what the sequential loop does."""
     check_against_ref(random_model(SMALL, seed), isa.gemm(**f), bytearray(64), SLOTS0)
+
+
+# --- DW ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n", [4, 8, 16])
+def test_dw_is_a_depthwise_convolution(n: int) -> None:
+    """DW over a padded image tile in INP (rows = pixels, lanes = channels) with a 3x3 kernel,
+    as many whole kernel rows per instruction as N lanes of taps allow (N = 8: 6 taps, then 3),
+    is the depthwise convolution of numpy, per channel; MACs count taps x N per iteration."""
+    h, w, k = 6, 9, 3
+    pitch = w + (k - w) % n                       # pitch = kw (mod N): taps over kernel rows
+    cfg = AccelConfig(n=n, inp_depth=256, wgt_depth=8, acc_depth=256)
+    m = random_model(cfg, 100 + n)
+    img = m.inp[:h * pitch].astype(np.int64).reshape(h, pitch, n)
+    kern = np.random.default_rng(n).integers(-128, 128, (k, k, n))
+    oh, ow = h - k + 1, w - k + 1
+    geo = dict(acc_base=0, outer=oh, inner=ow, acc_so=ow, acc_si=1, inp_so=pitch, inp_si=1)
+    per = n // k                                   # kernel rows per instruction
+    prog = []
+    for p, ky in enumerate(range(0, k, per)):
+        rows = kern[ky:ky + per].reshape(-1, n)
+        m.wgt[1 + p] = 0
+        m.wgt[1 + p, :rows.shape[0]] = rows
+        prog.append(isa.dw(reset=int(p == 0), inp_base=ky * pitch, wgt_base=1 + p,
+                           taps=rows.shape[0], tap_w=k, tap_pitch=pitch, **geo))
+    r = m.execute(prog + [isa.end()], bytearray(64), SLOTS0)
+    assert r.error == AccelError.NONE
+    assert len(prog) == {4: 3, 8: 2, 16: 1}[n]
+    want = sum(img[dy:dy + oh, dx:dx + ow] * kern[dy, dx] for dy in range(k) for dx in range(k))
+    assert np.array_equal(m.acc[:oh * ow].reshape(oh, ow, n), want)
+    assert r.counters["macs"] == oh * ow * k * k * n
+
+
+def test_dw_extremes_wrap_and_unused_taps() -> None:
+    """-128 x -128 on every tap wraps past 2**31; tile rows beyond taps never count."""
+    m = AccelModel(SMALL)
+    m.inp[:] = -128
+    m.wgt[:] = -128
+    m.acc[0] = (1 << 31) - 1
+    m.execute([isa.dw(acc_base=0, outer=1, inner=1, taps=3, tap_w=3), isa.end()],
+              bytearray(64), SLOTS0)
+    assert m.acc[0].tolist() == [s32((1 << 31) - 1 + 3 * 128 * 128)] * 4
+
+
+dw_fields = st.fixed_dictionaries({
+    "reset": st.integers(0, 1), "acc_base": st.integers(0, 70), "inp_base": st.integers(0, 60),
+    "wgt_base": st.integers(0, 17), "outer": st.integers(0, 4), "inner": st.integers(0, 5),
+    "acc_so": st.integers(0, 12), "acc_si": st.integers(0, 3), "inp_so": st.integers(0, 9),
+    "inp_si": st.integers(0, 3), "taps": st.integers(1, 4), "tap_w": st.integers(1, 4),
+    "tap_pitch": st.sampled_from([0, 1, 5, 6, 9])})
+
+
+@HYP
+@given(f=dw_fields, seed=st.integers(0, 1 << 16))
+def test_dw_property(f: dict[str, int], seed: int) -> None:
+    """Any legal DW (strides, repeated rows, taps over kernel rows, out of range) does what the
+    sequential loop does; an illegal one (the bank rule) is ILLEGAL_FIELD before it runs."""
+    insn = isa.dw(**f)
+    if isa.check_static(insn, SMALL.n) != AccelError.NONE:
+        assert not isa.dw_banks_ok(f["taps"], f["tap_w"], f["tap_pitch"], SMALL.n)
+        r = run1(AccelModel(SMALL), insn, bytearray(64))
+        assert (r.error, r.err_pc) == (AccelError.ILLEGAL_FIELD, 0)
+        return
+    check_against_ref(random_model(SMALL, seed), insn, bytearray(64), SLOTS0)
+
+
+def test_dw_between_gemm_batches() -> None:
+    """A DW between GEMMs (which the model batches) sees their results and they see its: the
+    same state as with batching off."""
+    prog = [isa.gemm(reset=1, acc_base=0, inp_base=0, wgt_base=1, outer=2, inner=8, acc_so=8,
+                     acc_si=1, inp_so=8, inp_si=1),
+            isa.dw(acc_base=4, inp_base=3, wgt_base=2, outer=1, inner=8, acc_si=1, inp_si=1,
+                   taps=4, tap_w=2, tap_pitch=6),
+            isa.gemm(acc_base=0, inp_base=16, wgt_base=3, outer=2, inner=8, acc_so=8,
+                     acc_si=1, inp_so=8, inp_si=1), isa.end()]
+    states = []
+    for batch in (True, False):
+        m = random_model(SMALL, 5)
+        m.batch_gemms = batch
+        assert m.execute(prog, bytearray(64), SLOTS0).error == AccelError.NONE
+        states.append(m.acc.copy())
+    assert np.array_equal(*states)
 
 
 # --- ALU -----------------------------------------------------------------------------------------
@@ -573,7 +675,7 @@ def raw_insn(opcode: int, payload: int = 0) -> bytes:
     return ((payload << 4) | opcode).to_bytes(16, "little")
 
 
-@pytest.mark.parametrize("opcode", [0, 6, 7, 15])
+@pytest.mark.parametrize("opcode", [0, 7, 8, 15])
 def test_illegal_opcode(opcode: int) -> None:
     """Opcode 0 and those above END: ILLEGAL_OPCODE at their pc, from a list or from memory."""
     prog = [isa.load(Buffer.INP, y_size=0), raw_insn(opcode, 0x1234), isa.end()]
@@ -595,6 +697,8 @@ ILLEGAL_FIELDS = [
     isa.store(Buffer.ACC8, pad_right=3),
     Insn(Opcode.ALU, {"alu_op": 7}), Insn(Opcode.ALU, {"alu_op": AluOp.REQ, "use_imm": 1}),
     Insn(Opcode.END, {"pop_prev": 1}), Insn(Opcode.END, {"push_next": 1}),
+    isa.dw(taps=0, tap_w=1), isa.dw(taps=5, tap_w=5), isa.dw(taps=1, tap_w=0),
+    isa.dw(taps=3, tap_w=2, tap_pitch=3), isa.dw(taps=4, tap_w=1, tap_pitch=2),
 ]
 
 
@@ -633,6 +737,16 @@ SP_CASES = [  # (instruction, fails) at the edge of SMALL's depths (inp 64, wgt 
     (isa.req(dst_base=0, src_base=62, outer=1, inner=1), False),
     (isa.req(dst_base=0, src_base=63, outer=1, inner=1), True),              # shift row 64
     (isa.alu(AluOp.MOV, dst_base=64, src_base=0, outer=3, inner=0), False),
+    # DW: the last row read is the last iteration's last tap (off 1 * 6 + 1 = 7)
+    (isa.dw(inp_base=50, outer=2, inner=2, inp_so=3, inp_si=1, taps=4, tap_w=2,
+            tap_pitch=6), False),                                             # 50+4+7 = 61
+    (isa.dw(inp_base=53, outer=2, inner=2, inp_so=3, inp_si=1, taps=4, tap_w=2,
+            tap_pitch=6), True),                                              # 64
+    (isa.dw(acc_base=60, outer=1, inner=4, acc_si=1, taps=1, tap_w=1), False),
+    (isa.dw(acc_base=61, outer=1, inner=4, acc_si=1, taps=1, tap_w=1), True),
+    (isa.dw(wgt_base=16, outer=1, inner=1, taps=1, tap_w=1), True),
+    (isa.dw(acc_base=9999, inp_base=9999, wgt_base=999, outer=0, inner=2, taps=1,
+            tap_w=1), False),
 ]
 
 

@@ -52,18 +52,21 @@ def test_program_listing_round_trip() -> None:
 inp_si=1 | pop_prev push_next
     ALU.ADD dst_base=0 imm=-5 outer=1 inner=32 dst_si=1
     ALU.REQ dst_base=0 src_base=64 outer=1 inner=32 dst_si=1 zp=-3 lo=-3 hi=127
+    DW reset acc_base=32 inp_base=0 wgt_base=6 outer=2 inner=4 acc_so=4 acc_si=1 inp_so=22 \
+inp_si=2 taps=6 tap_w=3 tap_pitch=11
     STORE.ACC8 slot=3 y_size=4 x_size=8 y_stride=8 | pop_prev
     END
     """.replace("\\\n", "")
     prog = isa.assemble(src)
     assert [i.op for i in prog] == [Opcode.LOAD, Opcode.LOAD, Opcode.GEMM, Opcode.ALU, Opcode.ALU,
-                                    Opcode.STORE, Opcode.END]
+                                    Opcode.DW, Opcode.STORE, Opcode.END]
+    assert (prog[5].reset, prog[5].taps, prog[5].tap_w, prog[5].tap_pitch) == (1, 6, 3, 11)
     assert prog[4].imm == isa.req_imm(-3, -3, 127)
     assert isa.req_fields(prog[4].imm) == (-3, -3, 127)
     listing = isa.disassemble(prog)
     assert isa.assemble(listing) == prog
     assert isa.decode_program(isa.encode_program(prog)) == prog
-    assert all(isa.check_static(i) == AccelError.NONE for i in prog)
+    assert all(isa.check_static(i, 8) == AccelError.NONE for i in prog)
 
 
 @pytest.mark.parametrize("text, message", [
@@ -84,7 +87,7 @@ def test_assembler_errors_say_what_is_wrong(text: str, message: str) -> None:
 
 
 def test_decode_rejects_illegal_opcodes_and_sizes() -> None:
-    for op in (0, 6, 15):
+    for op in (0, 7, 15):
         with pytest.raises(IsaError, match=f"illegal opcode {op}"):
             isa.decode(bytes([op]) + bytes(15))
     with pytest.raises(IsaError, match="16 bytes"):
@@ -95,23 +98,61 @@ def test_static_checks_match_the_isa_text() -> None:
     """check_static flags what the fetch unit rejects (docs/isa.md ILLEGAL_FIELD)."""
     ok = AccelError.NONE
     bad = AccelError.ILLEGAL_FIELD
-    assert isa.check_static(isa.load(Buffer.INP, push_next=1, pop_next=1)) == ok
-    assert isa.check_static(isa.load(Buffer.INP, pop_prev=1)) == bad
-    assert isa.check_static(isa.store(Buffer.ACC, push_prev=1)) == ok
-    assert isa.check_static(isa.store(Buffer.ACC, push_next=1)) == bad
-    assert isa.check_static(isa.store(Buffer.WGT)) == bad
-    assert isa.check_static(isa.store(Buffer.ACC8, pad_left=1)) == bad
-    assert isa.check_static(Insn(Opcode.ALU, {"alu_op": 7})) == bad
-    assert isa.check_static(Insn(Opcode.ALU, {"alu_op": int(AluOp.REQ), "use_imm": 1})) == bad
-    assert isa.check_static(Insn(Opcode.END, {"push_prev": 1})) == bad
-    assert isa.check_static(isa.gemm(pop_prev=1, pop_next=1, push_prev=1, push_next=1)) == ok
+    def check(i: Insn, n: int = 8) -> AccelError:
+        return isa.check_static(i, n)
+
+    assert check(isa.load(Buffer.INP, push_next=1, pop_next=1)) == ok
+    assert check(isa.load(Buffer.INP, pop_prev=1)) == bad
+    assert check(isa.store(Buffer.ACC, push_prev=1)) == ok
+    assert check(isa.store(Buffer.ACC, push_next=1)) == bad
+    assert check(isa.store(Buffer.WGT)) == bad
+    assert check(isa.store(Buffer.ACC8, pad_left=1)) == bad
+    assert check(Insn(Opcode.ALU, {"alu_op": 7})) == bad
+    assert check(Insn(Opcode.ALU, {"alu_op": int(AluOp.REQ), "use_imm": 1})) == bad
+    assert check(Insn(Opcode.END, {"push_prev": 1})) == bad
+    assert check(isa.gemm(pop_prev=1, pop_next=1, push_prev=1, push_next=1)) == ok
+    # DW: taps 1..N, tap_w >= 1, the taps' rows in distinct banks (row mod N)
+    dw = dict(pop_prev=1, pop_next=1, push_prev=1, push_next=1)
+    assert check(isa.dw(taps=8, tap_w=3, tap_pitch=11, **dw)) == ok        # 11 = 3 mod 8
+    assert check(isa.dw(taps=8, tap_w=3, tap_pitch=19)) == ok
+    # rows in distinct banks (0, 1, 2, 4), but tap 3 not in bank r + 3: the banks' outputs are
+    # no longer a rotation, so the ISA's rule refuses it
+    assert check(isa.dw(taps=4, tap_w=3, tap_pitch=12)) == bad
+    assert check(isa.dw(taps=3, tap_w=3, tap_pitch=12)) == ok              # one kernel row
+    assert check(isa.dw(taps=9, tap_w=3, tap_pitch=11)) == bad             # above N
+    assert check(isa.dw(taps=9, tap_w=3, tap_pitch=19), 16) == ok          # 19 = 3 mod 16
+    assert check(isa.dw(taps=9, tap_w=3, tap_pitch=11), 16) == bad
+    assert check(isa.dw(taps=0, tap_w=3, tap_pitch=11)) == bad
+    assert check(isa.dw(taps=1, tap_w=0)) == bad
+    assert check(isa.dw(taps=1, tap_w=1)) == ok
+    assert check(isa.dw(taps=4, tap_w=1, tap_pitch=1), 4) == ok           # one column of taps
+    assert check(isa.dw(taps=4, tap_w=1, tap_pitch=5), 4) == ok           # 5 = 1 mod 4
+    assert check(isa.dw(taps=4, tap_w=1, tap_pitch=6), 4) == bad
+
+
+def test_dw_offsets_and_banks() -> None:
+    """dw_offsets is the row formula of docs/isa.md; whenever dw_banks_ok holds, tap k of an
+    iteration starting at any row r is in bank (r + k) mod N: the banks' outputs are the taps
+    rotated by r, and no two taps share a bank."""
+    assert isa.dw_offsets(8, 3, 11) == [0, 1, 2, 11, 12, 13, 22, 23]
+    assert isa.dw_offsets(3, 5, 100) == [0, 1, 2]
+    for n in (4, 8, 16):
+        for taps in range(1, n + 1):
+            for tap_w in range(1, 16):
+                for pitch in range(0, 3 * n + 20):
+                    if isa.dw_banks_ok(taps, tap_w, pitch, n):
+                        offs = isa.dw_offsets(taps, tap_w, pitch)
+                        for r in range(n):
+                            assert [(r + o) % n for o in offs] == \
+                                [(r + k) % n for k in range(taps)], (n, taps, tap_w, pitch)
 
 
 def test_generated_include_has_every_field_position() -> None:
     """accel_isa.vh (what the RTL decodes with) places every field where encode() puts it."""
     vh = gen.accel_isa()
     defs = dict(re.findall(r"`define (\w+) (\S+)", vh))
-    names = {Opcode.LOAD: "MEM", Opcode.GEMM: "GEMM", Opcode.ALU: "ALU", Opcode.END: "HDR"}
+    names = {Opcode.LOAD: "MEM", Opcode.GEMM: "GEMM", Opcode.ALU: "ALU", Opcode.DW: "DW",
+             Opcode.END: "HDR"}
     for op, fmt in names.items():
         for f in isa.FORMATS[op]:
             if fmt != "HDR" and f in isa.HEADER:

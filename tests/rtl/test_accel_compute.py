@@ -55,4 +55,4 @@ def test_accel_compute(sim: str, config: str) -> None:
     _only_verilator_for_small_n(sim, params.get("N", 8))
     res = simulator.run(sim, "accel_compute", COMPUTE_SRC, "tb.accel.test_accel_compute",
                      parameters=params)
-    assert res.tests == 10
+    assert res.tests == 11

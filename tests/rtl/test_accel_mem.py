@@ -11,11 +11,12 @@ ACCEL = simulator.RTL / "accel"
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize("max_burst", [8, 3])
-def test_accel_fetch(sim: str, max_burst: int) -> None:
-    """The accel_fetch bench passes, with the default and with short bursts."""
+@pytest.mark.parametrize("max_burst, n", [(8, 8), (3, 4)])
+def test_accel_fetch(sim: str, max_burst: int, n: int) -> None:
+    """The accel_fetch bench passes, with the default and with short bursts (and N = 4, for
+    DW's checks that depend on the array size)."""
     res = simulator.run(sim, "accel_fetch", [ACCEL / "accel_fetch.v"], "tb.accel.test_accel_fetch",
-                     parameters={"MAX_BURST": max_burst})
+                     parameters={"MAX_BURST": max_burst, "N": n})
     assert res.tests == 6
 
 

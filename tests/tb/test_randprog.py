@@ -90,6 +90,7 @@ def test_coverage_across_seeds() -> None:
         | {f"ALU.{op.name}.imm" for op in AluOp if op != AluOp.REQ} \
         | {"REQ parameters: realistic", "REQ parameters: extreme", "REQ lo > hi",
            "GEMM acc_si = 0 (accumulate into one row)", "GEMM reset", "GEMM input strides",
+           "DW taps over kernel rows", "DW all N taps", "DW acc_si = 0 (accumulate into one row)",
            "ALU source overlaps destination", "ALU dst_si = 0 (repeated destination)",
            "y_stride > x_size", "y_stride < x_size", "zero size", "pad_value != 0",
            "padding LOAD.INP", "padding LOAD.WGT", "padding LOAD.ACC", "padding LOAD.ACC8",
@@ -136,15 +137,15 @@ def test_static_race_check_finds_races() -> None:
     dropping the pops of one unit creates unordered conflicting pairs (and the random schedules
     then disagree)."""
     cfg = CONFIGS["default"]
-    rp = randprog.generate(random.Random(3), cfg, mem_size=MiB)
+    rp = randprog.generate(random.Random(4), cfg, mem_size=MiB)
     assert races.check_races(rp.program, cfg.n, rp.slots) > 100
     for flag in ("pop_prev", "pop_next"):
         broken = [Insn(i.op, {k: v for k, v in i.fields.items() if k != flag})
-                  if i.op in (Opcode.GEMM, Opcode.ALU) else i for i in rp.program]
+                  if i.op in (Opcode.GEMM, Opcode.DW, Opcode.ALU) else i for i in rp.program]
         with pytest.raises(races.ProgramCheckError, match="race"):
             races.check_races(broken, cfg.n, rp.slots)
     broken = [Insn(i.op, {k: v for k, v in i.fields.items() if k != "pop_prev"})
-              if i.op in (Opcode.GEMM, Opcode.ALU) else i for i in rp.program]
+              if i.op in (Opcode.GEMM, Opcode.DW, Opcode.ALU) else i for i in rp.program]
     rp_broken = RandomProgram(broken, rp.slots, rp.init, rp.regions, rp.insn_base,
                               rp.footprint)
     results = set()
