@@ -89,12 +89,14 @@ class Estimate:
     """A static cycle estimate of a stream (the functional model's timing rules, no data)."""
 
     cycles: int                 # until the last unit finishes
-    gemm_iterations: int        # array cycles doing useful work (one row in, N*N MACs)
+    gemm_iterations: int        # array cycles doing work (a GEMM or DW iteration)
     gemm_busy: int              # GEMM and DW instruction cycles, + 1 per instruction
     compute_busy: int           # GEMM + DW + ALU
     load_busy: int
     store_busy: int
     insns: int
+    array_macs: int = 0         # MACs the array does (ACC_MACS): N x N per GEMM iteration,
+                                # taps x N per DW iteration
 
     @property
     def gemm_fraction(self) -> float:
@@ -125,7 +127,7 @@ def estimate(insns: Sequence[Insn], cfg: AccelConfig = DEFAULT_CONFIG, mem_laten
     finish: list[list[int]] = [[], [], []]
     tokens: list[deque[int]] = [deque() for _ in range(4)]
     busy = [0, 0, 0]
-    gemm_it = gemm_busy = count = 0
+    gemm_it = gemm_busy = count = array_macs = 0
     for pc, insn in enumerate(insns):
         count += 1
         if insn.op == Opcode.END:
@@ -150,12 +152,15 @@ def estimate(insns: Sequence[Insn], cfg: AccelConfig = DEFAULT_CONFIG, mem_laten
         finish[u].append(end)
         busy[u] += dur
         if insn.op in (Opcode.GEMM, Opcode.DW):
-            gemm_it += insn.fields.get("outer", 0) * insn.fields.get("inner", 0)
+            it = insn.fields.get("outer", 0) * insn.fields.get("inner", 0)
+            gemm_it += it
             gemm_busy += dur
+            rows = insn.fields.get("taps", 0) if insn.op == Opcode.DW else cfg.n
+            array_macs += it * rows * cfg.n
         for c in pushes:
             tokens[c].append(end)
     return Estimate(max([fetch_t, *unit_t]), gemm_it, gemm_busy, busy[Unit.COMPUTE],
-                    busy[Unit.LOAD], busy[Unit.STORE], count)
+                    busy[Unit.LOAD], busy[Unit.STORE], count, array_macs)
 
 
 # --- the calibrated performance model ------------------------------------------------------------

@@ -91,7 +91,7 @@ def compile_subgraph(subgraph: Subgraph, cfg: AccelConfig,
             "name": ly.name, "kind": ly.kind, "ops": [op.type for op in ly.ops],
             "out_shape": list(block_shape(ly.output.shape)), "macs": macs,
             "instructions": len(kern.insns), "estimated_cycles": est.cycles,
-            "array_macs": est.gemm_iterations * n * n,
+            "array_macs": est.array_macs,
             "mac_utilization": round(macs / (n * n * est.cycles), 4) if est.cycles else 0.0,
             "tiling": {k: v for k, v in kern.tiling.items()
                        if isinstance(v, (int, str, bool))},

@@ -27,6 +27,7 @@ from compiler.plugins.accel.kernels.base import (
     _need,
     _requant_rows,
 )
+from compiler.plugins.accel.kernels import depthwise
 from compiler.plugins.accel.kernels.pipeline import (
     _INSN_COST,
     _STEP_COST,
@@ -147,12 +148,16 @@ def _sparse_pipe_cost(order: str, nrt: int, cnt: np.ndarray, g_pair: int, q_tile
     return int(np.maximum(comp, np.r_[load[1:], 0]).sum())
 
 
-def _conv_plans(g: _Geom, cfg: AccelConfig, params: int, live: np.ndarray | None = None
-                ) -> list[_Plan]:
+def _conv_plans(g: _Geom, cfg: AccelConfig, params: int, live: np.ndarray | None = None,
+                wp: int | None = None, taps: int | None = None) -> list[_Plan]:
     """Candidate tilings. `live` (grouped convolutions): which (output block, input block)
-    weight tiles are not structurally zero; only those are stored and multiplied."""
+    weight tiles are not structurally zero; only those are stored and multiplied. `wp`: the
+    input tile's row pitch (default the padded width); `taps`: weight tiles and compute
+    instructions per tile pair (default the kernel's taps; a depthwise Conv on DW: its
+    passes)."""
     n = cfg.n
-    taps = g.kh * g.kw
+    wp = g.wp if wp is None else wp
+    taps = g.kh * g.kw if taps is None else taps
     total_tiles = (g.nbo * g.nbi if live is None else int(live.sum())) * taps
     resident = total_tiles <= cfg.wgt_depth
     acc_rows = cfg.acc_depth - params
@@ -163,7 +168,7 @@ def _conv_plans(g: _Geom, cfg: AccelConfig, params: int, live: np.ndarray | None
         for r in _balanced(g.oh):
             rin = g.rows_in(r)
             p = r * g.ow
-            if rin > _XY or p > _XY or r > _LOOP or cbp * rin * g.wp > cfg.inp_depth:
+            if rin > _XY or p > _XY or r > _LOOP or cbp * rin * wp > cfg.inp_depth:
                 continue
             nrt = g.b * _cdiv(g.oh, r)
             for obg in _balanced(g.nbo):
@@ -181,16 +186,16 @@ def _conv_plans(g: _Geom, cfg: AccelConfig, params: int, live: np.ndarray | None
                     inp_v, wgt_v, acc_v = _versions(order, nrt, groups, passes)
                     if resident:
                         wgt_v = 1
-                    if (cbp * rin * g.wp > _region(cfg.inp_depth, inp_v, INP_REGIONS)
+                    if (cbp * rin * wp > _region(cfg.inp_depth, inp_v, INP_REGIONS)
                             or obg * p > _region(acc_rows, acc_v, ACC_REGIONS)
                             or (not resident and chunk * taps
                                 > _region(cfg.wgt_depth, wgt_v, WGT_REGIONS))):
                         continue
                     lat = RTL_MEM_LATENCY
-                    if g.pt or g.pb or g.pl or g.pr:
-                        li = cbp * mem_cycles(rin, g.w * n, rin * g.wp, lat)
+                    if g.pt or g.pb or g.pl or g.pr or wp != g.wp:
+                        li = cbp * mem_cycles(rin, g.w * n, rin * wp, lat)
                     else:
-                        li = cbp * mem_cycles(1, rin * g.w * n, rin * g.wp, lat)
+                        li = cbp * mem_cycles(1, rin * g.w * n, rin * wp, lat)
                     lw = mem_cycles(1, chunk * taps * n * n, chunk * taps, lat)
                     lb = obg * mem_cycles(_cdiv(p, BIAS_COPIES), BIAS_COPIES * 4 * n, p, lat)
                     st = mem_cycles(obg, p * n, obg * p, lat)
@@ -239,9 +244,24 @@ def grouped_weight(w: np.ndarray, c_in: int, group: int, n: int
 
 
 def _weight_chunks(w: np.ndarray, n: int, groups: Sequence[range], passes: Sequence[range],
-                   live: np.ndarray | None) -> tuple[list[bytes], list[dict[tuple[int, int], int]]]:
+                   live: np.ndarray | None, dw_tiles: np.ndarray | None = None
+                   ) -> tuple[list[bytes], list[dict[tuple[int, int], int]]]:
     """The weight chunks (one per (group, pass), see layout.conv_weight_tiles) holding only the
-    live tile pairs, and per chunk the index of each (ob, cb) pair's first tile in it."""
+    live tile pairs, and per chunk the index of each (ob, cb) pair's first tile in it.
+    `dw_tiles` (a depthwise Conv on DW, [block][pass] tiles, `depthwise.weight_tiles`): a live
+    pair (ob, ob) holds block ob's DW tiles instead of its diagonal tap tiles."""
+    if dw_tiles is not None:
+        assert live is not None
+        per = dw_tiles.shape[1]
+        chunks, index = [], []
+        for gr in groups:
+            for pa in passes:
+                pairs = [(ob, cb) for ob in gr for cb in pa if live[ob, cb]]
+                assert all(ob == cb for ob, cb in pairs), "a depthwise Conv's live pairs"
+                chunks.append(b"".join(np.ascontiguousarray(dw_tiles[ob]).tobytes()
+                                       for ob, _ in pairs))
+                index.append({pc: i * per for i, pc in enumerate(pairs)})
+        return chunks, index
     if live is None:
         chunks = layout.conv_weight_tiles(w, n, groups, passes)
         taps = w.shape[2] * w.shape[3]
@@ -289,15 +309,24 @@ def conv2d(in_shape: Sequence[int], q: Quant, *, inp: Ref, out: Ref, consts: Ref
     params = 2 * g.nbo
     _need(params < cfg.acc_depth, f"{g.nbo} output blocks need {params} ACC rows of "
           "requantization parameters")
-    plan = _choose(_conv_plans(g, cfg, params, live), f"conv2d {tuple(in_shape)} x {w.shape}",
+    # a depthwise Conv runs on the array's depthwise mode (DW) where its geometry allows
+    dwp = None
+    if depthwise.is_depthwise(int(group), g.c, g.co) and depthwise.fits(cfg.acc_depth,
+                                                                        cfg.wgt_depth):
+        dwp = depthwise.plan(g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.pl, g.pr, g.w, n)
+    pitch = g.wp if dwp is None else dwp.pitch
+    taps = g.kh * g.kw if dwp is None else len(dwp.passes)     # weight tiles per live pair
+    plan = _choose(_conv_plans(g, cfg, params, live, pitch, taps),
+                   f"conv2d {tuple(in_shape)} x {w.shape}",
                    "use a smaller image width or fewer channels")
-    taps = g.kh * g.kw
     groups = _ranges(g.nbo, plan.obg)
     passes = _ranges(g.nbi, plan.cbp)
     blob = _Blob(consts, n)
     cgroups = groups if not plan.resident else [range(0, g.nbo)]
     cpasses = passes if not plan.resident else [range(0, g.nbi)]
-    wchunks, tile_index = _weight_chunks(w, n, cgroups, cpasses, live)
+    wchunks, tile_index = _weight_chunks(
+        w, n, cgroups, cpasses, live,
+        None if dwp is None else depthwise.weight_tiles(np.asarray(q["weight"]), dwp, n))
     w_off = blob.add("weights", b"".join(wchunks))
     chunk_off = {}
     o = w_off
@@ -314,7 +343,8 @@ def conv2d(in_shape: Sequence[int], q: Quant, *, inp: Ref, out: Ref, consts: Ref
     _need(len(np.asarray(q["multiplier"]).reshape(-1)) == g.co,
           "one multiplier and shift per output channel")
 
-    region = g.rows_in(plan.rows) * g.wp          # INP rows of one input block of a tile
+    region = g.rows_in(plan.rows) * pitch         # INP rows of one input block of a tile
+    xl, xr = (0, 0) if dwp is None else (dwp.extra_left, dwp.extra_right)
     rtiles = [(b, oy0, min(plan.rows, g.oh - oy0)) for b in range(g.b)
               for oy0 in range(0, g.oh, plan.rows)]
     steps: list[_Step] = []
@@ -339,7 +369,7 @@ def conv2d(in_shape: Sequence[int], q: Quant, *, inp: Ref, out: Ref, consts: Ref
                     Buffer.INP, n, slot=inp.slot, sp_base=inp_base + j * region,
                     offset=inp.offset + ((b * g.nbi + cb) * g.h + y0) * g.w * n,
                     y_size=ys, x_size=g.w, y_stride=g.w, pad_top=top, pad_bottom=bot,
-                    pad_left=g.pl, pad_right=g.pr, pad_value=zin)
+                    pad_left=g.pl + xl, pad_right=g.pr + xr, pad_value=zin)
         if new["wgt"] and not plan.resident:
             loads += _load_contig(Buffer.WGT, wgt_base, consts.slot, chunk_off[(gi, pi)],
                                   len(wchunks[gi * len(passes) + pi]) // (n * n), n * n)
@@ -352,6 +382,16 @@ def conv2d(in_shape: Sequence[int], q: Quant, *, inp: Ref, out: Ref, consts: Ref
         for j, ob in enumerate(gr):
             for k, cb in enumerate(pa):
                 if live is not None and not live[ob, cb]:
+                    continue
+                if dwp is not None:
+                    first = index[(ob, cb)] + (0 if plan.resident else wgt_base)
+                    for t, dpass in enumerate(dwp.passes):
+                        f = dwp.insn_fields(dpass, g.dh)
+                        compute.append(isa.dw(
+                            acc_base=acc_base + j * p, inp_base=inp_base + k * region
+                            + f["offset"], wgt_base=first + t, outer=rr, inner=g.ow,
+                            acc_so=g.ow, acc_si=1, inp_so=g.sh * pitch, inp_si=g.sw,
+                            taps=f["taps"], tap_w=f["tap_w"], tap_pitch=f["tap_pitch"]))
                     continue
                 for ky in range(g.kh):
                     for kx in range(g.kw):
@@ -397,7 +437,9 @@ def conv2d(in_shape: Sequence[int], q: Quant, *, inp: Ref, out: Ref, consts: Ref
                 "inp_versions": plan.inp_v, "acc_versions": plan.acc_v,
                 "out_shape": (g.b, g.co, g.oh, g.ow),
                 **({} if live is None else {"group": int(group), "live_tiles": n_live,
-                                            "tiles": g.nbo * g.nbi})})
+                                            "tiles": g.nbo * g.nbi}),
+                **({} if dwp is None else {"depthwise_mode": True, "dw_passes": len(dwp.passes),
+                                           "dw_pitch": dwp.pitch})})
 
 
 def conv2d_output_shape(in_shape: Sequence[int], weight_shape: Sequence[int],
