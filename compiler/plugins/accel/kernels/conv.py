@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from compiler.plugins.accel.kernels import depthwise
 from compiler.plugins.accel.kernels.base import (
     _LOOP,
     _PAD,
@@ -27,7 +28,6 @@ from compiler.plugins.accel.kernels.base import (
     _need,
     _requant_rows,
 )
-from compiler.plugins.accel.kernels import depthwise
 from compiler.plugins.accel.kernels.pipeline import (
     _INSN_COST,
     _STEP_COST,
