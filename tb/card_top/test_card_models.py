@@ -160,15 +160,20 @@ async def test_mobilenet(dut) -> None:
 
 
 #: pytorch-operator elementwise tests: lane spreading (a (2, 1) operand), a constant operand
-#: in the kernel's blob, Max.
-ELTWISE = ("add_size1_broadcast", "addconstant", "max")
+#: in the kernel's blob, Max; and two ops of tests/compiler/test_accel_plugin.py's
+#: row_and_column_model: a constant (1, 1, 1, 6) row added (broadcast along H and channels)
+#: and a product with a (1, 12, 5, 1) column (broadcast along W).
+ROW_COLUMN = {"bcast_row": "hb", "bcast_column": "wb"}
+ELTWISE = ("add_size1_broadcast", "addconstant", "max", *ROW_COLUMN)
 
 
 def _eltwise(drv: Any, name: str) -> None:
 
+    from tests.compiler.test_accel_plugin import row_and_column_model
     from tests.compiler.test_card_runtime import _float32_case
 
-    model, feeds = _float32_case(name)
+    model, feeds = row_and_column_model([ROW_COLUMN[name]]) if name in ROW_COLUMN \
+        else _float32_case(name)
     graph, devices = _compile_calibrated(model, feeds)
     assert devices == {"ACCEL"}, f"{name}: runs on {devices}"
     _on_both(drv, graph, feeds)
@@ -178,7 +183,8 @@ def _eltwise(drv: Any, name: str) -> None:
 @cocotb.parametrize(case=list(ELTWISE))
 async def test_elementwise(dut, case: str) -> None:
     """A broadcasting elementwise operator on the RTL card: bit-identical to the functional
-    card (which tests/compiler/test_card_runtime.py checks against qbinary)."""
+    card (which tests/compiler/test_card_runtime.py and test_accel_plugin.py check against
+    qbinary)."""
     tb = TB(dut)
     await tb.reset()
     await tb.host(_eltwise, case)

@@ -533,14 +533,27 @@ BINARY_CASES = [
     ("mul", (2, 9, 30, 30), (1, 9, 30, 30), None, TINY),     # pixel tiles
     ("max", (1, 10, 4, 4), (1, 10, 4, 4), None, CFG),
     ("min", (2, 8, 3, 3), (1, 1, 3, 3), "relu", CFG),
+    # broadcasting along H alone (a (.., 1, W) row) or W alone (a (.., H, 1) column)
+    ("add", (1, 16, 5, 6), (1, 16, 1, 6), None, CFG),        # H
+    ("mul", (1, 16, 5, 6), (1, 16, 5, 1), "relu", CFG),      # W
+    ("sub", (1, 12, 5, 6), (1, 1, 1, 6), None, CFG),         # H and channels: lanes
+    ("max", (2, 9, 4, 7), (1, 9, 4, 1), None, CFG),          # W and images
+    ("add", (2, 1, 4, 6), (1, 1, 1, 6), "relu", CFG),        # H and images, one channel
+    ("add", (1, 8, 1, 6), (1, 8, 5, 1), None, CFG),          # a row plus a column
+    ("min", (2, 1, 4, 1), (1, 10, 1, 5), None, CFG),         # column with lanes, row
+    ("add", (1, 9, 12, 10), (1, 9, 1, 10), None, TINY),      # tiles of image rows
+    ("mul", (1, 9, 11, 10), (1, 1, 11, 1), None, TINY),      # W and lanes, row tiles
+    ("mul", (1, 3, 2, 50), (1, 3, 2, 1), None, TINY),        # rows wider than a tile
+    ("sub", (1, 5, 3, 100), (1, 1, 1, 100), "relu", TINY),   # H and lanes, row pieces
 ]
 
 
 @pytest.mark.parametrize("case", range(len(BINARY_CASES)))
 @pytest.mark.parametrize("const", [False, True])
 def test_binary_broadcast(case: int, const: bool) -> None:
-    """Add, Sub, Mul, Max and Min with numpy broadcasting (images, channels, planes), an operand
-    in the kernel's blob (a constant) or in memory: bit-exact with the integer reference
+    """Add, Sub, Mul, Max and Min with numpy broadcasting (images, channels, planes, H alone, W
+    alone), an operand in the kernel's blob (a constant) or in memory: bit-exact with the
+    integer reference
     (`qbinary`) under every schedule, padding lanes holding the output zero point; the
     reference is within 1 LSB of the float result."""
     op, sa_shape, sb_shape, act, cfg = BINARY_CASES[case]
@@ -578,21 +591,24 @@ def test_binary_broadcast(case: int, const: bool) -> None:
     assert np.abs(ref.astype(np.int64) - flt).max() <= 1
 
 
-@settings(max_examples=12, deadline=None, derandomize=True,
+@settings(max_examples=40, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_binary_random_broadcasts(data: st.DataObject) -> None:
-    """Random ops, shapes (channels off the block size, several tiles on TINY), broadcast
-    patterns per operand, scales, zero points, constants and fused bounds: bit-exact with
-    qbinary under every schedule (run checks races statically and under random schedules)."""
+    """Random ops, shapes (channels off the block size, several tiles on TINY, rows wider than
+    a TINY tile), broadcast patterns per operand (images, channels, and pixels: all, none, H
+    alone, W alone), scales, zero points, constants and fused bounds: bit-exact with qbinary
+    under every schedule (run checks races statically and under random schedules)."""
     op = data.draw(st.sampled_from(["add", "sub", "mul", "max", "min"]))
     b, c = data.draw(st.integers(1, 2)), data.draw(st.integers(1, 20))
-    h, w = data.draw(st.integers(1, 9)), data.draw(st.integers(1, 9))
+    h, w = data.draw(st.integers(1, 9)), data.draw(st.integers(1, 9) | st.integers(43, 48))
     out_shape = (b, c, h, w)
 
     def view() -> tuple[int, int, int, int]:
-        keep = data.draw(st.tuples(st.booleans(), st.booleans(), st.booleans()))
-        return (b if keep[0] else 1, c if keep[1] else 1, *((h, w) if keep[2] else (1, 1)))
+        keep = data.draw(st.tuples(st.booleans(), st.booleans(),
+                                   st.sampled_from(["hw", "", "h", "w"])))
+        return (b if keep[0] else 1, c if keep[1] else 1, h if "h" in keep[2] else 1,
+                w if "w" in keep[2] else 1)
 
     sa, sb = view(), view()
     sa = tuple(max(x, y) for x, y in zip(sa, out_shape, strict=True)) \

@@ -5,6 +5,8 @@ plan, the limits that split subgraphs, and its option errors."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -236,9 +238,10 @@ def test_max_layers_and_max_step_bytes_split() -> None:
 
 
 def test_what_stays_on_the_cpu_and_why() -> None:
-    """An Add that broadcasts along W alone and a Clip with a non-constant bound are not
-    claimed; the plugin says why for the heads. A standalone Relu is (its own layer), and so
-    are a grouped conv and an Add of a per-channel constant."""
+    """A Clip with a non-constant bound is not claimed (nor the reductions that make its bounds).
+    A standalone Relu is (its own layer), and so are a grouped conv, an Add of a per-channel
+    constant and an Add of a (1, 1, 1, W) row (broadcast along H and channels; nothing is
+    rejected for it)."""
     rng = np.random.default_rng(1)
     inits = {"wg": rng.standard_normal((8, 4, 3, 3)).astype(np.float32),
              "w": rng.standard_normal((8, 8, 1, 1)).astype(np.float32),
@@ -268,10 +271,101 @@ def test_what_stays_on_the_cpu_and_why() -> None:
     quantize_graph(g, QuantizeOptions(samples=2))
     partition_graph(g, [plugin])
     dev = device_of(g)
-    assert dev["c"] == dev["r"] == dev["g"] == dev["a"] == "ACCEL"
-    assert {n: d for n, d in dev.items() if n not in ("c", "r", "g", "a")} == dict.fromkeys(
-        ["x", "wb", "y", "x_min", "g_max"], "CPU")
-    assert "broadcasting of H or W alone" in plugin.rejected["wb"], plugin.rejected
+    assert dev["c"] == dev["r"] == dev["g"] == dev["a"] == dev["wb"] == "ACCEL"
+    assert {n: d for n, d in dev.items() if n not in ("c", "r", "g", "a", "wb")} == \
+        dict.fromkeys(["x", "y", "x_min", "g_max"], "CPU")
+    assert "wb" not in plugin.rejected, plugin.rejected
+
+
+#: row_and_column_model's outputs: the op computing each and the Relu after it, if any.
+ROW_COLUMN = {"hb": ("hb", None), "wb": ("wb", None), "hm": ("hm", None), "ws": ("d", "ws")}
+
+
+def row_and_column_model(outputs: Sequence[str] = tuple(ROW_COLUMN)
+                         ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """Elementwise ops whose second operand broadcasts along H alone or W alone, and seeded
+    inputs: hb = x + a (1, 1, 1, 6) constant row (H and channels: lane spreading), wb = x * z
+    with z a (1, 12, 5, 1) input column (W alone), hm = max(x, c) with c a rank-3 (12, 1, 6)
+    constant (H alone: numpy aligns it to (1, 12, 1, 6)), and ws = Relu(z - x) (a column
+    minuend, a fused Relu); only the ops of `outputs` (the RTL card runs one at a time)."""
+    rng = np.random.default_rng(5)
+    inits = {"row": rng.standard_normal((1, 1, 1, 6)).astype(np.float32),
+             "c": rng.standard_normal((12, 1, 6)).astype(np.float32)}
+    nodes = {"hb": [helper.make_node("Add", ["x", "row"], ["hb"], name="hb")],
+             "wb": [helper.make_node("Mul", ["x", "z"], ["wb"], name="wb")],
+             "hm": [helper.make_node("Max", ["x", "c"], ["hm"], name="hm")],
+             "ws": [helper.make_node("Sub", ["z", "x"], ["d"], name="d"),
+                    helper.make_node("Relu", ["d"], ["ws"], name="ws")]}
+    used = [n for o in outputs for n in nodes[o]]
+    reads = {i for n in used for i in n.input}
+    shapes = {"x": [1, 12, 5, 6], "z": [1, 12, 5, 1]}
+    feeds = {k: rng.standard_normal(v).astype(np.float32) for k, v in shapes.items()
+             if k in reads}
+    model = make_model(used, [tensor_info(k, v.shape) for k, v in feeds.items()],
+                       [tensor_info(o, shapes["x"]) for o in outputs],
+                       {k: v for k, v in inits.items() if k in reads})
+    return model, feeds
+
+
+def test_h_and_w_broadcasts_run_on_the_accelerator(tmp_path: Path) -> None:
+    """Operands broadcast along H alone or W alone (constants and activations, one channel and
+    many, a fused Relu) are claimed and run in one accelerator step on ModelCard: bit-exact with
+    `qbinary` on the quantized operands, and within the quantization tolerance of onnxruntime's
+    float result."""
+    from compiler.plugins.accel import kernels as K
+    from compiler.quantize.params import ActQuant, activation_params
+    from compiler.quantize.reference import qbinary
+    from compiler.runtime.card import CardExecutor, CardSession
+    from pyhost.driver import PcieDriver
+    from pyhost.model_card import ModelCard
+    from tests.compiler.test_card_runtime import ort_run
+
+    model, feeds = row_and_column_model()
+    npz = tmp_path / "calib.npz"
+    np.savez(npz, **{k: v[None] for k, v in feeds.items()})
+    g = compile_model(model, {"plugin": "accel", "quantize": {"calibration": str(npz),
+                                                               "samples": 1}}).graph
+    dev = device_of(g)
+    assert {n for n, d in dev.items() if d == "ACCEL"} == {"hb", "wb", "hm", "d", "ws"}, dev
+    (sub,) = accel_subgraphs(g)
+    assert [(ly.kind, [op.type for op in ly.ops]) for ly in layers_of(sub.ops)] == [
+        ("add", ["Add"]), ("add", ["Mul"]), ("add", ["Max"]), ("add", ["Sub", "Relu"])]
+    races.check_races(isa.decode_program(sub.get_attr("accel_program")))
+    with PcieDriver(ModelCard(1 << 20)) as drv:
+        session = CardSession(drv)
+        got = CardExecutor(g, session).run(feeds)
+        assert drv.stats.accel_runs == 1
+    want = ort_run(model, feeds)
+    for out, (name, relu) in ROW_COLUMN.items():
+        head = g.get_op(name)
+        qs, ints, vals = [], [], []
+        for t in head.input_tensors():
+            if t.producer.type == CONST:
+                v = np.asarray(t.producer.attrs["data"], np.float64)
+                q = activation_params(float(v.min()), float(v.max()), False)
+            else:
+                v = feeds[t.name].astype(np.float64)
+                q = ActQuant.from_attr(t.attrs["quant"])
+            qs.append(q)
+            vals.append(v)
+            ints.append(q.quantize(v).astype(np.int8))
+        qo = ActQuant.from_attr(g.get_op(out).output.attrs["quant"])
+        p = {**K.binary_params(head.type.lower(), qs[0].scale, qs[1].scale, qo.scale),
+             "input_zero_points": [q.zero_point for q in qs], "output_zero_point": qo.zero_point}
+        bounds = K.relu_bounds(qo.zero_point) if relu is not None else (-128, 127)
+        ref = qbinary(*ints, p, bounds)
+        assert ref.shape == (1, 12, 5, 6)
+        assert np.array_equal(qo.quantize(got[out]), ref), f"{out}: not bit-exact with qbinary"
+        a, b = np.broadcast_arrays(*vals)
+        if head.type == "Mul":
+            slack = 0.5 * (qs[0].scale * np.abs(b) + qs[1].scale * np.abs(a)) \
+                + 0.25 * qs[0].scale * qs[1].scale
+        else:
+            slack = 0.5 * (qs[0].scale + qs[1].scale)
+        err = np.abs(got[out].astype(np.float64) - want[out])
+        assert (err <= 1.5 * qo.scale + slack + 1e-6).all(), \
+            f"{out}: max error {err.max():.4g} ({err.max() / qo.scale:.2f} LSB)"
+        assert (ref > bounds[0]).mean() > 0.3, f"{out}: the output is mostly clamped"
 
 
 def relu_chain() -> onnx.ModelProto:

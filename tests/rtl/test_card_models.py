@@ -45,7 +45,8 @@ def test_pytorch_layers_on_the_rtl_card(sim: str) -> None:
 
 @pytest.mark.rtl
 def test_cnn_operators_on_the_rtl_card(sim: str) -> None:
-    """A small MobileNet-class CNN and broadcasting elementwise operators (issue 15) on the RTL
-    card, bit-identical to the functional card."""
+    """A small MobileNet-class CNN and broadcasting elementwise operators (issue 15; among them
+    a row broadcast along H and a column along W) on the RTL card, bit-identical to the
+    functional card."""
     res = _run(sim, CARD_MEM, ["test_mobilenet", "test_elementwise"])
-    assert res.tests == 4
+    assert res.tests == 6

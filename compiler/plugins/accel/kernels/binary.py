@@ -1,7 +1,8 @@
-"""Elementwise Add, Sub, Mul, Max and Min of two int8 tensors with numpy broadcasting (either
-operand may be a constant placed in the kernel's blob): the operands' rows in the accumulator,
-combined by ALU passes whose strides do the broadcast along images and pixels, and a GEMM with
-a 0/1 tile that copies lane 0 to every lane where an operand broadcasts along channels."""
+"""Elementwise Add, Sub, Mul, Max and Min of two int8 tensors with numpy broadcasting along any
+of N, C, H and W (either operand may be a constant placed in the kernel's blob): the operands'
+rows in the accumulator, combined by ALU passes whose strides do the broadcast along images,
+rows and columns, and a GEMM with a 0/1 tile that copies lane 0 to every lane where an operand
+broadcasts along channels."""
 
 from __future__ import annotations
 
@@ -59,14 +60,91 @@ class Operand:
     data: np.ndarray | None = None
 
 
-def _broadcast(op: Operand, out: tuple[int, int, int, int], what: str) -> tuple[bool, bool, bool]:
-    """(has images, has channels, has pixels): False where the operand broadcasts."""
+def _broadcast(op: Operand, out: tuple[int, int, int, int], what: str
+               ) -> tuple[bool, bool, str]:
+    """(has images, has channels, pixel view): False where the operand broadcasts. The pixel
+    view (its H and W against the output's): "hw" every pixel, "" one per plane (H and W both
+    broadcast), "w" one image row of W pixels (broadcast along H), "h" one column of H pixels
+    (broadcast along W); with an output of H = 1 or W = 1 a row or column is "hw"."""
     b, c, h, w = op.shape
     ob, oc, oh, ow = out
-    _need(b in (1, ob) and c in (1, oc) and (h, w) in ((1, 1), (oh, ow)),
-          f"{what} {op.shape} does not broadcast to {out} along whole images, channels or "
-          "planes (numpy broadcasting of H or W alone is not supported)")
-    return b == ob, c == oc, (h, w) == (oh, ow)
+    _need(b in (1, ob) and c in (1, oc) and h in (1, oh) and w in (1, ow),
+          f"{what} {op.shape} does not broadcast to {out} (numpy broadcasting: each dimension "
+          "equal to the output's or 1)")
+    px = "hw" if (h, w) == (oh, ow) else "" if (h, w) == (1, 1) else "w" if h == 1 else "h"
+    return b == ob, c == oc, px
+
+
+@dataclass(frozen=True)
+class _Tile:
+    """Output pixels of a tile: `rows` runs of `width` pixels, run r starting at pixel
+    p0 + r * ow of the image, for blocks b0 .. b0 + nb - 1 of image `img`. With an operand
+    broadcast along H or W alone the runs are image rows (or one piece of a row); otherwise
+    a tile is one flat run of pixels (rows = 1) that may span image rows."""
+
+    img: int
+    b0: int
+    nb: int
+    p0: int
+    rows: int
+    width: int
+
+    @property
+    def pixels(self) -> int:
+        return self.rows * self.width
+
+
+def _view(px: str, t: _Tile, ow: int) -> tuple[int, int, int, int]:
+    """An operand's rows in a tile, per channel block: (first pixel of its plane, rows loaded,
+    row stride, column stride) of the compact copy in the accumulator."""
+    if px == "hw":
+        return t.p0, t.pixels, t.width, 1
+    if px == "w":
+        return t.p0 % ow, t.width, 0, 1
+    if px == "h":
+        return t.p0 // ow, t.rows, 1, 0
+    return 0, 1, 0, 0
+
+
+def _tiles(ob: int, nbo: int, oh: int, ow: int, cap: int, by_rows: bool) -> list[_Tile]:
+    """Tiles of at most `cap` pixels x blocks: whole images (several blocks each) when an image
+    fits; else per block, runs of whole image rows (`by_rows`: an operand broadcasts along H
+    or W alone) or flat runs of pixels; pieces of one row when a row is wider than `cap`."""
+    hw = oh * ow
+    tiles = []
+    for img in range(ob):
+        if hw <= cap:
+            per = max(1, min(nbo, cap // hw))
+            rows, width = (oh, ow) if by_rows else (1, hw)
+            tiles += [_Tile(img, b0, min(per, nbo - b0), 0, rows, width)
+                      for b0 in range(0, nbo, per)]
+        elif not by_rows:
+            tiles += [_Tile(img, blk, 1, p0, 1, min(cap, hw - p0)) for blk in range(nbo)
+                      for p0 in range(0, hw, cap)]
+        elif ow <= cap:
+            r = cap // ow
+            tiles += [_Tile(img, blk, 1, y0 * ow, min(r, oh - y0), ow) for blk in range(nbo)
+                      for y0 in range(0, oh, r)]
+        else:
+            tiles += [_Tile(img, blk, 1, y * ow + x0, 1, min(cap, ow - x0))
+                      for blk in range(nbo) for y in range(oh) for x0 in range(0, ow, cap)]
+    return tiles
+
+
+def _combine(alu_op: AluOp, dst: int, t: _Tile, src: int, bs: int, ys: int, xs: int
+             ) -> list[Insn]:
+    """The ALU pass(es) of `alu_op` over a tile's output rows (block-major, `width` pixels per
+    run) with source rows `src + block * bs + run * ys + column * xs`: one instruction whose
+    outer loop runs over (block, run) where the source rows are linear in it, else one per
+    block (outer = runs, inner = width)."""
+    _need(max(bs, ys) <= _SO and xs <= _SI, "binary strides exceed the ALU fields")
+    if t.nb == 1 or t.rows == 1 or bs == t.rows * ys:
+        return [isa.alu(alu_op, dst_base=dst, src_base=src, outer=t.nb * t.rows,
+                        inner=t.width, dst_so=t.width, dst_si=1,
+                        src_so=ys if t.rows > 1 else bs, src_si=xs)]
+    return [isa.alu(alu_op, dst_base=dst + j * t.pixels, src_base=src + j * bs, outer=t.rows,
+                    inner=t.width, dst_so=t.width, dst_si=1, src_so=ys, src_si=xs)
+            for j in range(t.nb)]
 
 
 def binary_params(op: str, scale_a: float, scale_b: float, output_scale: float
@@ -92,8 +170,8 @@ def binary(op: str, out_shape: Sequence[int], a: Operand, b: Operand, *, out: Re
            act: tuple[int, int] | None = None, cfg: AccelConfig = DEFAULT_CFG,
            name: str = "binary") -> Kernel:
     """y = a + b, a - b, a * b, max(a, b) or min(a, b), requantized to (output_scale,
-    output_zero_point) and clamped to `act`, with a and b broadcast to `out_shape` (NCHW view).
-    Per tile of one image's rows:
+    output_zero_point) and clamped to `act`, with a and b broadcast to `out_shape` (NCHW view:
+    numpy broadcasting along any of images, channels, H and W). Per tile of one image's pixels:
 
     - add / sub: the residual add's datapath (`eltwise.add`): MUL each operand by its ~22-bit
       multiplier (negated for the subtrahend), combine, add -(za*m_a +- zb*m_b), REQ by the
@@ -104,10 +182,16 @@ def binary(op: str, out_shape: Sequence[int], a: Operand, b: Operand, *, out: Re
       quantize_multiplier(s_i/s_y), clamped), then MAX / MIN: max(clamp(requantize(a-za, m_a,
       s_a, zp)), clamp(requantize(b-zb, ...))), exactly (requantization is monotone).
 
-    Operands are loaded compactly (one row per distinct broadcast row) and combined by ALU
-    passes whose source strides are 0 along the broadcast dimensions; an operand with one
-    channel against many is first spread over the lanes by a GEMM (lane 0 to every real lane,
-    lane 1, its zero point, to the padding lanes). Padding channels of the output hold the
+    Operands are loaded compactly (one row per distinct broadcast row: per channel block all
+    the tile's pixels, one row for a plane, the tile's columns of a (.., 1, W) row, the tile's
+    image rows of a (.., H, 1) column) and combined by ALU passes whose source strides are 0
+    along the broadcast dimensions; an operand with one channel against many is first spread
+    over the lanes by a GEMM (lane 0 to every real lane, lane 1, its zero point, to the
+    padding lanes). With an operand broadcast along H or W alone, tiles are whole image rows
+    (pieces of one row when a row does not fit a tile) and the combining pass runs per channel
+    block with outer = image rows, inner = the row's pixels (pixel (y, x): a row operand's
+    row x, src_so = 0, src_si = 1; a column operand's row y, src_so = 1, src_si = 0), or as
+    one pass where the rows are linear across blocks. Padding channels of the output hold the
     output zero point (clamped), as every kernel's do."""
     n = cfg.n
     _need(op in OPS, f"binary op {op!r} is not one of {OPS}")
@@ -163,24 +247,19 @@ def binary(op: str, out_shape: Sequence[int], a: Operand, b: Operand, *, out: Re
     for x, f, w in zip(ops, flags, "ab", strict=True):
         if not f[1] and oc > 1:
             _need(x.shape[1] == 1, f"operand {w} has {x.shape[1]} channels, the output {oc}")
-    # tiles: (image, first block, blocks, first pixel, pixels); output and operand rows in ACC
+    # tiles (see _Tile); output and operand rows in ACC, three slots of a region
     full = cfg.acc_depth - params
     cap_rows = min(_region(full, 3, ACC_REGIONS) // 3, _XY, _LOOP)
     _need(cap_rows >= 1, "binary: the accumulator is too small")
-    tiles = []
-    for img in range(ob):
-        if hw <= cap_rows:
-            per = max(1, min(nbo, cap_rows // hw))
-            tiles += [(img, b0, min(per, nbo - b0), 0, hw) for b0 in range(0, nbo, per)]
-        else:
-            tiles += [(img, blk, 1, p0, min(cap_rows, hw - p0)) for blk in range(nbo)
-                      for p0 in range(0, hw, cap_rows)]
+    tiles = _tiles(ob, nbo, oh, ow, cap_rows, any(f[2] in ("w", "h") for f in flags))
     cap = _region(full, len(tiles), ACC_REGIONS)
     slot_rows = cap // 3
-    _need(not any(lane) or max(tl[4] for tl in tiles) <= cfg.inp_depth // 4,
+    _need(not any(lane) or max(_view(flags[i][2], t, ow)[1] for t in tiles
+                               for i in range(2) if lane[i]) <= cfg.inp_depth // 4,
           "binary: the input scratchpad is too small for the lane spreading")
     steps = []
-    for t, (img, b0, nb, p0, pp) in enumerate(tiles):
+    for t, tl in enumerate(tiles):
+        img, b0, nb, p0, pp = tl.img, tl.b0, tl.nb, tl.p0, tl.pixels
         base = params + _base(t, len(tiles), ACC_REGIONS, cap)
         o_base, opnd_base = base, [base + slot_rows, base + 2 * slot_rows]
         loads: list[Insn] = []
@@ -191,14 +270,15 @@ def binary(op: str, out_shape: Sequence[int], a: Operand, b: Operand, *, out: Re
             if tiles_off is not None:
                 loads += _load_contig(Buffer.WGT, 0, consts.slot, tiles_off, 2, n * n)
         strides = []
-        for i, (x, (hi_img, hi_ch, hi_px)) in enumerate(zip(ops, flags, strict=True)):
+        xrows = []
+        for i, (x, (hi_img, hi_ch, px)) in enumerate(zip(ops, flags, strict=True)):
             xb = layout.blocks(x.shape[1], n)
             xhw = x.shape[2] * x.shape[3]
-            rows_px = pp if hi_px else 1
+            first, rows_px, ys, xs = _view(px, tl, ow)
             blks = range(b0, b0 + nb) if hi_ch else range(0, 1)
             ximg = img if hi_img else 0
             for j, blk in enumerate(blks):
-                off = refs[i].offset + ((ximg * xb + blk) * xhw + (p0 if hi_px else 0)) * n
+                off = refs[i].offset + ((ximg * xb + blk) * xhw + first) * n
                 dst = opnd_base[i] + j * rows_px
                 if lane[i]:
                     # INP (the upper half for operand b), then the lane-spreading GEMM
@@ -216,11 +296,9 @@ def binary(op: str, out_shape: Sequence[int], a: Operand, b: Operand, *, out: Re
                     compute.append(isa.gemm(reset=1, acc_base=opnd_base[i] + j * rows_px,
                                             inp_base=ibase, wgt_base=1 if last else 0,
                                             outer=1, inner=rows_px, acc_si=1, inp_si=1))
-                strides.append((rows_px, 1 if hi_px else 0))
-            else:
-                strides.append((rows_px if hi_ch else 0, 1 if hi_px else 0))
-        xrows = [(nb if (flags[i][1] or lane[i]) else 1) * (pp if flags[i][2] else 1)
-                 for i in range(2)]
+            per_block = hi_ch or lane[i]
+            strides.append((rows_px if per_block else 0, ys, xs))
+            xrows.append((nb if per_block else 1) * rows_px)
         if op in ("mul", "max", "min"):
             for i in range(2):
                 if zs[i]:
@@ -234,14 +312,9 @@ def binary(op: str, out_shape: Sequence[int], a: Operand, b: Operand, *, out: Re
                 _need(_IMM_MIN <= mults[i] <= _IMM_MAX, "add multiplier exceeds the immediate")
                 compute.append(isa.alu(AluOp.MUL, imm=mults[i], dst_base=opnd_base[i],
                                        outer=1, inner=xrows[i], dst_si=1))
-        (a_so, a_si), (b_so, b_si) = strides
-        _need(max(a_so, b_so) <= _SO and max(a_si, b_si) <= _SI, "binary strides exceed fields")
-        lp = {"outer": nb, "inner": pp, "dst_so": pp, "dst_si": 1}
-        compute.append(isa.alu(AluOp.MOV, dst_base=o_base, src_base=opnd_base[0], src_so=a_so,
-                               src_si=a_si, **lp))
+        compute += _combine(AluOp.MOV, o_base, tl, opnd_base[0], *strides[0])
         combine = {"mul": AluOp.MUL, "max": AluOp.MAX, "min": AluOp.MIN}.get(op, AluOp.ADD)
-        compute.append(isa.alu(combine, dst_base=o_base, src_base=opnd_base[1], src_so=b_so,
-                               src_si=b_si, **lp))
+        compute += _combine(combine, o_base, tl, opnd_base[1], *strides[1])
         flat = {"outer": 1, "inner": nb * pp, "dst_si": 1}
         if op in ("max", "min"):
             pass                                  # both operands are requantized already
@@ -266,4 +339,5 @@ def binary(op: str, out_shape: Sequence[int], a: Operand, b: Operand, *, out: Re
                             min(max(zout, lo), hi)),),
         consts=blob.done(),
         tiling={"steps": len(steps), "op": op, "broadcast": "".join(
-            "".join("-" if not f else "x" for f in fl) for fl in flags)})
+            ("x" if fl[0] else "-") + ("x" if fl[1] else "-") + {"hw": "x", "": "-"}.get(
+                fl[2], fl[2]) for fl in flags)})
