@@ -121,7 +121,8 @@ def collect_ranges(graph: Graph, samples: Iterable[Mapping[str, np.ndarray]],
             lo, hi = (float(x) for x in np.percentile(v, [100 - percentile, percentile]))
         per.setdefault(t, []).append((lo, hi))
 
-    runner = CpuRunner(graph.root_subgraph, observer=observe)
+    # in float64 (`CpuRunner` wide), ranges rounded to float32 below: the same on every CPU
+    runner = CpuRunner(graph.root_subgraph, observer=observe, wide=True)
     n = 0
     with np.errstate(all="ignore"):
         for feed in samples:
@@ -144,9 +145,12 @@ def collect_ranges(graph: Graph, samples: Iterable[Mapping[str, np.ndarray]],
     out = {}
     for t, rs in per.items():
         if method == "minmax":
-            out[t] = (min(r[0] for r in rs), max(r[1] for r in rs))
+            lo, hi = min(r[0] for r in rs), max(r[1] for r in rs)
         else:
-            out[t] = (float(np.mean([r[0] for r in rs])), float(np.mean([r[1] for r in rs])))
+            lo, hi = float(np.mean([r[0] for r in rs])), float(np.mean([r[1] for r in rs]))
+        # rounded to float32: the float64 computation's last bits depend on the CPU's BLAS
+        # kernels; rounding makes the ranges, and every scale from them, the same everywhere
+        out[t] = (float(np.float32(lo)), float(np.float32(hi)))
         if not all(np.isfinite(out[t])):
             raise QuantizationError(f"calibration: tensor {t.name!r} ({t.producer.type}) took "
                                     f"the range {out[t]}, not finite; the float model overflows "

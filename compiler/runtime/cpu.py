@@ -19,12 +19,21 @@ Observer = Callable[[Tensor, np.ndarray], None]
 
 class CpuRunner(Runner):
     """Runs a CPU subgraph. ``observer(tensor, value)``, if given, sees every computed tensor
-    (calibration uses it)."""
+    (calibration uses it).
+
+    ``wide=True`` computes every float tensor in float64 (inputs and constants widened, each
+    op's float result kept or widened to float64; outputs too): calibration uses it so that
+    what it records does not depend on the CPU. A float32 matrix product's rounding depends on
+    the BLAS kernel the CPU selects (OpenBLAS's Haswell and SkylakeX kernels sum in different
+    orders), and so would every scale derived from it; in float64 those differences are about
+    1e-16 relative, far below the float32 rounding of the recorded ranges."""
 
     def __init__(self, subgraph: Subgraph, options: Mapping[str, Any] | None = None,
-                 observer: Observer | None = None) -> None:
+                 observer: Observer | None = None, wide: bool = False) -> None:
         super().__init__(subgraph, options)
         self.observer = observer
+        self.wide = wide
+        self._wide_consts: dict[str, np.ndarray] = {}
         self.implementations: dict[str, str] = {}
         order = subgraph.topological_sort()
         self._steps: list[tuple[Op, Kernel | None, list[str | None]]] = []
@@ -56,9 +65,18 @@ class CpuRunner(Runner):
 
     def _run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         env: dict[str, np.ndarray] = self.check_inputs(inputs)
+        wide = self.wide
+        if wide:
+            env = {k: _widen(v) for k, v in env.items()}
         for i, (op, kernel, names) in enumerate(self._steps):
             if op.type == CONST:
-                env[op.name] = op.attrs["data"]
+                data = op.attrs["data"]
+                if wide:
+                    hit = self._wide_consts.get(op.name)
+                    if hit is None:
+                        hit = self._wide_consts[op.name] = _widen(np.asarray(data))
+                    data = hit
+                env[op.name] = data
             elif op.type == DATA:
                 pass  # fed through the inputs
             else:
@@ -71,7 +89,12 @@ class CpuRunner(Runner):
                     raise RunnerError(f"{describe(op)} failed on the CPU: "
                                       f"{type(e).__name__}: {e}") from e
                 t = op.output
-                if y.shape != t.shape or y.dtype.name != t.dtype:
+                if wide and y.dtype.kind == "f" and np.dtype(t.dtype).kind == "f":
+                    y = _widen(y)
+                    if y.shape != t.shape:
+                        raise RunnerError(f"{describe(op)}: kernel produced {y.shape}, the "
+                                          f"graph says {t.shape}")
+                elif y.shape != t.shape or y.dtype.name != t.dtype:
                     raise RunnerError(f"{describe(op)}: kernel produced {y.shape}/{y.dtype}, "
                                       f"the graph says {t.shape}/{t.dtype}")
                 env[op.name] = y
@@ -80,3 +103,8 @@ class CpuRunner(Runner):
             for n in self._free_after[i]:
                 env.pop(n, None)
         return {t.name: env[t.name] for t in self._outputs}
+
+
+def _widen(a: np.ndarray) -> np.ndarray:
+    """A float array as float64 (other arrays unchanged)."""
+    return a.astype(np.float64) if a.dtype.kind == "f" and a.dtype != np.float64 else a

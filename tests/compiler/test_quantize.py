@@ -400,3 +400,90 @@ def test_cli_prints_what_the_quantizer_adjusted(tmp_path: Path,
                      '{"quantize": {"samples": 1}}']) == 0
     out = capsys.readouterr().out
     assert "quantization adjusted 'y': Conv: bias up to 0.11 would overflow int32" in out
+
+
+# --- calibration does not depend on the CPU --------------------------------------------------
+
+_RANGES_SCRIPT = """
+import ctypes, glob, json, os, sys
+import numpy
+from compiler import zoo
+from compiler.frontend import import_onnx
+from compiler.options import QuantizeOptions
+from compiler.passes import run_pipeline
+from compiler.quantize.calibrate import calibration_samples, collect_ranges
+lib = glob.glob(os.path.join(os.path.dirname(numpy.__file__), "..", "numpy.libs",
+                             "*openblas*"))
+core = None
+if lib:
+    f = getattr(ctypes.CDLL(lib[0]), "scipy_openblas_get_corename64_", None)
+    if f is not None:
+        f.restype = ctypes.c_char_p
+        core = f().decode()
+g = import_onnx(zoo.light_model(sys.argv[1]) if sys.argv[1] != "demo" else zoo.demo_cnn())
+run_pipeline(g)
+opts = QuantizeOptions(samples=2, seed=0)
+r = collect_ranges(g, calibration_samples(g, opts))
+print(json.dumps({"core": core,
+                  "ranges": {t.name: [v.hex() for v in lohi] for t, lohi in r.items()}}))
+"""
+
+
+def _cores() -> list[str]:
+    """OpenBLAS kernels this CPU can run: SSE3's always, AVX2's and AVX-512's where present."""
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    return ["Prescott"] + (["Haswell"] if " avx2" in flags else []) \
+        + (["SkylakeX"] if " avx512f" in flags else [])
+
+
+@pytest.mark.parametrize("model", ["demo", "squeezenet"])
+def test_calibration_does_not_depend_on_the_blas_kernel(model: str) -> None:
+    """The ranges calibration records are the same whichever OpenBLAS kernel numpy runs (forced
+    with OPENBLAS_CORETYPE in a fresh process: the SSE3 kernel, and AVX2's and AVX-512's where
+    the CPU has them). Float32 products sum in a kernel-specific order, so calibrating in
+    float32 gave this AVX-512 machine other scales, programs and outputs than the AVX2 machine
+    the goldens were recorded on; calibration now runs in float64 and rounds the ranges to
+    float32."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    cores = _cores()
+    if len(cores) < 2:
+        pytest.skip("this CPU runs only one OpenBLAS kernel family")
+    seen = {}
+    for core in cores:
+        env = {**os.environ, "OPENBLAS_CORETYPE": core}
+        out = subprocess.run([sys.executable, "-c", _RANGES_SCRIPT, model], env=env, check=True,
+                             capture_output=True, text=True, timeout=600).stdout
+        rec = json.loads(out.strip().splitlines()[-1])
+        seen[rec["core"] or core] = rec["ranges"]
+    assert len(seen) == len(cores), f"the kernels forced were not distinct: {sorted(seen)}"
+    first, *rest = seen.items()
+    for name, ranges in rest:
+        diff = sorted(k for k in ranges if ranges[k] != first[1].get(k))
+        assert not diff, f"{first[0]} and {name} calibrate {len(diff)} tensors differently, " \
+            f"e.g. {diff[:3]}"
+
+
+def test_the_wide_cpu_runner_computes_in_float64() -> None:
+    """CpuRunner(wide=True) widens inputs and constants and keeps every float tensor in
+    float64 (the observer sees float64), agreeing with the float32 run to float32 precision;
+    integer tensors keep their types."""
+    from compiler.frontend import import_onnx
+    from compiler.passes import run_pipeline
+    from compiler.runtime.cpu import CpuRunner
+    from compiler.zoo import DEMO_INPUT, demo_cnn, demo_input
+
+    g = import_onnx(demo_cnn())
+    run_pipeline(g)
+    seen: dict[str, np.dtype] = {}
+    wide = CpuRunner(g.root_subgraph, observer=lambda t, v: seen.__setitem__(t.name, v.dtype),
+                     wide=True)
+    narrow = CpuRunner(g.root_subgraph)
+    x = {DEMO_INPUT: demo_input()}
+    (a,), (b,) = wide.run(x).values(), narrow.run(x).values()
+    assert a.dtype == np.float64 and b.dtype == np.float32
+    assert {str(d) for d in seen.values()} == {"float64"}, seen
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
