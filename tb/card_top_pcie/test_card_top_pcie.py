@@ -20,6 +20,7 @@ import os
 
 import cocotb
 from cocotb.task import bridge
+from cocotbext.pcie.core.dllp import FcType
 from cocotbext.pcie.core.tlp import TlpType
 
 from pyhost.backend import HostMemory
@@ -69,6 +70,10 @@ HOSTS = {
     # the abort check: the driver polls BUSY after RESET against a wall-clock deadline (0.5 s),
     # and the drain waits for the reads in flight; a short latency keeps that within it
     "fast": HostLinkConfig(read_latency_ns=100, jitter_ns=50, out_of_order=True, seed=9),
+    # few credits at the root port: 4 posted headers / 64 data credits (four 256-byte writes),
+    # 2 non-posted headers: the card's requests wait for the root's UpdateFCs
+    "credits": HostLinkConfig(read_latency_ns=300, jitter_ns=100, seed=11,
+                              root_credits=(4, 64, 2, 2)),
 }
 
 
@@ -125,6 +130,8 @@ class TB:
         cfg = HOSTS[self.host_name]
         opts = PcieOptions(link=link, mps=mps, mrrs=mrrs, host=HostLinkConfig(**vars(cfg)),
                            cpl_timeout_ns=cpl_timeout_ns)
+        if cfg.root_credits is not None:
+            opts.link_model = "ideal"     # (the credits the root advertises: that model's)
         self.card = RtlCard(dut, HostMemory(32 << 20), link="pcie", pcie=opts,
                             irq_timeout_ns=2_000_000)
         self.link = self.card.pcie.link
@@ -468,6 +475,33 @@ async def test_default_host_reorders(dut) -> None:
         f"{rc.reordered} of {rc.reads} reads completed out of order on the default host")
     assert rc.interleaved > 0, "the default host never interleaved completions of two reads"
     assert rc.max_in_flight >= 16, f"at most {rc.max_in_flight} reads in flight at the host"
+
+
+@cocotb.test(timeout_time=100, timeout_unit="ms")
+async def test_flow_control(dut) -> None:
+    """The root port advertises few credits (four posted headers and 64 data credits, two
+    non-posted headers): the card's writes and reads wait on the link for the credits the root
+    returns in its UpdateFCs (the hard IP holds them, the RQ stream backs up), and a streamed
+    round trip is still exact."""
+    tb = TB(dut, host="credits")
+    await tb.reset()
+    n, count = 16 << 10, 4
+
+    def prog(drv) -> None:
+        src, dst = drv.host.alloc(count * n), drv.host.alloc(count * n)
+        data = bytes((i * 53 + (i >> 11)) & 0xFF for i in range(count * n))
+        src.write(data, 0)
+        drv.write_batch([(src.address + i * n, n, i * n) for i in range(count)])
+        drv.read_batch([(i * n, n, dst.address + i * n) for i in range(count)])
+        assert dst.read(0, count * n) == data, "round trip differs under flow control"
+        drv.host.free(dst)
+        drv.host.free(src)
+    await tb.host(prog)
+    tb.check()
+    stalls = tb.link.wire.up.fc_stalls
+    cocotb.log.info("flow control: %s TLPs waited for credits (of %d sent by the card)",
+                    {k.name: v for k, v in stalls.items()}, tb.link.wire.up.tlps)
+    assert stalls[FcType.P] > 0 and stalls[FcType.NP] > 0, stalls
 
 
 async def _error_case(dut, kind: str, host: str) -> None:

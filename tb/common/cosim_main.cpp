@@ -20,14 +20,29 @@
 // nothing), so each edge costs two evaluations there and one here: with no Python running while
 // the card computes, this is the model's own speed, as in a pure C++ harness.
 //
+// Stream sources. `cosim_stream_open` (exported, called through ctypes by
+// tb/common/pcie_streams.py's RcStream) plays an AXI4-Stream source in C++: Python hands it whole
+// frames, already encoded as beats, and at each rising edge of the stream's clock the source
+// does what the Python source would do (the card took the beat on the bus, or none is up: the
+// next one goes up; TVALID drops when there is none), with no Python per beat. The edge is seen
+// by a value-change callback like cocotb's RisingEdge (values before the edge is evaluated) and
+// the beat is written with inertial puts, which this main applies after that evaluation (where
+// cocotb applies its writes). Frames wait in a backlog until the source's queue has room (at most
+// `limit` + 1 frames), and leave the queue as the Python source takes them: one beat handed over
+// at a time, the next frame as soon as the previous frame's last beat is (the hard IP model's
+// receive-buffer accounting follows `moved`, the frames that left the backlog).
+//
 // Command line (as cocotb's Verilator runner passes it): --trace, --trace-file FILE,
 // --trace-flush; plusargs go to the model and cocotb.
 
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "Vtop.h"
 #include "verilated.h"
@@ -84,6 +99,131 @@ struct BuiltinClock {
 
 BuiltinClock clock_gen;
 
+// An AXI4-Stream source played from C++ (see the top of the file).
+struct StreamSource {
+    struct Beat {
+        std::vector<s_vpi_vecval> data, user;
+        uint32_t keep = 0;
+        uint32_t last = 0;
+    };
+    using Frame = std::vector<Beat>;
+
+    vpiHandle clk = nullptr, reset = nullptr, tvalid = nullptr, tready = nullptr;
+    vpiHandle tdata = nullptr, tkeep = nullptr, tuser = nullptr, tlast = nullptr;
+    vpiHandle cb = nullptr;
+    int data_words = 0, user_words = 0;
+    int limit = 2;                   // the queue is full with more than `limit` frames
+    std::deque<Frame> backlog;       // frames waiting for room in the queue
+    std::deque<Frame> queue;         // the source's queue
+    std::deque<Beat> beats;          // beats of the frame being handed over
+    Beat staged;                     // the beat that goes up at the next handshake
+    bool has_staged = false;
+    bool valid = false;              // TVALID as driven
+    bool refilling = false;
+    int prev_clk = -1;
+    uint64_t moved = 0;              // frames that left the backlog
+    uint64_t taken = 0;              // frames that left the queue
+    uint64_t driven = 0;             // beats driven
+    uint32_t keep_driven = 0, last_driven = 0;
+    s_vpi_value clk_value{};
+
+    static int get_int(vpiHandle h) {
+        s_vpi_value v;
+        v.format = vpiIntVal;
+        vpi_get_value(h, &v);
+        return v.value.integer;
+    }
+    static void put_int(vpiHandle h, int x) {
+        s_vpi_value v;
+        v.format = vpiIntVal;
+        v.value.integer = x;
+        s_vpi_time t{};
+        t.type = vpiSimTime;
+        vpi_put_value(h, &v, &t, vpiInertialDelay);
+    }
+    static void put_vec(vpiHandle h, std::vector<s_vpi_vecval>& words) {
+        s_vpi_value v;
+        v.format = vpiVectorVal;
+        v.value.vector = words.data();
+        s_vpi_time t{};
+        t.type = vpiSimTime;
+        vpi_put_value(h, &v, &t, vpiInertialDelay);
+    }
+
+    bool full() const { return static_cast<int>(queue.size()) > limit; }
+
+    void take() {                    // a frame leaves the queue: its beats are handed over
+        for (Beat& b : queue.front()) beats.push_back(std::move(b));
+        queue.pop_front();
+        ++taken;
+    }
+    void stage() {
+        bool took = false;
+        if (!has_staged) {
+            if (beats.empty()) {
+                if (queue.empty()) return;
+                take();
+                took = true;
+            }
+            staged = std::move(beats.front());
+            beats.pop_front();
+            has_staged = true;
+        }
+        if (beats.empty() && !queue.empty()) {
+            take();
+            took = true;
+        }
+        if (took) refill();          // the queue has room again
+    }
+    void refill() {                  // frames leave the backlog while the queue has room
+        if (refilling) return;
+        refilling = true;
+        while (!backlog.empty() && !full()) {
+            queue.push_back(std::move(backlog.front()));
+            backlog.pop_front();
+            ++moved;
+            stage();
+        }
+        refilling = false;
+    }
+    void drive(Beat& b) {
+        put_vec(tdata, b.data);
+        put_vec(tuser, b.user);
+        if (b.keep != keep_driven) put_int(tkeep, static_cast<int>(b.keep));
+        if (b.last != last_driven) put_int(tlast, static_cast<int>(b.last));
+        keep_driven = b.keep;
+        last_driven = b.last;
+        ++driven;
+    }
+    void edge() {
+        if (reset && get_int(reset)) {
+            if (valid) put_int(tvalid, 0);
+            valid = false;
+            return;
+        }
+        if (valid && !get_int(tready)) return;   // the card holds the beat
+        if (has_staged) {
+            drive(staged);
+            has_staged = false;
+            if (!valid) put_int(tvalid, 1);
+            valid = true;
+            stage();
+        } else if (valid) {
+            put_int(tvalid, 0);
+            valid = false;
+        }
+    }
+    static PLI_INT32 on_clk(p_cb_data data) {
+        auto* s = reinterpret_cast<StreamSource*>(data->user_data);
+        const int v = get_int(s->clk);
+        if (v == 1 && s->prev_clk == 0) s->edge();
+        s->prev_clk = v;
+        return 0;
+    }
+};
+
+std::vector<std::unique_ptr<StreamSource>> stream_sources;
+
 // Value-change callbacks may write signals that trigger more of them: run until quiet.
 void settle() {
     while (VerilatedVpi::callValueCbs()) {
@@ -130,6 +270,93 @@ extern "C" int cosim_clock_start(const char* name, uint64_t period, uint64_t hig
 
 // 1: this model's main has the built-in clock (Python checks for the symbol).
 extern "C" int cosim_clock_available(void) { return 1; }
+
+// Play an AXI4-Stream source on the named signals (full VPI names; `reset` may be empty): a
+// queue of `limit` + 1 frames, a backlog behind it. Returns its id, or -1 when a signal does not
+// exist or a stream signal cannot be written.
+extern "C" int cosim_stream_open(const char* clk, const char* reset, const char* tvalid,
+                                 const char* tready, const char* tdata, const char* tkeep,
+                                 const char* tuser, const char* tlast, int limit) {
+    auto h = [](const char* name) {
+        return vpi_handle_by_name(const_cast<PLI_BYTE8*>(name), nullptr);
+    };
+    auto s = std::make_unique<StreamSource>();
+    s->clk = h(clk);
+    s->reset = reset && *reset ? h(reset) : nullptr;
+    s->tvalid = h(tvalid);
+    s->tready = h(tready);
+    s->tdata = h(tdata);
+    s->tkeep = h(tkeep);
+    s->tuser = h(tuser);
+    s->tlast = h(tlast);
+    if (!s->clk || (reset && *reset && !s->reset) || !s->tvalid || !s->tready || !s->tdata
+        || !s->tkeep || !s->tuser || !s->tlast)
+        return -1;
+    s_vpi_value zero;
+    zero.format = vpiIntVal;
+    zero.value.integer = 0;
+    for (vpiHandle w : {s->tvalid, s->tkeep, s->tlast})
+        if (!vpi_put_value(w, &zero, nullptr, vpiNoDelay)) return -1;
+    s->data_words = (vpi_get(vpiSize, s->tdata) + 31) / 32;
+    s->user_words = (vpi_get(vpiSize, s->tuser) + 31) / 32;
+    s->limit = limit;
+    s->prev_clk = StreamSource::get_int(s->clk);
+    s->clk_value.format = vpiIntVal;
+    s_cb_data cb{};
+    cb.reason = cbValueChange;
+    cb.cb_rtn = &StreamSource::on_clk;
+    cb.obj = s->clk;
+    cb.value = &s->clk_value;
+    cb.user_data = reinterpret_cast<PLI_BYTE8*>(s.get());
+    s->cb = vpi_register_cb(&cb);
+    if (!s->cb) return -1;
+    stream_sources.push_back(std::move(s));
+    return static_cast<int>(stream_sources.size() - 1);
+}
+
+// Stop playing source `id` (the end of a test): it no longer drives anything.
+extern "C" void cosim_stream_close(int id) {
+    if (id < 0 || id >= static_cast<int>(stream_sources.size()) || !stream_sources[id]) return;
+    vpi_remove_cb(stream_sources[id]->cb);
+    stream_sources[id].reset();
+}
+
+// The words of a beat's tdata and tuser (32-bit, little-endian order) of source `id`.
+extern "C" int cosim_stream_words(int id, int which) {
+    const auto& s = stream_sources.at(id);
+    return which == 0 ? s->data_words : s->user_words;
+}
+
+// Queue a frame of `nbeats` beats on source `id`: per beat tdata, tuser (little-endian, whole
+// 32-bit words), tkeep, tlast (a 32-bit word each). Returns the frames moved from the backlog.
+extern "C" uint64_t cosim_stream_push(int id, const uint8_t* buf, int nbeats) {
+    auto& s = *stream_sources.at(id);
+    StreamSource::Frame frame(nbeats);
+    const uint8_t* p = buf;
+    auto word = [&p]() {
+        uint32_t w;
+        std::memcpy(&w, p, 4);
+        p += 4;
+        return w;
+    };
+    for (auto& b : frame) {
+        b.data.resize(s.data_words);
+        b.user.resize(s.user_words);
+        for (auto& w : b.data) w = s_vpi_vecval{word(), 0};
+        for (auto& w : b.user) w = s_vpi_vecval{word(), 0};
+        b.keep = word();
+        b.last = word();
+    }
+    s.backlog.push_back(std::move(frame));
+    s.refill();
+    return s.moved;
+}
+
+// Frames moved from the backlog into the queue of source `id` so far.
+extern "C" uint64_t cosim_stream_moved(int id) { return stream_sources.at(id)->moved; }
+
+// Beats source `id` has driven so far.
+extern "C" uint64_t cosim_stream_driven(int id) { return stream_sources.at(id)->driven; }
 
 int main(int argc, char** argv) {
     bool trace_on = false;
