@@ -110,7 +110,7 @@ struct StreamSource {
 
     vpiHandle clk = nullptr, reset = nullptr, tvalid = nullptr, tready = nullptr;
     vpiHandle tdata = nullptr, tkeep = nullptr, tuser = nullptr, tlast = nullptr;
-    vpiHandle cb = nullptr;
+    vpiHandle cb = nullptr;          // the clock's value-change callback, while armed
     int data_words = 0, user_words = 0;
     int limit = 2;                   // the queue is full with more than `limit` frames
     std::deque<Frame> backlog;       // frames waiting for room in the queue
@@ -199,10 +199,9 @@ struct StreamSource {
         if (reset && get_int(reset)) {
             if (valid) put_int(tvalid, 0);
             valid = false;
-            return;
-        }
-        if (valid && !get_int(tready)) return;   // the card holds the beat
-        if (has_staged) {
+        } else if (valid && !get_int(tready)) {
+            return;                  // the card holds the beat
+        } else if (has_staged) {
             drive(staged);
             has_staged = false;
             if (!valid) put_int(tvalid, 1);
@@ -212,6 +211,8 @@ struct StreamSource {
             put_int(tvalid, 0);
             valid = false;
         }
+        if (!valid && !has_staged && beats.empty() && queue.empty() && backlog.empty())
+            disarm();                // idle: sleep
     }
     static PLI_INT32 on_clk(p_cb_data data) {
         auto* s = reinterpret_cast<StreamSource*>(data->user_data);
@@ -219,6 +220,25 @@ struct StreamSource {
         if (v == 1 && s->prev_clk == 0) s->edge();
         s->prev_clk = v;
         return 0;
+    }
+    // The clock's value-change callback is registered only while the source has something
+    // to do (as the Python source sleeps while idle): a callback on the user clock costs every
+    // time step of the model, not only its own edges.
+    void arm() {
+        if (cb) return;
+        prev_clk = get_int(clk);
+        s_cb_data c{};
+        c.reason = cbValueChange;
+        c.cb_rtn = &StreamSource::on_clk;
+        c.obj = clk;
+        c.value = &clk_value;
+        c.user_data = reinterpret_cast<PLI_BYTE8*>(this);
+        cb = vpi_register_cb(&c);
+    }
+    void disarm() {
+        if (!cb) return;
+        vpi_remove_cb(cb);
+        cb = nullptr;
     }
 };
 
@@ -300,16 +320,10 @@ extern "C" int cosim_stream_open(const char* clk, const char* reset, const char*
     s->data_words = (vpi_get(vpiSize, s->tdata) + 31) / 32;
     s->user_words = (vpi_get(vpiSize, s->tuser) + 31) / 32;
     s->limit = limit;
-    s->prev_clk = StreamSource::get_int(s->clk);
     s->clk_value.format = vpiIntVal;
-    s_cb_data cb{};
-    cb.reason = cbValueChange;
-    cb.cb_rtn = &StreamSource::on_clk;
-    cb.obj = s->clk;
-    cb.value = &s->clk_value;
-    cb.user_data = reinterpret_cast<PLI_BYTE8*>(s.get());
-    s->cb = vpi_register_cb(&cb);
+    s->arm();                        // (a check that the clock takes a callback)
     if (!s->cb) return -1;
+    s->disarm();
     stream_sources.push_back(std::move(s));
     return static_cast<int>(stream_sources.size() - 1);
 }
@@ -317,7 +331,7 @@ extern "C" int cosim_stream_open(const char* clk, const char* reset, const char*
 // Stop playing source `id` (the end of a test): it no longer drives anything.
 extern "C" void cosim_stream_close(int id) {
     if (id < 0 || id >= static_cast<int>(stream_sources.size()) || !stream_sources[id]) return;
-    vpi_remove_cb(stream_sources[id]->cb);
+    stream_sources[id]->disarm();
     stream_sources[id].reset();
 }
 
@@ -349,6 +363,7 @@ extern "C" uint64_t cosim_stream_push(int id, const uint8_t* buf, int nbeats) {
     }
     s.backlog.push_back(std::move(frame));
     s.refill();
+    s.arm();
     return s.moved;
 }
 

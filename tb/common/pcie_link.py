@@ -91,7 +91,7 @@ from cocotbext.pcie.xilinx.us.usp_model import LocalError
 
 from pyhost.backend import HostMemory
 from pyhost.spec import pcie
-from tb.common.pcie_streams import RcStream, RqStream, rc_beats
+from tb.common.pcie_streams import CcStream, RcStream, RqStream, rc_beats
 
 PAGE = 4096
 _READS = (TlpType.MEM_READ, TlpType.MEM_READ_64)
@@ -390,8 +390,10 @@ class CardPcieDevice(UltraScalePlusPcieDevice):
         self._rc_moved = 0
         #: the IdealLink to the root port (None: cocotbext-pcie's SimPort carries the TLPs)
         self.link: IdealLink | None = None
-        # the requester streams are built below (RqStream, RcStream), not by the package
+        # the requester streams and the CC sink are built below (RqStream, RcStream,
+        # CcStream), not by the package
         rq_bus, rc_bus = kwargs.pop("rq_bus", None), kwargs.pop("rc_bus", None)
+        cc_bus = kwargs.pop("cc_bus", None)
         super().__init__(*args, **kwargs)
         assert (self.rx_buf_cplh_fc_limit, self.rx_buf_cpld_fc_limit) == (
             pcie.RC_BUFFER_CPLH, pcie.RC_BUFFER_CPLD), "pyhost.spec.pcie's buffer is the model's"
@@ -406,6 +408,10 @@ class CardPcieDevice(UltraScalePlusPcieDevice):
         if rc_bus is not None:
             self.rc_source = RcStream(rc_bus, self.user_clk, self.user_reset, limit=2)
             self.rc_source.on_dequeue = self._rc_pump
+        if cc_bus is not None:
+            self.cc_sink = CcStream(cc_bus, self.user_clk, self.user_reset)
+            self.cc_sink.queue_occupancy_limit_frames = 2
+            cocotb.start_soon(self._run_cc_logic())
         cocotb.start_soon(self._count_local_errors())
         cocotb.start_soon(self._run_cpl_timeouts())
         # hold the user reset from the start (the model raises it two clocks later), so the

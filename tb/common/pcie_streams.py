@@ -16,11 +16,16 @@ call per dword. Here (subclasses, the package's per-beat methods replaced):
   package's source does; it hands beats over and takes frames from its queue at the same
   moments as the package's (the queue's occupancy is what the hard IP's receive buffer
   accounting waits on). It writes only the signals that change, reads TREADY only while a beat
-  is up, and sleeps while it has nothing to send. The reset is followed by a value-change
-  waiter instead of a read at every edge.
+  is up, and sleeps while it has nothing to send.
+  In the lean Verilator builds the beats are played by tb/common/cosim_main.cpp's C++ stream
+  source instead (the same rules, no Python per beat; ``COSIM_NATIVE_STREAMS=0`` keeps the
+  Python one).
 - :class:`RqStream` samples and assembles request frames in the edge coroutine itself (the
   package's frame assembly, the same frames: tested likewise) and hands each whole frame to the
   hard IP's request logic.
+- RqStream and :class:`CcStream` (the package's CC sink) have no TREADY monitor: the package's
+  sinks wake themselves when TREADY rises, which only they drive, and a value-change callback
+  costs every time step of the model.
 
 Only the configuration card_top_pcie uses is implemented: 512-bit streams, one segment (no
 straddling); anything else raises.
@@ -37,7 +42,7 @@ import cocotb
 from cocotb.queue import QueueFull
 from cocotb.triggers import Event, RisingEdge
 from cocotbext.pcie.core.tlp import TlpType
-from cocotbext.pcie.xilinx.us.interface import RcSource, RqSink, UsPcieFrame
+from cocotbext.pcie.xilinx.us.interface import CcSink, RcSource, RqSink, UsPcieFrame
 
 #: Odd parity of each byte value as the character '0' or '1' (the package's dword_parity(d)
 #: ^ 0xf per byte of a dword)
@@ -185,23 +190,6 @@ def _int(sig) -> int:
         return 0
 
 
-class _Reset:
-    """The level of a reset signal, followed by a value-change waiter (the streams sample it at
-    every edge in the package; it changes a couple of times per run)."""
-
-    def __init__(self, sig) -> None:
-        self.sig = sig
-        self.level = _int(sig) if sig is not None else 0
-        if sig is not None:
-            cocotb.start_soon(self._follow())
-
-    async def _follow(self) -> None:
-        change = self.sig.value_change
-        while True:
-            await change
-            self.level = _int(self.sig)
-
-
 class RcStream(RcSource):
     """The RC stream (hard IP to card) from one coroutine, or from the model's C++ player
     (:attr:`native`); frames are :class:`RcFrame` (Python) or :func:`rc_packed` (native)."""
@@ -235,7 +223,6 @@ class RcStream(RcSource):
                 self.native = sid
                 self._user_bytes = 4 * self._lib.cosim_stream_words(sid, 1)
                 cocotb.start_soon(self._hold_native())
-        self._reset = _Reset(reset) if self.native is None else None
 
     # -- the C++ player -----------------------------------------------------------------------
     async def _hold_native(self) -> None:
@@ -324,7 +311,7 @@ class RcStream(RcSource):
         valid = 0                          # TVALID as driven
         while True:
             await edge
-            if self._reset.level:
+            if self.reset is not None and _int(self.reset):
                 if valid:
                     bus.tvalid.value = 0
                     valid = 0
@@ -364,10 +351,14 @@ class RqStream(RqSink):
         self._ready = 0                    # TREADY as driven
         super().__init__(bus, clock, reset, segments, *args, **kwargs)
         _check_width(self)
-        self._reset = _Reset(reset)
 
     async def _run(self) -> None:
         return                             # assembly happens in _run_sink
+
+    async def _run_tready_monitor(self) -> None:
+        # the package wakes the sink when TREADY rises, which only the sink itself drives
+        # (while awake): a value-change callback that would cost every time step of the model
+        return
 
     def _assemble(self, tdata: int, tkeep: int, tuser: int, tlast: int) -> None:
         """One beat into the frame, as the package's RqSink._run assembles it."""
@@ -404,7 +395,7 @@ class RqStream(RqSink):
             pause_sample = bool(self.pause)
             await edge
             tvalid = _int(bus.tvalid)
-            if self._reset.level:
+            if self.reset is not None and _int(self.reset):
                 if self._ready:
                     bus.tready.value = 0
                     self._ready = 0
@@ -422,3 +413,11 @@ class RqStream(RqSink):
             if (not tvalid or paused) and pause_sample == bool(self.pause):
                 self.wake_event.clear()
                 await wake
+
+
+class CcStream(CcSink):
+    """The package's CC stream sink (the card's completions to MMIO reads) without the TREADY
+    monitor (module doc)."""
+
+    async def _run_tready_monitor(self) -> None:
+        return
