@@ -530,19 +530,21 @@ class AccelModel:
         for lo in range(0, a.size, _BLOCK):
             ab, xb = a[lo:lo + _BLOCK], x[lo:lo + _BLOCK]
             prod = self.inp[xb].astype(np.int32) @ w            # |sum| < 2**19: exact in int32
-            if _unique(ab):
-                if reset:
-                    self.acc[ab] = prod
-                else:
-                    self.acc[ab] = _wrap32(self.acc[ab].astype(np.int64) + prod)
-            elif reset:
-                # Every iteration overwrites its row: the last one writing a row wins.
-                rows, last = np.unique(ab[::-1], return_index=True)
-                self.acc[rows] = prod[::-1][last]
-            else:
-                # Accumulating into repeated rows: addition modulo 2**32 is order-free.
-                rows, sums = _group_reduce(ab, prod.astype(np.int64), np.add)
-                self.acc[rows] = _wrap32(self.acc[rows].astype(np.int64) + sums)
+            self._write_products(ab, prod, reset)
+
+    def _write_products(self, rows: np.ndarray, prod: np.ndarray, reset: bool) -> None:
+        """Iterations' products written to (reset) or added to their accumulator rows, in
+        iteration order."""
+        if _unique(rows):
+            self.acc[rows] = prod if reset else _wrap32(self.acc[rows].astype(np.int64) + prod)
+        elif reset:
+            # Every iteration overwrites its row: the last one writing a row wins.
+            r, last = np.unique(rows[::-1], return_index=True)
+            self.acc[r] = prod[::-1][last]
+        else:
+            # Accumulating into repeated rows: addition modulo 2**32 is order-free.
+            r, sums = _group_reduce(rows, prod.astype(np.int64), np.add)
+            self.acc[r] = _wrap32(self.acc[r].astype(np.int64) + sums)
 
     def _acc_loop(self, key: tuple[int, ...]) -> tuple[np.ndarray, bool, np.ndarray, np.ndarray]:
         """(rows, rows distinct, outer index, inner index of each iteration) of the accumulator
@@ -645,14 +647,7 @@ class AccelModel:
             ab = a[lo:lo + step]
             rows = self.inp[x[lo:lo + step, None] + off[None, :]]      # [iters, taps, N]
             prod = np.einsum("ikn,kn->in", rows.astype(np.int32), w)   # |sum| < 2**21
-            if _unique(ab):
-                self.acc[ab] = prod if reset else _wrap32(self.acc[ab].astype(np.int64) + prod)
-            elif reset:
-                r, last = np.unique(ab[::-1], return_index=True)
-                self.acc[r] = prod[::-1][last]
-            else:
-                r, sums = _group_reduce(ab, prod.astype(np.int64), np.add)
-                self.acc[r] = _wrap32(self.acc[r].astype(np.int64) + sums)
+            self._write_products(ab, prod, reset)
         return AccelError.NONE
 
     def _alu(self, f: dict[str, int]) -> AccelError:
