@@ -5,6 +5,11 @@ Small on purpose: a tiny ONNX model (tests/compiler/helpers.conv_net) on the fun
 a few points, one point of it on card_top under Verilator (the lean build at 16 MiB that
 the card tests in tests/rtl build too), and two points that fail (a timeout, a missing model
 file) while the others finish.
+
+Nothing here may depend on how fast the machine is: the timeout point's limit (TIMEOUT_S) is
+shorter than the start-up of the point's own Python process (which imports numpy before it can
+do anything), and the interrupted sweeps accept any number of points finished before the
+interrupt.
 """
 
 from __future__ import annotations
@@ -21,6 +26,12 @@ from tb.sweep.engine import run_sweep
 from tb.sweep.spec import SpecError, from_mapping, load, make_point
 
 distributed = pytest.importorskip("distributed")
+
+#: A point's timeout that no run can meet on any machine: the timeout counts from the start of
+#: the point's child process, whose Python start-up alone (interpreter, numpy, the project's
+#: modules) takes tens of milliseconds on the fastest machine (here a point's child reaches
+#: its first file read after about 0.17 s).
+TIMEOUT_S = 0.01
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +155,7 @@ def test_sweep_on_an_existing_cluster(cluster, tiny: Path, tmp_path: Path) -> No
 
     good_rtl = {"backend": "rtl", "simulator": "verilator", "n": 8, "card_mem": "16M",
                 "build": "lean"}
-    spec = _spec(tiny, [good_rtl, {"n": 4, "policy": "lru", "timeout_s": 1},
+    spec = _spec(tiny, [good_rtl, {"n": 4, "policy": "lru", "timeout_s": TIMEOUT_S},
                         {"model": str(tmp_path / "missing.onnx")}])
     cache = Cache(tmp_path / "cache")
     with connect(cluster.scheduler_address) as client:
@@ -170,7 +181,7 @@ def test_sweep_on_an_existing_cluster(cluster, tiny: Path, tmp_path: Path) -> No
                 assert a["macs"] == b["macs"]
         assert recs[4]["stage"] == "compile" and "no such file" in recs[4]["error"]
         timeout_log = Path(recs[3]["log_path"]).read_text()
-        assert "stopped after 1 s" in timeout_log
+        assert f"stopped after {TIMEOUT_S:g} s" in timeout_log
         # compiles: the tiny model for N = 4 and 8 (the RTL point shares N = 8's) and the missing
         # model's, which fails
         assert res.failed == 2 and res.compiles_run == 3 and res.points_run == 4
@@ -179,6 +190,20 @@ def test_sweep_on_an_existing_cluster(cluster, tiny: Path, tmp_path: Path) -> No
         again = run_sweep(_spec(tiny, [good_rtl]), client, cache)
         assert again.executed == 0 and again.cached == 3 and again.failed == 0
         assert [r["result"] for r in again.records] == [r["result"] for r in recs[:3]]
+
+
+def test_a_point_is_stopped_at_its_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_task outside Dask: the timeout is enforced at its deadline, not at the next poll of
+    the child. With a poll interval far longer than the child lives, a check at the poll only
+    would see the child exit with the error of its bogus artefacts ('failed'); at the deadline
+    it is still starting up and is stopped ('timeout')."""
+    from tb.sweep import tasks
+
+    monkeypatch.setattr(tasks, "POLL_S", 600.0)
+    point = make_point({"timeout_s": TIMEOUT_S}).to_dict()
+    res = tasks.run_task(point, {"meta.json": b"{}"})
+    assert res["status"] == "timeout", res
+    assert f"stopped after {TIMEOUT_S:g} s" in res["log"] and res["error"].startswith("timeout")
 
 
 def test_interrupted_sweep_resumes(cluster, tiny: Path, tmp_path: Path) -> None:
