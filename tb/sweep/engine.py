@@ -303,7 +303,7 @@ def run_sweep(spec: SweepSpec, client: Any, cache: Cache, *, rerun: bool = False
         raise
     finally:
         stop.set()
-        if th is not None:
+        if th is not None and th.is_alive():     # not started when start() raised
             th.join()
     sw.result.records = [r for r in sw.records if r is not None]
     sw.result.wall_s = time.perf_counter() - sw.t0

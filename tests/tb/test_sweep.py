@@ -288,6 +288,20 @@ def test_sweep_resumes_at_once_after_an_interrupt(cluster, tiny: Path, tmp_path:
     assert all(r["status"] == "ok" for r in res.records)
 
 
+def test_an_interrupt_at_the_first_report_propagates(cluster, tiny: Path, tmp_path: Path) -> None:
+    """on_progress raising at its first call (the end of scheduling, before the ticker thread
+    started) stops the sweep with that exception, not with the ticker's join failing
+    ("cannot join thread before it is started")."""
+    from tb.sweep.cluster import connect
+
+    def stop_at_once(p) -> None:
+        raise KeyboardInterrupt
+
+    with connect(cluster.scheduler_address) as client, pytest.raises(KeyboardInterrupt):
+        run_sweep(_spec(tiny, ns=(4,)), client, Cache(tmp_path / "cache"),
+                  on_progress=stop_at_once)
+
+
 def test_code_reaches_workers_without_an_install(tiny: Path, tmp_path: Path) -> None:
     """ProjectCode unpacks the tree on a worker that must not use its own (forced here: a
     LocalCluster sees this checkout) and the point runs from the shipped copy."""
