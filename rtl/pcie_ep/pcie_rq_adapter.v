@@ -6,16 +6,30 @@
 
 // PCIe requester adapter: the DMA engine's host-port request/completion interface (dma_engine.v;
 // dma_axi_port.v is the AXI4 one) on the UltraScale+ hard IP's requester streams, 512 bits,
-// DWORD-aligned, no straddling (PG213's RQ/RC formats), in the card clock domain (the async
-// FIFOs of card_top_pcie join it to the PCIe user clock).
+// DWORD-aligned (PG213's RQ/RC formats), in the card clock domain (the async FIFOs of
+// card_top_pcie join it to the PCIe user clock).
+//
+// Straddling (STRADDLE = 1; the hard IP must be configured alike): on RQ two TLPs may share a
+// beat, the second starting at DWORD 8 after one that ended in DWORDs 0..7 (tuser is_sop /
+// is_eop with their pointers, first/last byte enables per TLP in the order they start); on RC the
+// hard IP's straddled completions are taken, a TLP starting at DWORD 0, 4, 8 or 12 (the 4-TLP
+// mode) or 0 and 8 (the 2-TLP mode). Both streams are built and read as without straddling (one
+// TLP per run of beats, from DWORD 0, tlast) and converted at the edge: RQ beats are repacked in
+// 256-bit halves (a TLP ending in a low half is held up to three cycles for the next TLP's first
+// half; an abandoned TLP never shares a beat, since discontinue applies to the whole beat), RC
+// TLPs are shifted down to DWORD 0 (the card clock, 400 MHz, carries the unstraddled beats faster
+// than the user clock, 250 MHz, delivers the straddled ones). With STRADDLE = 0 (the default of
+// this module) both streams are one TLP per run of beats. Everything below holds in both modes.
 //
 // RQ (requests out): a read request becomes one memory read TLP (tag = the engine's tag, client
 // tags), a write request one memory write TLP whose payload is the engine's line-aligned beats
 // realigned to DWORDs after the 4-DWORD descriptor, first/last byte enables from the request's
 // byte range; a write the engine abandons (empty strobes) is discontinued, so the hard IP drops
-// it. An MSI-X message is a one-DWORD memory write between TLPs. Writes are posted: the write
-// completion is signalled when the TLP's last beat is handed on, so whatever the engine does
-// after it (the status write-back, then the interrupt) follows it on the link.
+// it. An MSI-X message is a one-DWORD memory write between TLPs. A write request is taken into a
+// one-entry register ahead of its TLP, so the engine streams its lines right behind the previous
+// TLP's. Writes are posted: the write completion is signalled when the TLP's last beat is handed
+// on, so whatever the engine does after it (the status write-back, then the interrupt) follows it
+// on the link (TLPs leave in the order they were built, in both modes).
 //
 // RC (completions in): each completion's payload is realigned to card lines (64-byte beats at
 // the address the request asked for) and handed to the engine with its tag; completions of
@@ -38,8 +52,10 @@
 // payload's) must never hold more than it can: a read is issued only while its worst case fits
 // what is not reserved, one header per RCB block (CPL_BUDGET_RCB) it touches and the data
 // credits of its 16-byte blocks plus one per header. A completion's header and data credits are
-// released when its last beat has been taken (the hard IP freed them when it sent that beat), the
-// rest of a read's reservation when the completion that completes it has.
+// released when its last beat has been taken by the realignment (the hard IP freed them when it
+// sent that beat, and with straddling the de-straddler hands on a TLP's last beat only after the
+// hard IP's beat that ends it), the rest of a read's reservation when the completion that
+// completes it has.
 module pcie_rq_adapter #(
     parameter integer DATA_WIDTH = 512,      // engine and stream data width (DWORD-aligned RQ/RC)
     parameter integer CPLH = `PCIE_RC_BUFFER_CPLH,   // the hard IP's completion headers

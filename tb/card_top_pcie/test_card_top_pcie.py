@@ -4,9 +4,11 @@ UltraScale+ hard IP model, a link and a root complex; the real driver on top, un
 Enumeration (IDs, class, BAR sizes, MSI-X, link; Gen3 x16 and Gen4 x8), MMIO of every register
 against ModelCard, unmapped BAR offsets, MSI-X on every interrupt source, the shared driver
 program and accelerator programs, the demo CNN bit for bit against ModelCard, the request limits
-crossed with offsets and lengths under a monitor of every request TLP, completions out of order,
-split and delayed, and the link's error completions; the DDR4 timing monitor checks every
-command of the card's DRAM controller, as on card_top. Each test picks its host behaviour
+crossed with offsets and lengths under a monitor of every request TLP (and of every RQ beat:
+StraddleMonitor), completions out of order, split and delayed, and the link's error completions;
+the requester streams straddled as the build says (card_top_pcie STRADDLE, the hard IP
+alike); the DDR4 timing monitor checks every command of the card's DRAM controller, as on
+card_top. Each test picks its host behaviour
 (HOSTS): "ooo" (500 ns, jittered, out of order, split at MPS), "split64" / "split128"
 (completions of 64 / 128 bytes at that RCB), "default" (HostLinkConfig's defaults: what make sim
 and the benchmarks run on); CARD_TB_HOST replaces "ooo" where a test runs on it (e.g.
@@ -20,6 +22,7 @@ import os
 
 import cocotb
 from cocotb.task import bridge
+from cocotb.triggers import Timer
 from cocotbext.pcie.core.tlp import TlpType
 
 from pyhost.backend import HostMemory
@@ -66,6 +69,9 @@ HOSTS = {
     "split64": HostLinkConfig(read_latency_ns=500, jitter_ns=200, rcb=64, cpl_split=64, seed=3),
     "split128": HostLinkConfig(read_latency_ns=700, jitter_ns=0, rcb=128, cpl_split=128, seed=5),
     "inorder": HostLinkConfig(read_latency_ns=200, jitter_ns=0, out_of_order=False),
+    # one fixed latency, in order: small reads ready while a large one's completions go out
+    # follow them back to back (several completions per RC beat)
+    "burst": HostLinkConfig(read_latency_ns=500, jitter_ns=0, out_of_order=False),
     # the abort check: the driver polls BUSY after RESET against a wall-clock deadline (0.5 s),
     # and the drain waits for the reads in flight; a short latency keeps that within it
     "fast": HostLinkConfig(read_latency_ns=100, jitter_ns=50, out_of_order=True, seed=9),
@@ -319,6 +325,7 @@ async def test_enumeration(dut, link: str) -> None:
         drv.read_data(0x40, 2 * PAGE + 100, dst.address + 5)
         assert dst.read(5, 2 * PAGE + 100) == src.read(5, 2 * PAGE + 100), "round trip differs"
     await tb.host(round_trip)
+    tb.check()
 
 
 @cocotb.test(timeout_time=100, timeout_unit="ms")
@@ -413,6 +420,7 @@ async def test_msix_every_source(dut) -> None:
     tb = TB(dut)
     await tb.reset()
     await tb.host(_msix_sources)
+    tb.check()
     counts = tb.link.msix_counts
     assert all(c >= 1 for c in counts), (
         "vectors that never fired: "
@@ -641,6 +649,51 @@ async def test_rc_two_tlp_straddle(dut) -> None:
         assert tb.beats.rc_starts <= {0, 2}, tb.beats.summary()
 
 
+@cocotb.test(timeout_time=100, timeout_unit="ms")
+async def test_rc_small_completions(dut) -> None:
+    """Completions queued at the hard IP leave packed: the RC stream is paused 300 ns in every
+    400 (a hard IP delivering in bursts) while the card moves a batch of one 4 KiB and 48 4-byte
+    transfers each way (one-DWORD completions behind a 4 KiB read's, an in-order host of one
+    latency, MRRS 4096): with straddling up to four completions start in one RC beat. Exact both
+    ways; the completion buffer holds."""
+    tb = TB(dut, host="burst", mps=256, mrrs=4096)
+    await tb.reset()
+    small = 48
+    source = tb.link.dev.rc_source
+    running = True
+
+    async def bursts() -> None:
+        while running:
+            source.pause = True
+            await Timer(300, unit="ns")
+            source.pause = False
+            await Timer(100, unit="ns")
+
+    def prog(drv) -> None:
+        src, dst = drv.host.alloc(4 * PAGE), drv.host.alloc(4 * PAGE)
+        data = bytes((i * 97 + 5) & 0xFF for i in range(4 * PAGE))
+        src.write(data, 0)
+        for _ in range(2):
+            jobs = [(src.address, PAGE, 0)] + [(src.address + PAGE + 68 * i, 4,
+                                                PAGE + 64 * i) for i in range(small)]
+            drv.write_batch(jobs)
+            drv.read_batch([(c, n, dst.address + (a - src.address)) for a, n, c in jobs])
+            for a, n, _ in jobs:
+                o = a - src.address
+                assert dst.read(o, n) == data[o:o + n], f"{n} bytes at {o:#x} differ"
+        drv.host.free(dst)
+        drv.host.free(src)
+    pulse = cocotb.start_soon(bursts())
+    try:
+        await tb.host(prog)
+    finally:
+        running = False
+        await pulse
+    tb.check()
+    if tb.straddle:
+        assert tb.beats.rc_tlps[4] > 0, f"no RC beat of four completions: {tb.beats.summary()}"
+
+
 async def _error_case(dut, kind: str, host: str) -> None:
     tb = TB(dut, host=host, cpl_timeout_ns=20_000 if kind in ("drop", "lose") else None)
     await tb.reset()
@@ -693,6 +746,7 @@ async def _error_case(dut, kind: str, host: str) -> None:
         # one: the timeout; the descriptor fetch's: either, as the host splits it
         assert rc.lost >= 3 and dev.timeouts >= 1, (rc.lost, dev.timeouts)
     assert dev.rx_overflows == 0, dev.rx_overflows
+    tb.beats.check()
 
 
 #: (kind, host) of test_completion_errors: poisoned data also across 128-byte completions.

@@ -8,9 +8,12 @@ register, unmapped BAR offsets, MSI-X on every source, the whole driver program 
 card-to-card copies, which never leave the card) and every accelerator program on the out-of-order
 host, the demo CNN, the idle link, the completion buffer, the default host's reordering, the
 completion errors and the limits cases (MPS 128..1024 x MRRS 128..4096, the 4 KiB read settings on
-hosts that split every read into 64 and 128-byte completions), all under the request-TLP monitor and
-the DDR4 monitor. Icarus, much slower on this design, runs a smoke set: enumeration with a DMA each
-way, every register, MSI-X on every source: every RTL block of the endpoint, both clocks.
+hosts that split every read into 64 and 128-byte completions), the RC two-TLP straddle mode and
+completions packed four a beat, all under the request-TLP monitor, the RQ beat monitor and the DDR4
+monitor, with the requester streams straddled (the default); a build without straddling
+(STRADDLE 0) runs a subset of it (NO_STRADDLE). Icarus, much slower on this design, runs a smoke
+set: enumeration with a DMA each way, every register, MSI-X on every source: every RTL block of
+the endpoint, both clocks.
 """
 
 from __future__ import annotations
@@ -49,7 +52,8 @@ def verilator_tests() -> list[str]:
             + _indexed("test_driver_program", bench.LINK_CHECKS)
             + _indexed("test_accel_program", ACCEL_CHECKS)
             + ["test_idle_link_runs_no_python", "test_demo_model", "test_completion_buffer",
-               "test_default_host_reorders", "test_rc_two_tlp_straddle"]
+               "test_default_host_reorders", "test_rc_two_tlp_straddle",
+               "test_rc_small_completions"]
             + [f"test_completion_errors/case={i}" for i in range(len(bench.ERROR_CASES))]
             + [f"test_request_limits/limits={i}" for i in range(len(bench.LIMITS))])
 
