@@ -37,6 +37,8 @@ class PcieOptions:
     mrrs: int = 512                       # max read request size
     host: HostLinkConfig = field(default_factory=HostLinkConfig)
     cpl_timeout_ns: int | None = None     # the hard IP's completion timeout
+    straddle: bool = pcie.STRADDLE        # requester straddling: as the card's STRADDLE
+    rc_4tlp: bool = True                  # with it, RC up to four TLPs a beat (else two)
 
 
 class PcieHost:
@@ -46,7 +48,8 @@ class PcieHost:
         self.options = options or PcieOptions()
         o = self.options
         self.link = PcieLink(dut, host, o.host, link=o.link, mps=o.mps, mrrs=o.mrrs,
-                             cpl_timeout_ns=o.cpl_timeout_ns)
+                             cpl_timeout_ns=o.cpl_timeout_ns, straddle=o.straddle,
+                             rc_4tlp=o.rc_4tlp)
         self._lock = Lock()
         self.enumerated = False
         self.spurious = 0                  # messages whose source had already been cleared

@@ -365,7 +365,8 @@ class PcieLink:
 
     def __init__(self, dut, host: HostMemory, config: HostLinkConfig | None = None,
                  link: str = pcie.DEFAULT_LINK, mps: int = 256, mrrs: int = 512,
-                 cpl_timeout_ns: int | None = None) -> None:
+                 cpl_timeout_ns: int | None = None, straddle: bool = pcie.STRADDLE,
+                 rc_4tlp: bool = True) -> None:
         gen, width = pcie.LINK_CONFIGS[link]
         self.dut = dut
         self.host = host
@@ -378,6 +379,8 @@ class PcieLink:
         self.dev = CardPcieDevice(
             pcie_generation=gen, pcie_link_width=width,
             user_clk_frequency=pcie.USER_CLK_MHZ * 1e6, alignment="dword",
+            # requester straddling as card_top_pcie's STRADDLE: RQ 2 TLPs a beat, RC 4 (or 2)
+            rq_straddle=straddle, rc_straddle=straddle, rc_4tlp_straddle=straddle and rc_4tlp,
             max_payload_size=pcie.MAX_PAYLOAD_SUPPORTED, enable_client_tag=True,
             enable_extended_tag=True,          # the engine's descriptor tag is 32
             pf0_msi_enable=False, pf0_msix_enable=True,
