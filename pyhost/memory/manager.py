@@ -188,6 +188,7 @@ class MemoryManager:
         self.policy.capacity = self.capacity
         #: the repeat detector, for a policy that learns (the default): see repeat.py
         self.detector = RepeatDetector() if self.policy.learns else None
+        self._own_detector = self.detector   # saw every allocation (knows every size)
         self._observes = self.policy.observes
         self._plan_lock: object = None   # the detector lock the current plan was made for
         self._arms: dict[str, int] = {}  # plan / order -> bytes per repetition (estimated)
@@ -642,7 +643,8 @@ class MemoryManager:
         det = self.detector
         assert det is not None
         had = det.lock
-        det.observe(epoch, [e.id for e in ents], [e.card_size for e in ents])
+        det.observe(epoch, [e.id for e in ents], [e.card_size for e in ents],
+                    sized=det is self._own_detector)
         lock = det.lock
         if lock is not had:
             if had is not None:

@@ -776,6 +776,10 @@ class ShadowCache:
         return len(self.res) + self.policy.state_size()
 
 
+#: AutoPolicy feeds its shadow caches in batches of at most this many events (see observe).
+SHADOW_LOG = 256
+
+
 class AutoPolicy(EvictionPolicy):
     """The online default: the better of LIRS and LRU, and the plan of a repetition when the
     need sequence repeats.
@@ -805,11 +809,23 @@ class AutoPolicy(EvictionPolicy):
     def __init__(self) -> None:
         self.lirs = LirsPolicy()
         self.lru = SizedLruPolicy()
-        self.online: EvictionPolicy = self.lru
+        self._online: EvictionPolicy = self.lru
+        self._log: list[tuple[str, list[Resident], int]] = []   # shadow events not yet fed
         self.planner = PlannedPolicy()
         self.planning = False            # set by the manager (a hint, or a learned repetition)
         self._shadows: dict[str, ShadowCache] = {}
         self._cap = 0
+
+    @property
+    def online(self) -> EvictionPolicy:
+        """The expert followed when not planning (the shadows' events fed first)."""
+        if self._log:
+            self._flush()
+        return self._online
+
+    @online.setter
+    def online(self, p: EvictionPolicy) -> None:
+        self._online = p
 
     @property
     def planning(self) -> bool:
@@ -834,6 +850,7 @@ class AutoPolicy(EvictionPolicy):
             self._shadows = {"lirs": ShadowCache(LirsPolicy(), n),
                              "lru": ShadowCache(SizedLruPolicy(), n)}
             self._pair = (self._shadows["lirs"], self._shadows["lru"])
+        self._log = []
 
     @property                            # type: ignore[override]
     def next_use(self) -> Callable[[Resident], float]:   # type: ignore[override]
@@ -867,23 +884,36 @@ class AutoPolicy(EvictionPolicy):
         return (self.lirs, self.lru, self.planner)
 
     def observe(self, kind: str, ents: list[Resident], epoch: int) -> None:
-        sh = self._shadows
-        if not sh:
+        """The shadows' events wait in a log, replayed in order when the online expert is
+        asked for (pick, candidates, window costs; `online`) or the log holds SHADOW_LOG
+        events: the shadows see only the call stream (ids and sizes, which never change), so
+        the choice is the same as if each were fed at once, and a call that evicts nothing
+        does not pay for the simulation. (The caller does not change `ents` afterwards.)"""
+        if not self._shadows:
             return
-        if kind == "need":
-            a_sh, b_sh = self._pair
-            a_sh.need(ents, epoch)
-            b_sh.need(ents, epoch)
-            a, b = a_sh.cost, b_sh.cost
-            m = self.switch_margin
-            if self.online is self.lru and a < (1 - m) * b:
-                self.online = self.lirs
-            elif self.online is self.lirs and a > (1 + m) * b:
-                self.online = self.lru
-        else:
-            for e in ents:
-                for s in self._pair:
-                    s.event(kind, e)
+        log = self._log
+        log.append((kind, ents, epoch))
+        if len(log) >= SHADOW_LOG:
+            self._flush()
+
+    def _flush(self) -> None:
+        log, self._log = self._log, []
+        a_sh, b_sh = self._pair
+        lirs, lru = self.lirs, self.lru
+        m = self.switch_margin
+        for kind, ents, epoch in log:
+            if kind == "need":
+                a_sh.need(ents, epoch)
+                b_sh.need(ents, epoch)
+                a, b = a_sh.cost, b_sh.cost
+                if self._online is lru and a < (1 - m) * b:
+                    self._online = lirs
+                elif self._online is lirs and a > (1 + m) * b:
+                    self._online = lru
+            else:
+                for e in ents:
+                    a_sh.event(kind, e)
+                    b_sh.event(kind, e)
 
     def insert(self, e: Resident, now: int) -> None:
         self.lirs.insert(e, now)
@@ -928,6 +958,8 @@ class AutoPolicy(EvictionPolicy):
         return (self.planner if self.planning else self.online).plain_window_cost
 
     def state_size(self) -> int:
+        if self._log:
+            self._flush()
         return sum(p.state_size() for p in self._parts()) + sum(
             s.state_size() for s in self._shadows.values())
 

@@ -105,11 +105,15 @@ class RepeatDetector:
         self._ops.append((kind, tid, size))
         self._ops_time.append(now)
 
-    def observe(self, now: int, ids: Sequence[int], sizes: Sequence[int]) -> None:
-        """Need call number `now` with these distinct tensors (argument order)."""
+    def observe(self, now: int, ids: Sequence[int], sizes: Sequence[int],
+                sized: bool = False) -> None:
+        """Need call number `now` with these distinct tensors (argument order). `sized`: every
+        one was reported by `allocated` with this size (the manager's case), so the sizes
+        are known already."""
         ids = tuple(ids)
         key = tuple(sizes)
-        self._size.update(zip(ids, key))
+        if not sized:
+            self._size.update(zip(ids, key))
         self._ops.append(("need", ids, None))
         self._ops_time.append(now)
         if self.lock is not None:
@@ -151,9 +155,11 @@ class RepeatDetector:
         return True
 
     def _probe(self, lag: int, ids: tuple[int, ...], now: int, fwd: dict[int, int],
-               inv: dict[int, int]) -> tuple[list[tuple[int, int]], int] | None:
+               inv: dict[int, int], births: list[int] | None = None
+               ) -> tuple[list[tuple[int, int]], int] | None:
         """_match without changing anything: the new pairs of the renaming and the count of
-        tensors the very same, or None if the call does not repeat the one `lag` ago."""
+        tensors the very same, or None if the call does not repeat the one `lag` ago.
+        `births`: when each of `ids` was allocated (-1: before the detector knew), if known."""
         ref = now - lag
         if not self._first <= ref < self._end:
             return None
@@ -162,12 +168,14 @@ class RepeatDetector:
             return None
         new: list[tuple[int, int]] = []
         same = 0
-        born, size = self._born, self._size
-        for x, h in zip(ids, rec):
+        size = self._size
+        if births is None:
+            births = [self._born.get(x, -1) for x in ids]
+        for x, h, b in zip(ids, rec, births):
             if x == h:
                 same += 1
                 continue
-            if born.get(x, -1) < ref:             # existed then, but was not used there
+            if b < ref:                           # existed then, but was not used there
                 return None
             m = fwd.get(x)
             if m is not None:
@@ -202,6 +210,7 @@ class RepeatDetector:
         if dq:
             tries += itertools.islice(reversed(dq), self.max_candidates)
         empty: dict[int, int] = {}
+        births = None
         for t in tries[:4 * self.max_candidates]:
             if len(alive) >= self.max_candidates:
                 break
@@ -209,7 +218,10 @@ class RepeatDetector:
             if lag in lags:
                 continue
             lags.add(lag)
-            got = self._probe(lag, ids, now, empty, empty)   # a new candidate: no renaming yet
+            if births is None:                   # looked up once for all the probes
+                born = self._born
+                births = [born.get(x, -1) for x in ids]
+            got = self._probe(lag, ids, now, empty, empty, births)  # new: no renaming yet
             if got is not None:
                 new, same = got
                 c = _Candidate(lag, matches=1, exact=same, fwd=dict(new),
