@@ -113,7 +113,7 @@ class RepeatDetector:
         ids = tuple(ids)
         key = tuple(sizes)
         if not sized:
-            self._size.update(zip(ids, key))
+            self._size.update(zip(ids, key, strict=True))
         self._ops.append(("need", ids, None))
         self._ops_time.append(now)
         if self.lock is not None:
@@ -171,7 +171,7 @@ class RepeatDetector:
         size = self._size
         if births is None:
             births = [self._born.get(x, -1) for x in ids]
-        for x, h, b in zip(ids, rec, births):
+        for x, h, b in zip(ids, rec, births, strict=False):  # lengths checked
             if x == h:
                 same += 1
                 continue
@@ -261,7 +261,7 @@ class RepeatDetector:
         if dq is None:
             dq = self._index[key] = deque()
         dq.append(now)
-        for i, u in zip(ids, ul):
+        for i, u in zip(ids, ul, strict=True):
             if u is None:
                 u = uses.get(i)              # (a tensor twice in one call)
                 if u is None:
