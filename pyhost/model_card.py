@@ -292,8 +292,11 @@ class ModelCard(CardBackend):
             return
         slots = [self._rw[regs.offset(f"ACC_SLOT{i}")] for i in range(isa.NUM_SLOTS)]
         mem = self.card_memory[:_ACCEL_SPACE]
+        # With the performance model, a run without error reports its timing and the model's
+        # own estimate is not needed; after an error the model's counters are reported.
         result = self.accel.run_array(mem, base, count, slots,
-                                      schedule_seed=self.accel_schedule_seed)
+                                      schedule_seed=self.accel_schedule_seed,
+                                      timing=not self.perf_model)
         counters = dict(result.counters)
         if self.perf_model and result.ok:
             est = perf_estimate_raw(mem[base:base + count * isa.INSN_BYTES], self.accel.cfg,

@@ -47,6 +47,9 @@ _X_MAX = 1 << 21
 _S_MAX = 1 << 22
 
 COUNTER_NAMES = tuple(name for name, _ in regs.ACCEL_COUNTERS)
+#: The timing estimate's counters (the others are exact).
+_TIMING_COUNTERS = ("cycles", "load_busy", "load_stall", "compute_busy", "compute_stall",
+                    "store_busy", "store_stall", "gemm_busy")
 
 #: Field ranges per opcode for instructions given as `Insn` (the encoder's check, without encoding).
 _RANGES = {op: tuple((f.name, -(1 << (f.width - 1)) if f.signed else 0,
@@ -457,12 +460,18 @@ class AccelModel:
                          schedule_seed)
 
     def run_array(self, mem: np.ndarray, insn_base: int, insn_count: int, slots: Sequence[int],
-                  *, schedule_seed: int | None = None) -> AccelResult:
-        """`run` on card memory that is a writable uint8 numpy array (its size is mem_size)."""
+                  *, schedule_seed: int | None = None, timing: bool = True) -> AccelResult:
+        """`run` on card memory that is a writable uint8 numpy array (its size is mem_size).
+
+        ``timing=False``: a run that ends without error may leave out the timing estimate
+        (cycles and the busy, stall and gemm_busy counters are then 0), for a caller that
+        estimates the timing itself (ModelCard: `timing.perf_estimate_raw`). After an error the
+        counters are always complete.
+        """
         m = _ArrayMemory(_as_u8(mem))
         return self._run(m, _MemoryProgram(m, insn_base & _MASK32, insn_count, self.cfg.n,
                                                 self._decoded), slots,
-                         schedule_seed)
+                         schedule_seed, timing)
 
     def execute(self, program: Sequence[Insn | bytes], mem: bytearray | np.ndarray,
                 slots: Sequence[int], *, schedule_seed: int | None = None) -> AccelResult:
@@ -477,11 +486,12 @@ class AccelModel:
     # --- scheduler ---------------------------------------------------------------------------
 
     def _run(self, mem: _Memory, prog: _ProgramSource, slots: Sequence[int],
-             schedule_seed: int | None) -> AccelResult:
+             schedule_seed: int | None, timing: bool = True) -> AccelResult:
         if len(slots) > isa.NUM_SLOTS:
             raise ValueError(f"at most {isa.NUM_SLOTS} slots, got {len(slots)}")
         run = _Run(self, mem, prog, [int(s) & _MASK32 for s in slots]
                    + [0] * (isa.NUM_SLOTS - len(slots)))
+        run.want_timing = timing
         return run.go(schedule_seed)
 
     def _check_cached(self, word: bytes) -> _Op | AccelError:
@@ -1155,6 +1165,10 @@ class _Run:
         self.last_t = 0
         self._busy = [f"{u}_busy" for u in self.UNIT_NAMES]
         self._stall = [f"{u}_stall" for u in self.UNIT_NAMES]
+        #: whether the caller wants the timing estimate of a run without error; if not, the
+        #: program-order path may skip it (`timing_skipped`: then the timing state is partial)
+        self.want_timing = True
+        self.timing_skipped = False
 
     # --- agents ------------------------------------------------------------------------------
 
@@ -1270,7 +1284,11 @@ class _Run:
                 self.batch.flush(self.model)
         finally:
             self.model._batch = None
-        self.c["cycles"] = max(self.last_t, self.fetch_t)
+        if self.timing_skipped and not self.error:
+            for name in _TIMING_COUNTERS:
+                self.c[name] = 0
+        else:
+            self.c["cycles"] = max(self.last_t, self.fetch_t)
         return AccelResult(self.error, self.err_pc if self.error else 0, dict(self.c))
 
     def _go_round_robin(self) -> None:

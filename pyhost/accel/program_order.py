@@ -149,6 +149,8 @@ class ProgramOrder:
         self.acc_b = model.acc.reshape(-1).view(np.uint8)
         #: counters the per-instruction methods add to (the window counts them itself)
         self.scratch: dict[str, int] = dict.fromkeys(run.c, 0)
+        #: each window's timing inputs, evaluated in order at the end (`go`)
+        self.timing: list[tuple[np.ndarray, ...]] = []
 
     # --- the windows ---------------------------------------------------------------------------
 
@@ -156,25 +158,34 @@ class ProgramOrder:
         run = self.run
         prog = run.prog
         size = WINDOW_FIRST
+        at_end = False
         while not run.error:
             lo = run.pc
             hi = min(prog.count, lo + size)
             if lo >= hi:
                 break                                     # NO_END: the round robin reports it
             raw = prog.window(lo, hi)
-            stop = self._window(lo, raw)
+            stop, at_end = self._window(lo, raw)
             if stop < hi:
                 break
             size = min(size * 4, WINDOW_MAX)
+        if at_end and not run.want_timing:
+            # The next instruction is an END the fetch unit accepts: the run ends there
+            # without error, and the caller does not want the timing estimate.
+            run.timing_skipped = True
+        else:
+            for args in self.timing:
+                self._timing(*args)
         prog.resume(run.pc)
 
-    def _window(self, lo: int, raw: np.ndarray) -> int:
+    def _window(self, lo: int, raw: np.ndarray) -> tuple[int, bool]:
         """Runs what it can of the instructions at pcs lo.. (``raw``: their bytes, possibly
-        fewer than asked for); returns the pc of the first one it did not run."""
+        fewer than asked for); returns the pc of the first one it did not run, and whether
+        that one is an END without flags (the run's successful end)."""
         run, cfg, n = self.run, self.cfg, self.n
         k = raw.size // isa.INSN_BYTES
         if not k:
-            return lo
+            return lo, False
         op, flags, cols = decode_fields(raw[:k * isa.INSN_BYTES])
         c = _Col(cols, k)
         is_l, is_s, is_g, is_a, is_d = (op == _LOAD, op == _STORE, op == _GEMM, op == _ALU,
@@ -227,8 +238,9 @@ class ProgramOrder:
                 if not self._dw_ok(raw[pc * 16:pc * 16 + 16]):
                     s = pc
                     break
+        at_end = s < k and op[s] == _END and flags[s] == 0
         if s == 0:
-            return lo
+            return lo, at_end
         # --- run [lo, lo + s)
         cnt = self.run.c
         sl = slice(0, s)
@@ -242,12 +254,18 @@ class ProgramOrder:
         cnt["bytes_stored"] += int(moved[is_s[sl]].sum())
         for q in range(4):
             run.tokens[q] += int(pushes[q][sl].sum() - pops[q][sl].sum())
-        self._timing(lo, op[sl], is_m[sl], it[sl], total[sl], y[sl], x[sl], e[sl],
-                     sum(p[sl] << q for q, p in enumerate(pops)),
-                     sum(p[sl] << q for q, p in enumerate(pushes)), is_g[sl] | is_d[sl])
-        self._execute(lo, s, op, c, it, a_last, i_last, d_last, s_last, addr, total, e, raw)
+        # the timing estimate's inputs (`timing.field_cycles` per instruction)
+        xe = x[sl] * e[sl]
+        beats = -(-xe // BEAT_BYTES)
+        mem_rows = np.where(x[sl] > 0, y[sl], 0)
+        dur = np.where(is_m[sl], np.maximum(total[sl], mem_rows * beats) + 1, it[sl] + 1)
+        unit = np.where(op[sl] == _LOAD, 0, np.where(op[sl] == _STORE, 2, 1))
+        self.timing.append((unit, dur, sum(p[sl] << q for q, p in enumerate(pops)),
+                            sum(p[sl] << q for q, p in enumerate(pushes)),
+                            is_g[sl] | is_d[sl]))
+        self._execute(s, op, c, it, a_last, i_last, d_last, s_last, addr, total, e)
         run.pc = lo + s
-        return lo + s
+        return lo + s, at_end
 
     def _dw_ok(self, word: np.ndarray) -> bool:
         """A DW that the fetch unit accepts and whose rows are in range."""
@@ -265,16 +283,12 @@ class ProgramOrder:
 
     # --- the timing estimate -------------------------------------------------------------------
 
-    def _timing(self, lo: int, op: np.ndarray, is_m: np.ndarray, it: np.ndarray,
-                total: np.ndarray, y: np.ndarray, x: np.ndarray, e: np.ndarray,
-                popm: np.ndarray, pushm: np.ndarray, gemm: np.ndarray) -> None:
+    def _timing(self, unit: np.ndarray, dur: np.ndarray, popm: np.ndarray, pushm: np.ndarray,
+                gemm: np.ndarray) -> None:
         """The round robin's timing estimate (`_Run.fetch_step` / `unit_step`, the rules of
-        `timing.field_cycles`) of the instructions, in program order."""
+        `timing.field_cycles`) of a window's instructions in program order: their units, busy
+        cycles, token counters popped and pushed (bit q: counter q), GEMM or DW."""
         run = self.run
-        beats = -(-(x * e) // BEAT_BYTES)
-        mem_rows = np.where(x > 0, y, 0)
-        dur = np.where(is_m, np.maximum(total, mem_rows * beats) + 1, it + 1)
-        unit = np.where(op == _LOAD, 0, np.where(op == _STORE, 2, 1))
         queues = _QUEUES
         cap = run.cap
         fetch_t, unit_t, fin, tok = run.fetch_t, run.unit_t, run.finish_t, run.token_t
@@ -320,10 +334,10 @@ class ProgramOrder:
 
     # --- execution -----------------------------------------------------------------------------
 
-    def _execute(self, lo: int, s: int, op: np.ndarray, c: _Col, it: np.ndarray,
+    def _execute(self, s: int, op: np.ndarray, c: _Col, it: np.ndarray,
                  a_last: np.ndarray, i_last: np.ndarray, d_last: np.ndarray,
-                 s_last: np.ndarray, addr: np.ndarray, total: np.ndarray, e: np.ndarray,
-                 raw: np.ndarray) -> None:
+                 s_last: np.ndarray, addr: np.ndarray, total: np.ndarray, e: np.ndarray
+                 ) -> None:
         """Instructions [0, s) of the window, in program order: GEMMs in batches, the others
         one by one (past the pending batch when they touch none of its rows)."""
         model = self.model

@@ -235,3 +235,29 @@ def test_decoder_matches_isa_decode() -> None:
             assert (flags[k] >> i) & 1 == insn.fields.get(name, 0)
         for f in isa.FORMATS[insn.op][5:]:
             assert cols[f.name][k] == insn.fields.get(f.name, 0), (insn, f.name)
+
+
+def test_timing_false_leaves_out_only_the_estimate_of_a_good_run() -> None:
+    """run_array(timing=False): a run without error has the same exact counters and zero
+    timing counters; a run with an error has every counter, as with timing=True."""
+    cfg = CONFIGS[2]
+    timing = ("cycles", "load_busy", "load_stall", "compute_busy", "compute_stall",
+              "store_busy", "store_stall", "gemm_busy")
+    rng = random.Random(4)
+    rps = [randprog.generate(rng, cfg, mem_size=64 << 10, n_insns=80)]
+    rps += [randprog.generate_error(rng, cfg, kind, 64 << 10) for kind in randprog.ERROR_KINDS]
+    for rp in rps:
+        outs = []
+        for want in (True, False):
+            m = AccelModel(cfg)
+            mem = np.frombuffer(rp.memory(64 << 10), np.uint8).copy()
+            r = m.run_array(mem, rp.insn_base, rp.insn_count, rp.slots, timing=want)
+            outs.append((r, mem.tobytes(), m.acc.tobytes()))
+        (a, mem_a, acc_a), (b, mem_b, acc_b) = outs
+        assert (a.error, a.err_pc, mem_a, acc_a) == (b.error, b.err_pc, mem_b, acc_b)
+        if a.ok:
+            assert all(b.counters[k] == 0 for k in timing) and a.counters["cycles"] > 0
+            assert {k: v for k, v in a.counters.items() if k not in timing} == \
+                {k: v for k, v in b.counters.items() if k not in timing}
+        else:
+            assert a.counters == b.counters
