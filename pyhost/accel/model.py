@@ -924,15 +924,23 @@ class AccelModel:
             s = np.asarray(b, np.int64) & 31
             a[...] = (a.astype(np.int64) + ((np.int64(1) << s) >> 1)) >> s
         elif op == AluOp.REQ:
+            # the multiplier and shift rows, once per row the loop reads (a loop that reads the
+            # same rows again has stride 0 there: they broadcast)
             sh = np.ndarray(shape, np.int32, acc, (f["src_base"] + 1) * row,
-                            (f["src_so"] * row, f["src_si"] * row, 4)).astype(np.int64) & 63
+                            (f["src_so"] * row, f["src_si"] * row, 4))
+            keep = tuple(slice(None) if st else slice(0, 1) for st in sh.strides)
+            mult = b[keep].astype(np.int64)
+            sh = sh[keep].astype(np.int64) & 63
             zp, lo, hi = isa.req_fields(imm)
-            prod = a.astype(np.int64) * b.astype(np.int64)          # |prod| <= 2**62
+            prod = a.astype(np.int64)
+            prod *= mult                                            # |prod| <= 2**62
             if (sh == 63).any():                                    # the 65-bit case
                 a[...] = requantize_lanes(prod, 1, sh, zp, lo, hi)
             else:                                                   # |sum| < 2**63
-                y = ((prod + ((np.int64(1) << sh) >> 1)) >> sh) + zp
-                a[...] = np.minimum(np.maximum(y, lo), hi)
+                prod += (np.int64(1) << sh) >> 1
+                prod >>= sh
+                prod += zp
+                a[...] = np.clip(prod, lo, hi, out=prod)            # min(max(y, lo), hi)
         else:
             raise ValueError(f"ALU op {op} does not exist")
 

@@ -33,6 +33,7 @@ interleaving) never comes here.
 
 from __future__ import annotations
 
+import bisect
 import sys
 from typing import Any
 
@@ -369,47 +370,67 @@ class ProgramOrder:
             if not _LITTLE:
                 simple &= buf < 2
         contig = (c["y_size"][ev] == 1) | (c["y_stride"][ev] == c["x_size"][ev])
+        sp_b = c["sp_base"][ev] * e[ev]                    # the LOAD's first scratchpad byte
         rows = zip(ev.tolist(), eop.tolist(), kind.tolist(), lo1.tolist(), hi1.tolist(),
                    lo2.tolist(), hi2.tolist(), simple.tolist(), contig.tolist(),
                    buf.tolist(), addr[ev].tolist(), e[ev].tolist(), tot.tolist(),
-                   c["sp_base"][ev].tolist(), c["y_size"][ev].tolist(),
-                   c["x_size"][ev].tolist(), c["y_stride"][ev].tolist(), strict=True)
+                   sp_b.tolist(), (tot * e[ev]).tolist(), c["sp_base"][ev].tolist(),
+                   c["y_size"][ev].tolist(), c["x_size"][ev].tolist(),
+                   c["y_stride"][ev].tolist(), strict=True)
         one_by_one = not model.batch_gemms
         arr, n = self.arr, self.n
         dst_bytes = (self.inp_b, self.wgt_b, self.acc_b)
         acc = model.acc
-        g0 = 0                                             # the batch: GEMMs gp[g0:g1]
-        ranges = batch.ranges if batch else None
+        big, neg = _EMPTY
+        # the pending batch: GEMMs gp[batch.start:g0]; the rows they touch
+        g0 = 0
+        pend = False
+        ilo, ihi, wlo, whi, alo, ahi = big, neg, big, neg, big, neg
         seg_r = batch.segment_ranges(seg) if batch else None
-        for j, (pc, o, kd, l1, h1, l2, h2, simp, cont, bf, ad, el, tt, sp, ys, xs, st) \
-                in enumerate(rows):
+        for j, (pc, o, kd, l1, h1, l2, h2, simp, cont, bf, ad, el, tt, d0, nb, sp, ys, xs,
+                st) in enumerate(rows):
             g1 = seg[j]
-            if batch is not None:
-                if g1 > g0:
-                    if one_by_one:
-                        batch.one_by_one(g0, g1)
-                    else:                                  # GEMMs gp[g0:g1] join the batch
-                        for r, lo_, hi_ in zip(ranges, seg_r[0][j], seg_r[1][j], strict=True):
-                            if lo_ < r[0]:
-                                r[0] = lo_
-                            if hi_ > r[1]:
-                                r[1] = hi_
-                    g0 = g1
-                if batch.start < g1:                       # GEMMs pending
-                    r = ranges[kd] if kd < 3 else None
-                    a = ranges[2]
-                    if r is None or not (h1 < r[0] or l1 > r[1]) \
-                            or not (h2 < a[0] or l2 > a[1]):
-                        batch.flush(g1)
+            if g1 > g0:
+                assert batch is not None and seg_r is not None
+                if one_by_one:
+                    batch.one_by_one(g0, g1)
+                else:                                      # GEMMs gp[g0:g1] join the batch
+                    a0, a1, b0, b1, c0, c1 = seg_r[j]
+                    if a0 < ilo:
+                        ilo = a0
+                    if a1 > ihi:
+                        ihi = a1
+                    if b0 < wlo:
+                        wlo = b0
+                    if b1 > whi:
+                        whi = b1
+                    if c0 < alo:
+                        alo = c0
+                    if c1 > ahi:
+                        ahi = c1
+                    pend = True
+                g0 = g1
+            if pend:                                       # past the batch, or compute it
+                if kd == 0:
+                    r0, r1 = ilo, ihi
+                elif kd == 1:
+                    r0, r1 = wlo, whi
+                else:
+                    r0, r1 = alo, ahi
+                if kd == 3 or not (h1 < r0 or l1 > r1) or not (h2 < alo or l2 > ahi):
+                    assert batch is not None
+                    batch.flush(g1)
+                    pend = False
+                    ilo, ihi, wlo, whi, alo, ahi = big, neg, big, neg, big, neg
             if simp:                                       # LOAD, straight into the rows
                 if bf == 3:                                # ACC8: sign-extend the bytes
-                    src = arr[ad:ad + tt * el] if cont else \
+                    src = arr[ad:ad + nb] if cont else \
                         np.ndarray((ys, xs * el), np.uint8, arr, ad, (st * el, 1))
                     acc[sp:sp + tt] = src.view(np.int8).reshape(tt, n)
                 elif cont:
-                    dst_bytes[bf][sp * el:(sp + tt) * el] = arr[ad:ad + tt * el]
+                    dst_bytes[bf][d0:d0 + nb] = arr[ad:ad + nb]
                 else:
-                    dst_bytes[bf][sp * el:(sp + tt) * el].reshape(ys, xs * el)[...] = \
+                    dst_bytes[bf][d0:d0 + nb].reshape(ys, xs * el)[...] = \
                         np.ndarray((ys, xs * el), np.uint8, arr, ad, (st * el, 1))
                 continue
             f = self._fields(c, pc, o)
@@ -441,20 +462,16 @@ _QUEUES = [tuple(q for q in range(4) if m >> q & 1) for m in range(16)]
 
 class _Batch:
     """The window's GEMMs (pcs ``gp``) as batches: each batch is a range gp[start:end] of
-    consecutive GEMMs computed together when something touches its rows (`flush`), or at the
-    window's end. `ranges`: the lowest and highest INP, WGT and ACC rows the pending GEMMs
-    touch (GEMMs without iterations touch none)."""
+    consecutive GEMMs, computed together (`flush`) before the first instruction that touches
+    one of their rows, or at the window's end. A batch is cut into runs of GEMMs with the same
+    accumulator loop and input strides (`AccelModel._gemm_runs`)."""
 
     def __init__(self, po: ProgramOrder, gp: np.ndarray, c: _Col, it: np.ndarray,
                  a_last: np.ndarray, i_last: np.ndarray) -> None:
-        self.po = po
         self.model = po.model
-        self.gp = gp
         g = {k: c[k][gp] for k in ("acc_base", "outer", "inner", "acc_so", "acc_si", "inp_base",
                                    "inp_so", "inp_si", "wgt_base", "reset")}
-        self.g = g
-        live = it[gp] > 0
-        self.live = live
+        live = it[gp] > 0                                  # GEMMs without iterations do nothing
         big, neg = _EMPTY
         self.r_lo = [np.where(live, g["inp_base"], big), np.where(live, g["wgt_base"], big),
                      np.where(live, g["acc_base"], big)]
@@ -467,15 +484,15 @@ class _Batch:
             for k in ("acc_base", "outer", "inner", "acc_so", "acc_si", "inp_so", "inp_si"):
                 v = g[k]
                 brk[1:] |= v[1:] != v[:-1]
-        self.brk = brk
-        self.last_reset = np.maximum.accumulate(np.where(g["reset"] != 0, np.arange(m), -1))
+        #: the GEMMs where a run starts, and each GEMM's last GEMM with reset up to it (or -1)
+        self.run_starts = np.flatnonzero(brk).tolist()
+        self.last_reset = np.maximum.accumulate(
+            np.where(g["reset"] != 0, np.arange(m), -1)).tolist()
         self.lists = {k: v.tolist() for k, v in g.items()}
-        self.live_l = live.tolist()
+        self.live = live.tolist()
         self.start = 0
-        self.ranges = [[big, neg], [big, neg], [big, neg]]
 
-    def segment_ranges(self, seg: list[int]) -> tuple[list[tuple[int, int, int]],
-                                                      list[tuple[int, int, int]]]:
+    def segment_ranges(self, seg: list[int]) -> list[tuple[int, int, int, int, int, int]]:
         """For the GEMMs gp[seg[j-1]:seg[j]] (seg[-1] read as 0) of each j: the lowest and the
         highest INP, WGT and ACC rows they touch (`_EMPTY` when there are none)."""
         bounds = np.array([0, *seg], np.int64)
@@ -490,31 +507,30 @@ class _Batch:
                 b[full] = np.maximum.reduceat(hi, starts)
             lows.append(a.tolist())
             highs.append(b.tolist())
-        return list(zip(*lows, strict=True)), list(zip(*highs, strict=True))
+        return list(zip(lows[0], highs[0], lows[1], highs[1], lows[2], highs[2], strict=True))
 
     def one_by_one(self, g0: int, g1: int) -> None:
         """`batch_gemms` off: GEMMs gp[g0:g1], each computed alone as it starts."""
         L = self.lists
         for j in range(g0, g1):
-            if self.live_l[j]:
+            if self.live[j]:
                 self.model._gemm_now({k: L[k][j] for k in L})
         self.start = g1
 
     def flush(self, g1: int) -> None:
         """Computes the pending GEMMs gp[start:g1]."""
         g0, self.start = self.start, g1
-        big, neg = _EMPTY
-        self.ranges[0][:] = self.ranges[1][:] = self.ranges[2][:] = (big, neg)
         if g1 <= g0:
             return
-        starts = (g0 + np.flatnonzero(self.brk[g0 + 1:g1]) + 1).tolist()
+        rs = self.run_starts
+        starts = rs[bisect.bisect_right(rs, g0):bisect.bisect_left(rs, g1)]
         starts.insert(0, g0)
-        ends = starts[1:] + [g1]
-        lr = self.last_reset
+        starts.append(g1)
+        lr, live = self.last_reset, self.live
         runs = []
-        for a, b in zip(starts, ends, strict=True):
-            if not self.live_l[a]:
-                continue                                   # no iterations: no effect
-            r = int(lr[b - 1])
-            runs.append((a, b, r if r >= a else -1))
-        self.po.model._gemm_runs(self.lists, runs)
+        for k in range(len(starts) - 1):
+            a, b = starts[k], starts[k + 1]
+            if live[a]:                                    # (a run without iterations: none)
+                r = lr[b - 1]
+                runs.append((a, b, r if r >= a else -1))
+        self.model._gemm_runs(self.lists, runs)
