@@ -371,6 +371,7 @@ class ProgramOrder:
                 simple &= buf < 2
         contig = (c["y_size"][ev] == 1) | (c["y_stride"][ev] == c["x_size"][ev])
         sp_b = c["sp_base"][ev] * e[ev]                    # the LOAD's first scratchpad byte
+        fields = self._fields(c, ev[~simple], eop[~simple])  # for the units' own methods
         rows = zip(ev.tolist(), eop.tolist(), kind.tolist(), lo1.tolist(), hi1.tolist(),
                    lo2.tolist(), hi2.tolist(), simple.tolist(), contig.tolist(),
                    buf.tolist(), addr[ev].tolist(), e[ev].tolist(), tot.tolist(),
@@ -433,7 +434,7 @@ class ProgramOrder:
                     dst_bytes[bf][d0:d0 + nb].reshape(ys, xs * el)[...] = \
                         np.ndarray((ys, xs * el), np.uint8, arr, ad, (st * el, 1))
                 continue
-            f = self._fields(c, pc, o)
+            f = fields[pc]
             if o == _LOAD:
                 err = model._load(f, self.mem, self.run.slots, self.scratch)
             elif o == _STORE:
@@ -452,8 +453,17 @@ class ProgramOrder:
             else:
                 batch.flush(g1)
 
-    def _fields(self, c: _Col, pc: int, o: int) -> dict[str, int]:
-        return {name: int(c[name][pc]) for name, _, _, _ in _LAYOUTS[o]}
+    @staticmethod
+    def _fields(c: _Col, pcs: np.ndarray, ops: np.ndarray) -> dict[int, dict[str, int]]:
+        """The fields by name of the instructions at ``pcs`` (opcodes ``ops``), by pc."""
+        out: dict[int, dict[str, int]] = {}
+        for o in np.unique(ops).tolist():
+            at = pcs[ops == o]
+            names = [name for name, _, _, _ in _LAYOUTS[o]]
+            cols = [c[name][at].tolist() for name in names]
+            for pc, vals in zip(at.tolist(), zip(*cols, strict=True), strict=True):
+                out[pc] = dict(zip(names, vals, strict=True))
+        return out
 
 
 #: Token counters by bitmask (bit q: counter q).

@@ -261,3 +261,37 @@ def test_timing_false_leaves_out_only_the_estimate_of_a_good_run() -> None:
                 {k: v for k, v in b.counters.items() if k not in timing}
         else:
             assert a.counters == b.counters
+
+
+@pytest.mark.parametrize("n", [8, 16])
+def test_long_runs_and_large_batches_at_the_extremes(n: int) -> None:
+    """GEMM runs long enough to split the product's reduction (more than 1024 terms), with
+    every input and weight -128 (the largest partial sums) and accumulators near the int32
+    limits; runs covering the whole accumulator (the input rows gathered in parts), and enough
+    of them to write back in parts; with resets in the middle: batched, one by one and on the
+    scheduler, the same."""
+    cfg = AccelConfig(n=n, inp_depth=4096, wgt_depth=64, acc_depth=4096, queue_depth=2)
+    prog = []
+    for k in range(300):                                     # one run, K = 150 * n
+        prog.append(isa.gemm(reset=int(k == 150), acc_base=0, inp_base=k % 7, wgt_base=k % 64,
+                             outer=4, inner=8, acc_so=8, acc_si=1, inp_so=9, inp_si=1))
+    for k in range(300):                                     # 1024 rows, K = 300 * n
+        prog.append(isa.gemm(acc_base=8, inp_base=k % 5, wgt_base=(3 * k) % 64, outer=32,
+                             inner=32, acc_so=32, acc_si=1, inp_so=64, inp_si=2))
+    for k in range(140):                                     # whole-accumulator runs
+        prog.append(isa.gemm(reset=int(k % 50 == 49), acc_base=0, inp_base=k % 3,
+                             wgt_base=(5 * k) % 64, outer=64, inner=64,
+                             acc_so=64 if k % 2 else 1, acc_si=1 if k % 2 else 64,
+                             inp_so=32, inp_si=1))
+    prog.append(isa.end())
+
+    def go(m):
+        m.inp[:] = -128
+        m.wgt[:] = -128
+        m.wgt[::3] = 127
+        m.acc[::2] = (1 << 31) - 5
+        mem = bytearray(64)
+        return m.execute(prog, mem, [0] * 16), mem
+
+    _both(cfg, n, go)
+    _both(cfg, n, go, batch=False)
