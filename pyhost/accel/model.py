@@ -5,6 +5,11 @@ load, compute and store units and runs them under the token protocol of docs/isa
 model"; `AccelModel.execute` does the same with the program given directly. A race-free program
 gives the same scratchpads, card memory and exact counters as the RTL, bit for bit, whatever the
 interleaving (`schedule_seed` picks a random one to show it).
+
+The default interleaving (round robin) is program order while every pop finds its token already
+pushed; pyhost/accel/program_order.py runs such stretches a window at a time with vectorized
+checks, batched GEMMs and a plain-int timing loop, and hands anything else (every error
+included) to the scheduler below with its exact state (`AccelModel.fast`).
 """
 
 from __future__ import annotations
@@ -394,7 +399,10 @@ class AccelModel:
     unit starts its instructions in program order when their pop tokens are there, runs them
     atomically and then pushes. By default the fetcher and the units take turns round robin;
     `schedule_seed` interleaves them randomly instead (a race-free program gives the same result
-    under every interleaving).
+    under every interleaving). Where the round robin is program order (every pop finds its token
+    already pushed: compiled kernels), the model runs it as that (pyhost/accel/program_order.py;
+    `fast = False` keeps the scheduler's step-by-step loop for every instruction, with the same
+    result, counters and errors).
 
     Where the ISA leaves a choice, the model:
     - checks SP_RANGE before MISALIGNED, and both before the bus; a LOAD/STORE with a bus error
