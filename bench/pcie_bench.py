@@ -21,6 +21,10 @@ For each link setting (MPS / MRRS in Device Control) and 4 KiB .. 4 MiB transfer
 - targets: at least 90 % of the bound for 64 KiB and up (streaming), and above XDMA's published
   Gen3 x16 figures (about 9.6 GB/s host-to-card and 12.2 GB/s card-to-host, Alveo U200).
 
+``--straddle off`` runs card_top_pcie built without requester straddling (STRADDLE 0, the hard
+IP configured alike: one TLP per run of beats on the 512-bit interface); the default is
+pcie.STRADDLE (RQ two TLPs a beat, RC up to four).
+
 ``--sizes 64K,256K --settings 0`` runs a subset (the smallest form that gives one figure; the
 streams stay ``STREAM_BYTES`` long unless ``--stream-bytes`` says otherwise).
 
@@ -43,6 +47,7 @@ from cocotb.utils import get_sim_time
 from bench import record
 from pyhost.backend import HostMemory
 from pyhost.driver import PcieDriver
+from pyhost.spec import pcie
 from tb.common import simulator
 from tb.common.clocking import reset, start_clock
 from tb.common.pcie_card import PcieOptions
@@ -85,6 +90,10 @@ def _ns() -> float:
 
 def _sizes() -> list[int]:
     return json.loads(os.environ.get("BENCH_SIZES", "null")) or SIZES
+
+
+def _straddle() -> bool:
+    return bool(int(os.environ.get("BENCH_STRADDLE", int(pcie.STRADDLE))))
 
 
 def _stream_bytes() -> int:
@@ -143,7 +152,7 @@ async def bench_throughput(dut, setting: int) -> None:
     """H2C and C2H throughput on the PCIe link at one MPS / MRRS setting."""
     mps, mrrs = SETTINGS[setting]
     start_clock(dut)
-    opts = PcieOptions(mps=mps, mrrs=mrrs, host=HostLinkConfig())
+    opts = PcieOptions(mps=mps, mrrs=mrrs, host=HostLinkConfig(), straddle=_straddle())
     span = max(max(_sizes()), _stream_bytes())
     card = RtlCard(dut, HostMemory(4 * span + (16 << 20)), link="pcie", pcie=opts,
                    irq_timeout_ns=10**10)
@@ -152,7 +161,8 @@ async def bench_throughput(dut, setting: int) -> None:
     rows = await bridge(_throughput)(card)
     rc = card.pcie.link.rc
     dev = card.pcie.link.dev
-    record(f"{mps}/{mrrs}", {"mps": mps, "mrrs": mrrs, "lspci": info, "rows": rows,
+    record(f"{mps}/{mrrs}", {"mps": mps, "mrrs": mrrs, "straddle": _straddle(),
+                             "lspci": info, "rows": rows,
                              "host_reads": rc.reads, "completions": rc.completions,
                              "reordered": rc.reordered, "interleaved": rc.interleaved,
                              "max_reads_in_flight": rc.max_in_flight,
@@ -169,19 +179,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--settings", default="",
                     help="comma-separated indices into SETTINGS " + str(SETTINGS))
     ap.add_argument("--stream-bytes", default="", help="bytes per streaming run (K/M suffix)")
+    ap.add_argument("--straddle", choices=("on", "off"), default="on" if pcie.STRADDLE else "off",
+                    help="requester straddling of card_top_pcie and the hard IP (default: "
+                         "pcie.STRADDLE)")
     args = ap.parse_args(argv)
+    straddle = args.straddle == "on"
     sizes = [_size(s) for s in args.sizes.split(",") if s] or SIZES
     settings = [int(s) for s in args.settings.split(",") if s] or list(range(len(SETTINGS)))
     if any(not 0 <= i < len(SETTINGS) for i in settings):
         ap.error(f"--settings: indices 0..{len(SETTINGS) - 1}")
-    env = {"BENCH_SIZES": json.dumps(sizes)}
+    env = {"BENCH_SIZES": json.dumps(sizes), "BENCH_STRADDLE": str(int(straddle))}
     if args.stream_bytes:
         env["BENCH_STREAM_BYTES"] = str(_size(args.stream_bytes))
     RESULTS.mkdir(parents=True, exist_ok=True)
     raw = RESULTS / "pcie.raw.json"
     raw.unlink(missing_ok=True)
-    b = simulator.card_build("verilator", {"MEM_SIZE": f"64'd{CARD_MEM}"}, waves=False,
-                             top="card_top_pcie")
+    b = simulator.card_build("verilator", {"MEM_SIZE": f"64'd{CARD_MEM}",
+                                           **({} if straddle == pcie.STRADDLE
+                                              else {"STRADDLE": int(straddle)})},
+                             waves=False, top="card_top_pcie")
     # one simulator process per setting, side by side (the figures are simulated time)
     from concurrent.futures import ThreadPoolExecutor
 
@@ -200,10 +216,11 @@ def main(argv: list[str] | None = None) -> int:
     host = HostLinkConfig()
     print(f"\nPCIe DMA, Gen3 x16 (link {LINK_RATE / 1e9:.2f} GB/s per direction), host read "
           f"latency {host.read_latency_ns} ns + up to {host.jitter_ns} ns, completions out of "
-          f"order, RCB {host.rcb}, Verilator")
+          f"order, RCB {host.rcb}, requester straddling {args.straddle}, Verilator")
     print("TLP bound = R x P / (P + H + 8): P payload per TLP (H2C: completion, at most MPS; "
           "C2H: MPS), H 12 (completion) / 16 (64-bit write)")
     out = {"benchmark": "pcie", "link_GBps": round(LINK_RATE / 1e9, 3), "target": TARGET,
+           "straddle": straddle,
            "xdma_GBps": XDMA_GBPS, "settings": {}}
     for key, s in r.items():
         mps = s["mps"]

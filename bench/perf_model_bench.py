@@ -20,6 +20,11 @@
    then per N the parameters that differ (``by_n``), and writes pyhost/accel/perf_params.json.
    The networks above are not fitted on: they validate the fit.
 
+``--from-study DIR`` takes the networks from a finished study's output instead (DIR/subgraphs.csv,
+`python -m tb.sweep`'s: per RTL point and subgraph the RTL's cycles and the functional card's
+estimate of the same program in the same run, ``model_cycles``), so the committed study
+(docs/sweep-study) is checked without its CPU hours and whatever the sweep cache holds.
+
 Results: bench/results/perf_model.json and a printed table.
 """
 
@@ -75,6 +80,26 @@ def network_rows(records: list[dict[str, Any]], cache: Any,
                          "subgraph": step["name"],
                          "rtl": step["cycles"], "estimate": est,
                          "error": est / step["cycles"] - 1})
+    return rows
+
+
+def study_rows(study_dir: Path) -> list[dict[str, Any]]:
+    """Per RTL point and accelerator subgraph of a finished study (its subgraphs.csv): RTL
+    cycles, the functional card's estimate recorded beside them, the error."""
+    import csv
+
+    path = study_dir / "subgraphs.csv"
+    if not path.is_file():
+        raise SystemExit(f"{path}: no such file; give the output directory of a finished sweep")
+    rows = []
+    with path.open() as f:
+        for r in csv.DictReader(f):
+            if r["backend"] != "rtl" or not r.get("model_cycles"):
+                continue
+            rtl, est = int(r["cycles"]), int(r["model_cycles"])
+            rows.append({"model": r["model"], "n": int(r["N"]), "inp_depth": int(r["inp"]),
+                         "subgraph": r["subgraph"], "rtl": rtl, "estimate": est,
+                         "error": est / rtl - 1})
     return rows
 
 
@@ -251,6 +276,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="run every point of the study (ResNet-50: CPU hours per point)")
     ap.add_argument("--workers", type=int, default=None,
                     help="local cluster workers for the RTL points (default: one per core)")
+    ap.add_argument("--from-study", type=Path, default=None, metavar="DIR",
+                    help="take the networks from a finished study's subgraphs.csv (RTL cycles "
+                         "and the functional card's estimate of each subgraph); run nothing")
     args = ap.parse_args(argv)
     from tb.sweep.__main__ import DEFAULT_CACHE
     from tb.sweep.cache import Cache
@@ -270,14 +298,18 @@ def main(argv: list[str] | None = None) -> int:
         timing._PERF_BY_N.clear()
         timing._PERF_BY_N.update(timing.load_perf_params())
         print(f"fitted: {doc['params']}, per N {doc['by_n']}\nwrote {timing.PERF_PARAMS_FILE}")
-    cache = Cache(args.cache or DEFAULT_CACHE)
     study = load(STUDY)
-    run_spec = study if args.all else select(study, args.only or list(DEFAULT_RUN))
-    records = [] if args.no_rtl else _run(run_spec, cache, args.workers)
-    ran = {tuple(sorted(r["point"].items())) for r in records}
-    # the study's other points: whatever the sweep cache has of them (a cluster ran them)
-    records += [r for r in _cached(study, cache) if tuple(sorted(r["point"].items())) not in ran]
-    rows = network_rows(records, cache, p)
+    if args.from_study is not None:
+        rows = study_rows(args.from_study)
+    else:
+        cache = Cache(args.cache or DEFAULT_CACHE)
+        run_spec = study if args.all else select(study, args.only or list(DEFAULT_RUN))
+        records = [] if args.no_rtl else _run(run_spec, cache, args.workers)
+        ran = {tuple(sorted(r["point"].items())) for r in records}
+        # the study's other points: whatever the sweep cache has of them (a cluster ran them)
+        records += [r for r in _cached(study, cache)
+                    if tuple(sorted(r["point"].items())) not in ran]
+        rows = network_rows(records, cache, p)
     nets = networks(rows)
     cases = case_errors(load_cases(args.cases), p) if args.cases else []
     print("\nperformance model against card_top (Verilator): cycles per accelerator subgraph")

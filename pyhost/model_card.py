@@ -9,6 +9,7 @@ pyhost/accel/model.py.
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pyhost.accel.model import AccelModel
-from pyhost.accel.timing import perf_estimate_raw
+from pyhost.accel.timing import PerfEstimate, perf_estimate_raw
 from pyhost.backend import (
     DEFAULT_HOST_BASE,
     DEFAULT_HOST_SIZE,
@@ -26,7 +27,7 @@ from pyhost.backend import (
 )
 from pyhost.card_timing import CardTiming, TimingEvent, dma_cycles
 from pyhost.spec import isa, regs
-from pyhost.spec.accel import DATA_WIDTH, AccelConfig
+from pyhost.spec.accel import BEAT_BYTES, DATA_WIDTH, AccelConfig
 from pyhost.spec.dram import DramGeometry
 from pyhost.spec.isa import AccelError
 from pyhost.spec.regs import Access, Channel, DmaError
@@ -45,6 +46,8 @@ _IRQ = {f.name: f for f in regs.IRQ_FIELDS}
 _CAPS = {f.name: f for f in regs.BY_NAME["CAPS"].fields}
 _ACC_CTRL = {f.name: f for f in regs.BY_NAME["ACC_CTRL"].fields}
 _ACC_STATUS = {f.name: f for f in regs.BY_NAME["ACC_STATUS"].fields}
+#: Programs whose performance estimate ModelCard keeps (oldest dropped first).
+_PERF_CACHE = 64
 #: The accelerator sees card memory through 32-bit addresses.
 _ACCEL_SPACE = isa.ADDR_SPACE
 #: Every defined IRQ_STATUS bit; IRQ_MASK holds only these, like the generated CSR.
@@ -147,6 +150,10 @@ class ModelCard(CardBackend):
         self.accel = AccelModel(accel) if accel is not None else None
         self.accel_schedule_seed = accel_schedule_seed
         self.perf_model = perf_model
+        #: perf_estimate_raw of the programs run so far, by (program digest, place in its first
+        #: beat): a model runs the same program each inference (the estimate depends on nothing
+        #: else; at most _PERF_CACHE programs)
+        self._perf_cache: dict[tuple[bytes, int], PerfEstimate] = {}
         #: Estimated cycles of every chain and accelerator run since construction.
         self.timing = CardTiming()
         self._reads = self._read_table()
@@ -292,12 +299,21 @@ class ModelCard(CardBackend):
             return
         slots = [self._rw[regs.offset(f"ACC_SLOT{i}")] for i in range(isa.NUM_SLOTS)]
         mem = self.card_memory[:_ACCEL_SPACE]
+        # With the performance model, a run without error reports its timing and the model's
+        # own estimate is not needed; after an error the model's counters are reported.
         result = self.accel.run_array(mem, base, count, slots,
-                                      schedule_seed=self.accel_schedule_seed)
+                                      schedule_seed=self.accel_schedule_seed,
+                                      timing=not self.perf_model)
         counters = dict(result.counters)
         if self.perf_model and result.ok:
-            est = perf_estimate_raw(mem[base:base + count * isa.INSN_BYTES], self.accel.cfg,
-                                    insn_base=base)
+            prog = mem[base:base + count * isa.INSN_BYTES]
+            key = (hashlib.blake2b(prog, digest_size=20).digest(), base % BEAT_BYTES)
+            est = self._perf_cache.get(key)
+            if est is None:
+                est = perf_estimate_raw(prog, self.accel.cfg, insn_base=base)
+                if len(self._perf_cache) >= _PERF_CACHE:
+                    self._perf_cache.pop(next(iter(self._perf_cache)))
+                self._perf_cache[key] = est
             counters.update(est.counters())
         self.timing.add(TimingEvent("ACCEL", int(counters["cycles"])))
         self._acc_counters = {c: v & _U64 for c, v in counters.items()}

@@ -5,6 +5,11 @@ load, compute and store units and runs them under the token protocol of docs/isa
 model"; `AccelModel.execute` does the same with the program given directly. A race-free program
 gives the same scratchpads, card memory and exact counters as the RTL, bit for bit, whatever the
 interleaving (`schedule_seed` picks a random one to show it).
+
+The default interleaving (round robin) is program order while every pop finds its token already
+pushed; pyhost/accel/program_order.py runs such stretches a window at a time with vectorized
+checks, batched GEMMs and a plain-int timing loop, and hands anything else (every error
+included) to the scheduler below with its exact state (`AccelModel.fast`).
 """
 
 from __future__ import annotations
@@ -13,10 +18,12 @@ import random
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from pyhost.accel import blas
+from pyhost.accel.program_order import ProgramOrder
 from pyhost.accel.timing import field_cycles
 from pyhost.fixedpoint import requantize_lanes, rounding_shift
 from pyhost.spec import isa, regs
@@ -35,8 +42,19 @@ _FETCH_CHUNK = 64
 _BLAS_MNK = 1 << 18
 #: Distinct instruction encodings the model keeps decoded (cleared when it grows past this).
 _DECODE_CACHE = 1 << 20
+#: Input-row index matrices of GEMM runs the model keeps (cleared when it grows past this).
+_INDEX_CACHE = 1 << 10
+#: The program-order path's GEMM products (pyhost/accel/program_order.py): at most _K_MAX terms
+#: per float32 product (exact, see `AccelModel._products`), at most _X_MAX elements of gathered
+#: input rows at once, at most _S_MAX products (rows x N) held before they are written back.
+_K_MAX = 1 << 10
+_X_MAX = 1 << 21
+_S_MAX = 1 << 22
 
 COUNTER_NAMES = tuple(name for name, _ in regs.ACCEL_COUNTERS)
+#: The timing estimate's counters (the others are exact).
+_TIMING_COUNTERS = ("cycles", "load_busy", "load_stall", "compute_busy", "compute_stall",
+                    "store_busy", "store_stall", "gemm_busy")
 
 #: Field ranges per opcode for instructions given as `Insn` (the encoder's check, without encoding).
 _RANGES = {op: tuple((f.name, -(1 << (f.width - 1)) if f.signed else 0,
@@ -231,12 +249,25 @@ class _CallbackMemory(_Memory):
 # --- program sources -----------------------------------------------------------------------------
 
 class _ProgramSource:
-    """Instruction `pc` as the fetcher sees it: an `_Op`, or the AccelError fetching it raises."""
+    """Instruction `pc` as the fetcher sees it: an `_Op`, or the AccelError fetching it raises.
+    For the program-order path (pyhost/accel/program_order.py): `window` gives the bytes of
+    instructions [lo, hi) (fewer when the rest cannot be had as plain bytes), `region` the card
+    memory bytes the program occupies, `resume` puts the fetcher at `pc` as if it had fetched
+    every instruction before it."""
 
     count: int
 
     def get(self, pc: int) -> _Op | AccelError:
         raise NotImplementedError
+
+    def window(self, lo: int, hi: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def region(self) -> tuple[int, int]:
+        return 0, 0
+
+    def resume(self, pc: int) -> None:
+        pass
 
 
 class _ListProgram(_ProgramSource):
@@ -247,6 +278,21 @@ class _ListProgram(_ProgramSource):
 
     def get(self, pc: int) -> _Op | AccelError:
         return _check(self.program[pc], self.n)
+
+    def window(self, lo: int, hi: int) -> np.ndarray:
+        """Instructions [lo, hi) encoded, up to the first that has no 16-byte encoding (an Insn
+        with a field out of range, an image of another length: the fetcher's own path
+        reports it)."""
+        out = []
+        for item in self.program[lo:hi]:
+            try:
+                b = isa.encode(item) if isinstance(item, Insn) else bytes(item)
+            except Exception:  # noqa: BLE001  (whatever it is, `get` meets it again)
+                break
+            if len(b) != isa.INSN_BYTES:
+                break
+            out.append(b)
+        return np.frombuffer(b"".join(out), np.uint8)
 
 
 class _MemoryProgram(_ProgramSource):
@@ -268,6 +314,29 @@ class _MemoryProgram(_ProgramSource):
         if not self._lo <= pc < self._hi:
             self._read(pc)
         return self._chunk[pc - self._lo]
+
+    def window(self, lo: int, hi: int) -> np.ndarray:
+        """Instructions [lo, hi) in one read, up to the first with a byte beyond the memory or
+        at an address that wrapped at 2**32."""
+        ib = isa.INSN_BYTES
+        first = (self.base + ib * lo) & _MASK32
+        limit = min(self.mem.size, _ADDR_SPACE)
+        k = min(hi - lo, (limit - first) // ib) if first < limit else 0
+        if k <= 0:
+            return np.zeros(0, np.uint8)
+        return np.frombuffer(self.mem.read(first, ib * k), np.uint8)
+
+    def region(self) -> tuple[int, int]:
+        end = self.base + isa.INSN_BYTES * self.count
+        return (self.base, end) if end <= _ADDR_SPACE else (0, _ADDR_SPACE)
+
+    def resume(self, pc: int) -> None:
+        """The chunk the fetcher would hold at `pc` (chunks start at multiples of _FETCH_CHUNK),
+        read now: the same bytes, since nothing before `pc` wrote the program's bytes."""
+        self._lo = self._hi = 0
+        self._chunk = []
+        if pc < self.count:
+            self._read(pc - pc % _FETCH_CHUNK)
 
     def _read(self, pc: int) -> None:
         ib = isa.INSN_BYTES
@@ -330,7 +399,10 @@ class AccelModel:
     unit starts its instructions in program order when their pop tokens are there, runs them
     atomically and then pushes. By default the fetcher and the units take turns round robin;
     `schedule_seed` interleaves them randomly instead (a race-free program gives the same result
-    under every interleaving).
+    under every interleaving). Where the round robin is program order (every pop finds its token
+    already pushed: compiled kernels), the model runs it as that (pyhost/accel/program_order.py;
+    `fast = False` keeps the scheduler's step-by-step loop for every instruction, with the same
+    result, counters and errors).
 
     Where the ISA leaves a choice, the model:
     - checks SP_RANGE before MISALIGNED, and both before the bus; a LOAD/STORE with a bus error
@@ -367,10 +439,17 @@ class AccelModel:
         self._batch: _GemmBatch | None = None
         #: compute consecutive GEMMs together (False: each as it starts; the same result)
         self.batch_gemms = True
+        #: run the default schedule in program order where it is that (program_order.py;
+        #: False: the round-robin scheduler for every instruction; the same result)
+        self.fast = True
         #: (element bytes, scratchpad depth) of each LOAD/STORE buffer
         self._buffers = {int(b): (cfg.element_bytes(b), cfg.depth(b)) for b in Buffer}
         #: row sequences of GEMM accumulator loops, and whether their rows are distinct
         self._loops: dict[tuple[int, ...], tuple[np.ndarray, bool]] = {}
+        #: whether accumulator loops (outer, inner, so, si) have distinct rows
+        self._distinct: dict[tuple[int, int, int, int], bool] = {}
+        #: input-row index matrices of GEMM runs, by (outer, inner, so, si, bases)
+        self._inp_index: dict[tuple[Any, ...], np.ndarray] = {}
 
     # --- public API --------------------------------------------------------------------------
 
@@ -389,12 +468,18 @@ class AccelModel:
                          schedule_seed)
 
     def run_array(self, mem: np.ndarray, insn_base: int, insn_count: int, slots: Sequence[int],
-                  *, schedule_seed: int | None = None) -> AccelResult:
-        """`run` on card memory that is a writable uint8 numpy array (its size is mem_size)."""
+                  *, schedule_seed: int | None = None, timing: bool = True) -> AccelResult:
+        """`run` on card memory that is a writable uint8 numpy array (its size is mem_size).
+
+        ``timing=False``: a run that ends without error may leave out the timing estimate
+        (cycles and the busy, stall and gemm_busy counters are then 0), for a caller that
+        estimates the timing itself (ModelCard: `timing.perf_estimate_raw`). After an error the
+        counters are always complete.
+        """
         m = _ArrayMemory(_as_u8(mem))
         return self._run(m, _MemoryProgram(m, insn_base & _MASK32, insn_count, self.cfg.n,
                                                 self._decoded), slots,
-                         schedule_seed)
+                         schedule_seed, timing)
 
     def execute(self, program: Sequence[Insn | bytes], mem: bytearray | np.ndarray,
                 slots: Sequence[int], *, schedule_seed: int | None = None) -> AccelResult:
@@ -409,12 +494,22 @@ class AccelModel:
     # --- scheduler ---------------------------------------------------------------------------
 
     def _run(self, mem: _Memory, prog: _ProgramSource, slots: Sequence[int],
-             schedule_seed: int | None) -> AccelResult:
+             schedule_seed: int | None, timing: bool = True) -> AccelResult:
         if len(slots) > isa.NUM_SLOTS:
             raise ValueError(f"at most {isa.NUM_SLOTS} slots, got {len(slots)}")
         run = _Run(self, mem, prog, [int(s) & _MASK32 for s in slots]
                    + [0] * (isa.NUM_SLOTS - len(slots)))
+        run.want_timing = timing
         return run.go(schedule_seed)
+
+    def _check_cached(self, word: bytes) -> _Op | AccelError:
+        """`_check` of one encoding, through the decode cache."""
+        d = self._decoded.get(word)
+        if d is None:
+            if len(self._decoded) > _DECODE_CACHE:
+                self._decoded.clear()
+            d = self._decoded[word] = _check(word, self.cfg.n)
+        return d
 
     # --- instructions (each returns NONE or the error; nothing changes on an error) --------------
 
@@ -530,19 +625,21 @@ class AccelModel:
         for lo in range(0, a.size, _BLOCK):
             ab, xb = a[lo:lo + _BLOCK], x[lo:lo + _BLOCK]
             prod = self.inp[xb].astype(np.int32) @ w            # |sum| < 2**19: exact in int32
-            if _unique(ab):
-                if reset:
-                    self.acc[ab] = prod
-                else:
-                    self.acc[ab] = _wrap32(self.acc[ab].astype(np.int64) + prod)
-            elif reset:
-                # Every iteration overwrites its row: the last one writing a row wins.
-                rows, last = np.unique(ab[::-1], return_index=True)
-                self.acc[rows] = prod[::-1][last]
-            else:
-                # Accumulating into repeated rows: addition modulo 2**32 is order-free.
-                rows, sums = _group_reduce(ab, prod.astype(np.int64), np.add)
-                self.acc[rows] = _wrap32(self.acc[rows].astype(np.int64) + sums)
+            self._write_products(ab, prod, reset)
+
+    def _write_products(self, rows: np.ndarray, prod: np.ndarray, reset: bool) -> None:
+        """Iterations' products written to (reset) or added to their accumulator rows, in
+        iteration order."""
+        if _unique(rows):
+            self.acc[rows] = prod if reset else _wrap32(self.acc[rows].astype(np.int64) + prod)
+        elif reset:
+            # Every iteration overwrites its row: the last one writing a row wins.
+            r, last = np.unique(rows[::-1], return_index=True)
+            self.acc[r] = prod[::-1][last]
+        else:
+            # Accumulating into repeated rows: addition modulo 2**32 is order-free.
+            r, sums = _group_reduce(rows, prod.astype(np.int64), np.add)
+            self.acc[r] = _wrap32(self.acc[r].astype(np.int64) + sums)
 
     def _acc_loop(self, key: tuple[int, ...]) -> tuple[np.ndarray, bool, np.ndarray, np.ndarray]:
         """(rows, rows distinct, outer index, inner index of each iteration) of the accumulator
@@ -620,6 +717,117 @@ class AccelModel:
                 else:
                     self.acc[r] = _wrap32(self.acc[r].astype(np.int64) + s)
 
+    # --- GEMM runs (the program-order path) ---------------------------------------------------
+
+    def _loop_distinct(self, outer: int, inner: int, so: int, si: int) -> bool:
+        """Whether the loop o * so + i * si (o < outer, i < inner) visits distinct rows."""
+        key = (outer, inner, so, si)
+        hit = self._distinct.get(key)
+        if hit is None:
+            if len(self._distinct) > _DECODE_CACHE:
+                self._distinct.clear()
+            hit = self._distinct[key] = _unique(_loop_rows(0, outer, inner, so, si))
+        return hit
+
+    def _gemm_runs(self, g: dict[str, list[int]], runs: list[tuple[int, int, int]]) -> None:
+        """The effect of the GEMM instructions g[a:b] of each run (a, b, r), the runs one after
+        the other with nothing else touching the scratchpads in between (`g`: fields by name,
+        a list per field; r: the run's last GEMM with reset, or -1).
+
+        The GEMMs of a run share their accumulator loop (base, counts, strides) and input
+        strides, so each accumulator row gets the sum of the run's products for it (after the
+        last reset, or added to the row): one matrix product of the input rows of every GEMM
+        side by side ([rows, T*N]) with their weight tiles stacked ([T*N, N]). Runs reading the
+        same input rows (the same loop and bases) share the product: their tiles side by side
+        ([T*N, m*N]). Products are computed first (they read INP and WGT, which no GEMM
+        writes), then written back run by run in program order, so runs on the same rows add
+        up as the instructions do. A run whose loop repeats rows inside an instruction runs
+        each instruction alone (`_gemm_now`), in its place.
+        """
+        n = self.cfg.n
+        pending: list[tuple[int, int, int, int, int, bool, int, int]] = []
+        groups: dict[tuple[Any, ...], list[list[int]]] = {}
+        held = 0
+        L = g
+        ab_l, ou_l, in_l, aso_l, asi_l = (L["acc_base"], L["outer"], L["inner"], L["acc_so"],
+                                          L["acc_si"])
+        ib_l, iso_l, isi_l, wb_l = L["inp_base"], L["inp_so"], L["inp_si"], L["wgt_base"]
+        for a, b, r in runs:
+            ou, inn, aso, asi = ou_l[a], in_l[a], aso_l[a], asi_l[a]
+            if not self._loop_distinct(ou, inn, aso, asi):
+                self._write_runs(pending, groups)
+                pending, groups, held = [], {}, 0
+                for j in range(a, b):
+                    self._gemm_now({k: v[j] for k, v in L.items()})
+                continue
+            u = r if r >= 0 else a
+            key = (ou, inn, iso_l[a], isi_l[a], tuple(ib_l[u:b]))
+            tiles = groups.get(key)
+            if tiles is None:
+                tiles = groups[key] = []
+            pending.append((ab_l[a], ou, inn, aso, asi, r >= 0, len(tiles), id(tiles)))
+            tiles.append(wb_l[u:b])
+            held += ou * inn * n
+            if held > _S_MAX:
+                self._write_runs(pending, groups)
+                pending, groups, held = [], {}, 0
+        self._write_runs(pending, groups)
+
+    def _write_runs(self, pending: list[tuple[int, int, int, int, int, bool, int, int]],
+                    groups: dict[tuple[Any, ...], list[list[int]]]) -> None:
+        if not pending:
+            return
+        n = self.cfg.n
+        row = 4 * n
+        prods = {id(tiles): self._products(key, tiles) for key, tiles in groups.items()}
+        acc = self.acc
+        for ab, ou, inn, aso, asi, reset, j, gid in pending:
+            s = prods[gid][:, j * n:(j + 1) * n].reshape(ou, inn, n)
+            view = np.ndarray((ou, inn, n), np.int32, acc, ab * row, (aso * row, asi * row, 4))
+            if reset:
+                view[...] = s
+            else:
+                u = view.view(np.uint32)
+                np.add(u, s.view(np.uint32), out=u)          # modulo 2**32
+
+    def _products(self, key: tuple[Any, ...], tiles: list[list[int]]) -> np.ndarray:
+        """[rows, m*N] int32: for each of the m weight-tile lists (one per run), the sum over the
+        run's GEMMs of input row x tile, for every iteration of the loop `key` = (outer, inner,
+        inp_so, inp_si, input bases).
+
+        Exact: the reduction is split into float32 products of at most _K_MAX terms, each an
+        int8 x int8 product of magnitude <= 2**14, so every partial sum BLAS forms, in whatever
+        order, is an integer of magnitude <= 2**24, represented exactly; the parts are added
+        modulo 2**32, as the accumulator does."""
+        n = self.cfg.n
+        outer, inner, so, si, bases = key
+        idx = self._inp_index.get(key)
+        if idx is None:
+            if len(self._inp_index) > _INDEX_CACHE:
+                self._inp_index.clear()
+            rows = _loop_rows(0, outer, inner, so, si)
+            idx = self._inp_index[key] = rows[:, None] + np.array(bases, np.int64)[None, :]
+        r_all, t = idx.shape
+        m = len(tiles)
+        kk = t * n
+        w = self.wgt[np.array(tiles, np.int64)]                          # [m, T, N, N]
+        w = w.transpose(1, 2, 0, 3).reshape(kk, m * n)
+        wf = w.astype(np.float32)
+        out = np.empty((r_all, m * n), np.int32)
+        step = max(1, _X_MAX // kk)
+        for lo in range(0, r_all, step):
+            x = self.inp.take(idx[lo:lo + step], axis=0).reshape(-1, kk)   # [rows, T*N] int8
+            dst = out[lo:lo + step]
+            for k0 in range(0, kk, _K_MAX):
+                p = (x[:, k0:k0 + _K_MAX].astype(np.float32) @ wf[k0:k0 + _K_MAX]
+                     ).astype(np.int32)
+                if k0 == 0:
+                    dst[...] = p
+                else:
+                    u = dst.view(np.uint32)
+                    np.add(u, p.view(np.uint32), out=u)
+        return out
+
     def _dw(self, f: dict[str, int], c: dict[str, int]) -> AccelError:
         """DW (docs/isa.md): per lane, the dot product of the taps' input rows with the tile's
         rows, computed at once for every iteration whose accumulator row no other iteration of
@@ -645,14 +853,7 @@ class AccelModel:
             ab = a[lo:lo + step]
             rows = self.inp[x[lo:lo + step, None] + off[None, :]]      # [iters, taps, N]
             prod = np.einsum("ikn,kn->in", rows.astype(np.int32), w)   # |sum| < 2**21
-            if _unique(ab):
-                self.acc[ab] = prod if reset else _wrap32(self.acc[ab].astype(np.int64) + prod)
-            elif reset:
-                r, last = np.unique(ab[::-1], return_index=True)
-                self.acc[r] = prod[::-1][last]
-            else:
-                r, sums = _group_reduce(ab, prod.astype(np.int64), np.add)
-                self.acc[r] = _wrap32(self.acc[r].astype(np.int64) + sums)
+            self._write_products(ab, prod, reset)
         return AccelError.NONE
 
     def _alu(self, f: dict[str, int]) -> AccelError:
@@ -667,6 +868,15 @@ class AccelModel:
             + (1 if op == AluOp.REQ else 0)
         if d_last >= cfg.acc_depth or (not imm and s_last >= cfg.acc_depth):
             return AccelError.SP_RANGE
+        if self._loop_distinct(outer, inner, f["dst_so"], f["dst_si"]) and (
+                imm or s_last < f["dst_base"] or f["src_base"] > d_last
+                or (op != AluOp.REQ and f["src_base"] == f["dst_base"]
+                    and f["src_so"] == f["dst_so"] and f["src_si"] == f["dst_si"])):
+            # Every row written once, and no iteration reads a row another one writes (the
+            # sources lie outside the destinations, or each iteration reads only its own
+            # destination row): all iterations at once, on views of the rows.
+            self._alu_views(op, f, outer, inner)
+            return AccelError.NONE
         d = _loop_rows(f["dst_base"], outer, inner, f["dst_so"], f["dst_si"])
         s = None if imm else _loop_rows(f["src_base"], outer, inner, f["src_so"], f["src_si"])
         if s is not None and op in _FOLDS and not _unique(d) \
@@ -690,6 +900,57 @@ class AccelModel:
                 shift = self.acc[s[lo:hi] + 1].astype(np.int64) if op == AluOp.REQ else None
             self.acc[db] = alu_op(op, a, b, shift, f["imm"])
         return AccelError.NONE
+
+    def _alu_views(self, op: AluOp, f: dict[str, int], outer: int, inner: int) -> None:
+        """`_alu` of an instruction whose iterations are independent (`_alu` checks it): A, B
+        (and REQ's shift rows) as strided views of the accumulator. ADD and MUL wrap as uint32
+        (the low 32 bits of the sum and of the product do not depend on the signs); SHR and
+        REQ compute in int64 like `alu_op`."""
+        n = self.cfg.n
+        row = 4 * n
+        acc = self.acc
+        shape = (outer, inner, n)
+        a = np.ndarray(shape, np.int32, acc, f["dst_base"] * row,
+                       (f["dst_so"] * row, f["dst_si"] * row, 4))
+        imm = f["imm"]
+        if f["use_imm"]:
+            b: Any = np.int32(imm)                     # 24-bit signed: fits
+        else:
+            b = np.ndarray(shape, np.int32, acc, f["src_base"] * row,
+                           (f["src_so"] * row, f["src_si"] * row, 4))
+        if op == AluOp.ADD or op == AluOp.MUL:
+            au = a.view(np.uint32)
+            bu = b.astype(np.uint32) if isinstance(b, np.int32) else b.view(np.uint32)
+            (np.add if op == AluOp.ADD else np.multiply)(au, bu, out=au)
+        elif op == AluOp.MAX:
+            np.maximum(a, b, out=a)
+        elif op == AluOp.MIN:
+            np.minimum(a, b, out=a)
+        elif op == AluOp.MOV:
+            a[...] = b
+        elif op == AluOp.SHR:
+            s = np.asarray(b, np.int64) & 31
+            a[...] = (a.astype(np.int64) + ((np.int64(1) << s) >> 1)) >> s
+        elif op == AluOp.REQ:
+            # the multiplier and shift rows, once per row the loop reads (a loop that reads the
+            # same rows again has stride 0 there: they broadcast)
+            sh = np.ndarray(shape, np.int32, acc, (f["src_base"] + 1) * row,
+                            (f["src_so"] * row, f["src_si"] * row, 4))
+            keep = tuple(slice(None) if st else slice(0, 1) for st in sh.strides)
+            mult = b[keep].astype(np.int64)
+            sh = sh[keep].astype(np.int64) & 63
+            zp, lo, hi = isa.req_fields(imm)
+            prod = a.astype(np.int64)
+            prod *= mult                                            # |prod| <= 2**62
+            if (sh == 63).any():                                    # the 65-bit case
+                a[...] = requantize_lanes(prod, 1, sh, zp, lo, hi)
+            else:                                                   # |sum| < 2**63
+                prod += (np.int64(1) << sh) >> 1
+                prod >>= sh
+                prod += zp
+                a[...] = np.clip(prod, lo, hi, out=prod)            # min(max(y, lo), hi)
+        else:
+            raise ValueError(f"ALU op {op} does not exist")
 
     def _alu_chunks(self, d: np.ndarray, s: np.ndarray | None, op: AluOp
                     ) -> list[tuple[int, int]]:
@@ -920,6 +1181,10 @@ class _Run:
         self.last_t = 0
         self._busy = [f"{u}_busy" for u in self.UNIT_NAMES]
         self._stall = [f"{u}_stall" for u in self.UNIT_NAMES]
+        #: whether the caller wants the timing estimate of a run without error; if not, the
+        #: program-order path may skip it (`timing_skipped`: then the timing state is partial)
+        self.want_timing = True
+        self.timing_skipped = False
 
     # --- agents ------------------------------------------------------------------------------
 
@@ -1027,13 +1292,19 @@ class _Run:
         try:
             with blas.single_thread():
                 if seed is None:
+                    if self.model.fast:
+                        ProgramOrder(self).go()
                     self._go_round_robin()
                 else:
                     self._go_random(seed)
                 self.batch.flush(self.model)
         finally:
             self.model._batch = None
-        self.c["cycles"] = max(self.last_t, self.fetch_t)
+        if self.timing_skipped and not self.error:
+            for name in _TIMING_COUNTERS:
+                self.c[name] = 0
+        else:
+            self.c["cycles"] = max(self.last_t, self.fetch_t)
         return AccelResult(self.error, self.err_pc if self.error else 0, dict(self.c))
 
     def _go_round_robin(self) -> None:

@@ -201,13 +201,26 @@ class CardAllocator:
         assert self.largest_hole() >= size, "compaction left no hole large enough"
         return moves
 
-    def compaction_cost(self, size: int, loaded: Callable[[Hashable], bool]) -> int:
+    @property
+    def large(self) -> bool:
+        """More than LARGE blocks: the searches below stay local (O(window), not O(map))."""
+        return len(self._blocks) > LARGE
+
+    def compaction_cost(self, size: int, loaded: Callable[[Hashable], bool],
+                        limit: int | None = None) -> int:
         """Bytes `compact_for(size, loaded)` would copy (nothing is changed). For a large map
         whose local windows (see _slide) make no room, an estimate: the capacity (so costly
-        that evicting neighbours is worth considering), not an O(map) search."""
-        slide_cost, slide = self._slide(size, loaded, exact=False)
+        that evicting neighbours is worth considering), not an O(map) search. With `limit`,
+        only whether it copies less: windows are followed only while they copy less than
+        `limit` bytes, and the answer is `limit` (or more) when none does."""
+        slide_cost, slide = self._slide(size, loaded, exact=False, limit=limit)
         if slide is None:
-            return self.capacity
+            if limit is None:
+                return self.capacity
+            reloc = self._best_relocation(size, loaded, limit)
+            if reloc is None:
+                return max(limit, 0)
+            return sum(ln for _, ln, key in reloc[2] if loaded(key))
         reloc = self._best_relocation(size, loaded, slide_cost)
         if reloc is None:
             return slide_cost
@@ -251,32 +264,44 @@ class CardAllocator:
         c, j, k = best
         return c, [s for s, _, key in segs[j:k + 1] if key is not None]
 
+    def window_near(self, size: int, cost: Callable[[Hashable], float | None],
+                    near: list[int]) -> tuple[float, list[int]] | None:
+        """cheapest_window's local search on a large map: runs that start at one of the first
+        LOCAL_NEAR blocks of `near` or at the hole just below it."""
+        return self._window_near(size, cost, near)
+
     def _window_near(self, size: int, cost: Callable[[Hashable], float | None],
                      near: list[int]) -> tuple[float, list[int]] | None:
-        holes, blocks = self._holes, self._blocks
+        holes, blocks, hstarts = self._holes, self._blocks, self._hstarts
+        cap = self.capacity
         best: tuple[float, list[int]] | None = None
+        bisect_right = bisect.bisect_right
         for b in near[:LOCAL_NEAR]:
-            i = bisect.bisect_right(self._hstarts, b - 1) - 1
-            starts = [b]
-            if i >= 0 and self._hstarts[i] + holes[self._hstarts[i]] == b:
-                starts.append(self._hstarts[i])
-            for at in starts:
-                length, total, inside = 0, 0.0, []
-                while length < size and at < self.capacity and len(inside) < LOCAL_WALK:
-                    ln = holes.get(at)
-                    if ln is None:
-                        ln, key = blocks[at]
-                        c = cost(key)
-                        if c is None:
-                            break
-                        total += c
-                        inside.append(at)
-                        if best is not None and total >= best[0]:
-                            break
-                    length += ln
-                    at += ln
-                if length >= size and (best is None or total < best[0]):
-                    best = (total, inside)
+            # The run from the hole just below b, if there is one, holds the run from b with
+            # more room: it reaches `size` no later, over a prefix of the same blocks, so it
+            # is never the costlier of the two and the run from b need not be tried.
+            i = bisect_right(hstarts, b - 1) - 1
+            at = b
+            if i >= 0:
+                h = hstarts[i]
+                if h + holes[h] == b:
+                    at = h
+            length, total, inside = 0, 0.0, []
+            while length < size and at < cap and len(inside) < LOCAL_WALK:
+                ln = holes.get(at)
+                if ln is None:
+                    ln, key = blocks[at]
+                    c = cost(key)
+                    if c is None:
+                        break
+                    total += c
+                    inside.append(at)
+                    if best is not None and total >= best[0]:
+                        break
+                length += ln
+                at += ln
+            if length >= size and (best is None or total < best[0]):
+                best = (total, inside)
         return best
 
     def _alloc_avoiding(self, size: int, key: Hashable, lo: int, hi: int) -> int:
@@ -362,12 +387,14 @@ class CardAllocator:
                 return False
         return True
 
-    def _slide(self, size: int, loaded: Callable[[Hashable], bool], exact: bool = True
+    def _slide(self, size: int, loaded: Callable[[Hashable], bool], exact: bool = True,
+               limit: int | None = None
                ) -> tuple[int, tuple[int, int, list[tuple[int, int, Hashable]]] | None]:
         """(cost, (lo, hi, blocks)) of the cheapest slide: over every window of the map, or,
         for a large map, over the windows starting at its LOCAL_HOLES largest holes, LOCAL_WALK
         blocks in all (so a compaction costs O(window), not O(map), with 100k tensors on the
-        card). When those make no room: the whole map if `exact`, else (0, None)."""
+        card). When those make no room: the whole map if `exact`, else (0, None). With `limit`
+        (large map, not `exact`), windows that copy `limit` bytes or more are not followed."""
         if len(self._blocks) <= LARGE:
             cost, (j, k, segs) = self._best_slide(size, loaded)
             return cost, (segs[j][0], segs[k][0] + segs[k][1],
@@ -387,10 +414,12 @@ class CardAllocator:
                     inside.append((at, ln, key))
                     if loaded(key):
                         cost += ln
-                        if best is not None and cost >= best[0]:
+                        if (best is not None and cost >= best[0]) or (
+                                limit is not None and cost >= limit):
                             break
                 at += ln
-            if free >= size and (best is None or cost < best[0]):
+            if free >= size and (best is None or cost < best[0]) and (
+                    limit is None or cost < limit):
                 best = (cost, (h, at, inside))
             budget -= len(inside)
             if budget <= 0:

@@ -27,6 +27,7 @@ import functools
 import json
 import threading
 import time
+from _thread import get_ident
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, TypeVar
@@ -70,6 +71,12 @@ C2C_PER_PCIE = 4
 #: evicting neighbours is considered, among the policy's next victims (window_candidates times
 #: the bytes to place, window_cost), if that evicts at most this many times those bytes.
 WINDOW_MAX_COST = 2
+#: On a large card map (allocator.LARGE blocks), the window for a placement is looked for among
+#: at most this many of the policy's next victims, and the compaction it is weighed against is
+#: searched again only after this many window evictions that found it costlier
+#: (MemoryManager._evict_window_large).
+LARGE_CANDIDATES = 64
+COMPACTION_RECHECK = 16
 #: The default policy: LIRS, plus the plan of the repetition when the repeat detector finds the
 #: need sequence repeating (and "planned" when given a schedule); see docs/memory-manager.md.
 DEFAULT_POLICY = "auto"
@@ -105,7 +112,9 @@ def _exclusive(fn: _F) -> _F:
     def call(self: MemoryManager, *args: Any, **kwargs: Any) -> Any:
         busy = self._busy
         if not busy.acquire(blocking=False):
-            holder = self._busy_in
+            ident, inside = self._busy_in
+            holder = (next((t.name for t in threading.enumerate() if t.ident == ident),
+                           str(ident)), inside)
             raise ConcurrentUseError(
                 f"MemoryManager.{name} was called from thread "
                 f"{threading.current_thread().name!r} while thread {holder[0]!r} is inside "
@@ -115,7 +124,7 @@ def _exclusive(fn: _F) -> _F:
                 "manager")
         try:
             if self._busy_depth == 0:
-                self._busy_in = (threading.current_thread().name, name)
+                self._busy_in = (get_ident(), name)   # the thread's name only for the error
             self._busy_depth += 1
             return fn(self, *args, **kwargs)
         finally:
@@ -162,7 +171,7 @@ class MemoryManager:
                  prefetch_max_tensor: int = 256 << 10,
                  record: IO[str] | None = None) -> None:
         self._busy = threading.RLock()     # held by the thread inside a call (_exclusive)
-        self._busy_in = ("", "")
+        self._busy_in: tuple[int | None, str] = (None, "")
         self._busy_depth = 0
         self.driver = driver
         self.capacity = int(driver.mem_size)
@@ -179,6 +188,7 @@ class MemoryManager:
         self.policy.capacity = self.capacity
         #: the repeat detector, for a policy that learns (the default): see repeat.py
         self.detector = RepeatDetector() if self.policy.learns else None
+        self._own_detector = self.detector   # saw every allocation (knows every size)
         self._observes = self.policy.observes
         self._plan_lock: object = None   # the detector lock the current plan was made for
         self._arms: dict[str, int] = {}  # plan / order -> bytes per repetition (estimated)
@@ -186,6 +196,7 @@ class MemoryManager:
         self._arm_warm = True
         self._learned_drops: set[tuple[Any, int]] = set()
         self._period_mark = (0, 0)       # (epoch, bytes moved) at the last repetition start
+        self._costly_compactions = 0     # window evictions left before compaction is re-costed
         self._pending: collections.OrderedDict[int, _Entry] = collections.OrderedDict()
         self._spec_used = 0.0            # deferred uploads that were needed / not: the share
         self._spec_unused = 0.0          # of the card a batch of deferred writes may take
@@ -369,7 +380,7 @@ class MemoryManager:
         n = len(given)
         while n and given[n - 1] is None:      # trailing Nones: the optional arguments unused
             n -= 1
-        args = list(given[:n])
+        args = given[:n]
         if not args:
             raise TypeError("need_in_device needs at least one tensor")
         if None in args:
@@ -377,17 +388,23 @@ class MemoryManager:
                 f"need_in_device argument {args.index(None) + 1} is None but a tensor follows "
                 "it; the addresses answer the arguments in order, so pass tensors without gaps")
         distinct: dict[int, _Entry] = {}
+        arg_ents = []
+        entries, token = self._entries, self._token
+        total = 0
         for t in args:
-            e = self._entry(t)
+            e = entries.get(t.id) if type(t) is TensorHandle and t._owner is token else None
+            if e is None:
+                e = self._entry(t)                # raises the error that says why
+            arg_ents.append(e)
             if e.id not in distinct:
                 distinct[e.id] = e
+                total += e.card_size
                 if e.discarded:
                     raise ScheduleError(
                         f"{t!r} was dropped from the card without a write-back because the "
                         "schedule given to set_schedule_trace never needs it again; pass the "
                         "complete upcoming trace")
         ents = list(distinct.values())
-        total = sum(e.card_size for e in ents)
         if total > self.capacity:
             raise CardCapacityError(
                 f"the {len(ents)} distinct tensors of this call need {total} bytes on the card "
@@ -399,33 +416,35 @@ class MemoryManager:
             self._learn(ents, epoch)
         if self._observes:
             self.policy.observe("need", ents, epoch)
-        self._advance_schedule(ents)
+        if self._sched is None:
+            self._now = epoch                    # _advance_schedule without a schedule
+        else:
+            self._advance_schedule(ents)
+        missing = []
         for e in ents:
             e.pin = epoch
             if e.spec:
                 e.spec = False                    # a deferred upload that paid off
                 self._spec_used += 1
-        if not self.policy.keeps_resident:
-            self._evict([e for e in self._entries.values()
-                         if e.addr is not None and e.pin != epoch and e.card_size])
-        missing = []
-        for e in ents:
             if e.addr is None:
                 if e.card_size:
                     missing.append(e)
                 else:
                     e.addr = 0
+        if not self.policy.keeps_resident:      # (this call's tensors are pinned: they stay)
+            self._evict([e for e in self._entries.values()
+                         if e.addr is not None and e.pin != epoch and e.card_size])
         self.stats.need_hits += len(ents) - len(missing)
         self.stats.need_misses += len(missing)
         if missing:
             self._bring_in(missing, epoch)
-        now, policy = self._now, self.policy
+        now, touch = self._now, self.policy.touch
         for e in ents:
             if e.card_size:
-                policy.touch(e, now)
+                touch(e, now)
         if self._record is not None:
             self._rec({"op": "need", "ts": [t.id for t in args]})
-        out = tuple(distinct[t.id].addr for t in args)
+        out = tuple([e.addr for e in arg_ents])
         self._account("need", t0, d0, need=True)
         return out  # type: ignore[return-value]
 
@@ -443,7 +462,8 @@ class MemoryManager:
         if e.card_size:
             e.dirty, e.host_valid = True, False
             self.policy.recost(e, self._now)
-            self._ungather(e)
+            if e.gathered:
+                self._ungather(e)
             if e.card_size <= DEFER_MAX:
                 self._log_update(e)
         else:
@@ -623,7 +643,8 @@ class MemoryManager:
         det = self.detector
         assert det is not None
         had = det.lock
-        det.observe(epoch, [e.id for e in ents], [e.card_size for e in ents])
+        det.observe(epoch, [e.id for e in ents], [e.card_size for e in ents],
+                    sized=det is self._own_detector)
         lock = det.lock
         if lock is not had:
             if had is not None:
@@ -965,6 +986,10 @@ class MemoryManager:
         that sit together instead, if that moves fewer (weighted) bytes. True if done."""
         if not self.policy.window_candidates:
             return False
+        if self.alloc.large:
+            done = self._evict_window_large(size, loaded, placing, epoch)
+            if done is not None:
+                return done
         comp = self.alloc.compaction_cost(size, loaded)
         if comp <= self.policy.window_gate * size:
             return False
@@ -982,6 +1007,67 @@ class MemoryManager:
         if win is None or win[0] * C2C_PER_PCIE >= comp or win[0] > WINDOW_MAX_COST * size:
             return False
         self._evict([self._entries[self.alloc.key_at(s)] for s in win[1]],  # type: ignore[index]
+                    in_order=False)
+        self.stats.window_evictions += 1
+        return True
+
+    def _evict_window_large(self, size: int, loaded: Callable[[object], bool],
+                            placing: set[int], epoch: int) -> bool | None:
+        """_evict_window on a large map (more than allocator.LARGE blocks: 100k small tensors
+        on the card), at a bounded cost per call:
+
+        - the window candidates are the policy's next victims in its order (`candidates`,
+          lazily: not `pick` with its corrections), at most LARGE_CANDIDATES of them within
+          window_candidates times the bytes to place; windows start at the first LOCAL_NEAR
+          (allocator.window_near), the cheapest wins, as in cheapest_window;
+        - the compaction it is weighed against is searched (locally, allocator.compaction_cost)
+          only while it copies less than what would make the window lose, and a verdict
+          "compaction costs more" is reused for the next COMPACTION_RECHECK window evictions
+          (the fragmentation that made it costly changes slowly), so most calls search no
+          compaction at all.
+
+        None when the policy has no lazy order: the full rule decides."""
+        pol = self.policy
+        cands = pol.candidates(epoch)
+        if cands is None:
+            return None
+        budget = min(self.capacity, pol.window_candidates * size)
+        allowed: dict[int, float] = {}
+        near: list[int] = []
+        got = 0
+        if pol.plain_window_cost:        # EvictionPolicy.window_cost, inlined
+            for e in cands:
+                if got >= budget or len(allowed) >= LARGE_CANDIDATES:
+                    break
+                n = e.card_size
+                got += n
+                if e.id not in placing:
+                    allowed[e.id] = float(2 * n if e.dirty else n)
+                    near.append(e.addr)  # type: ignore[arg-type]
+        else:
+            cost_of = pol.window_cost
+            for e in cands:
+                if got >= budget or len(allowed) >= LARGE_CANDIDATES:
+                    break
+                got += e.card_size
+                c = cost_of(e)
+                if c is not None and e.id not in placing:
+                    allowed[e.id] = c
+                    near.append(e.addr)  # type: ignore[arg-type]
+        alloc = self.alloc
+        win = alloc.window_near(size, allowed.get, near)
+        if win is None or win[0] > WINDOW_MAX_COST * size:
+            return False
+        if self._costly_compactions > 0:
+            self._costly_compactions -= 1
+        else:
+            # Compaction instead when it copies at most window_gate times the bytes placed,
+            # or at most C2C_PER_PCIE times the window's cost (the rule of _evict_window).
+            bar = max(pol.window_gate * size, C2C_PER_PCIE * win[0])
+            if alloc.compaction_cost(size, loaded, limit=int(bar) + 1) <= bar:
+                return False
+            self._costly_compactions = COMPACTION_RECHECK
+        self._evict([self._entries[alloc.key_at(s)] for s in win[1]],  # type: ignore[index]
                     in_order=False)
         self.stats.window_evictions += 1
         return True
@@ -1185,8 +1271,9 @@ class MemoryManager:
     def _account(self, op: str, t0: float, d0: float, need: bool = False) -> None:
         dt = time.perf_counter() - t0 - (self.transport.stats.driver_time_s - d0)
         st = self.stats
-        st.calls[op] = st.calls.get(op, 0) + 1
-        st.time_s[op] = st.time_s.get(op, 0.0) + dt
+        calls, times = st.calls, st.time_s
+        calls[op] = calls.get(op, 0) + 1
+        times[op] = times.get(op, 0.0) + dt
         if need:
             st.need_hist.add(dt)
 

@@ -87,6 +87,12 @@ class EvictionPolicy(abc.ABC):
         """The schedule changed (set, or dropped after a mismatch): re-rank the residents."""
         return None   # only schedule-aware policies rank by the schedule
 
+    def candidates(self, epoch: int) -> Iterable[Resident] | None:
+        """The unpinned residents in the order `pick` considers them (before its corrections),
+        lazily, for the manager's window search on a large card map; None when the policy
+        cannot give them without ranking every resident (then `pick` is asked instead)."""
+        return None
+
     def evicted(self, e: Resident) -> None:
         """`e` was evicted (one of `pick`'s candidates, or another the manager chose)."""
         self.remove(e)
@@ -112,6 +118,11 @@ class EvictionPolicy(abc.ABC):
         """Cost of evicting candidate `e` out of `pick`'s order, to avoid a costly compaction
         or to make room for prefetches (None: not allowed)."""
         return float(e.card_size * (2 if e.dirty else 1))
+
+    @property
+    def plain_window_cost(self) -> bool:
+        """`window_cost` is the one above (the manager may compute it inline)."""
+        return type(self).window_cost is EvictionPolicy.window_cost
 
 
 class LruPolicy(EvictionPolicy):
@@ -205,6 +216,9 @@ class SizedLruPolicy(LruPolicy):
 
     def pick(self, nbytes: int, epoch: int, now: int) -> list[Resident]:
         return pick_in_order(self._order.values(), nbytes, epoch)
+
+    def candidates(self, epoch: int) -> Iterable[Resident]:
+        return (e for e in self._order.values() if e.pin != epoch)
 
 
 class _LazyHeap:
@@ -415,13 +429,47 @@ class PlannedPolicy(BeladyPolicy):
         super().__init__()
         self.drops: set[tuple[Hashable, int]] = set()
         self._since: dict[int, int] = {}      # tensor id -> position of its last need
+        self._res: dict[int, Resident] = {}   # resident tensors (for a rekey of its own)
         #: how a reuse interval is named in `drops`: (tensor key, position of the need that
         #: starts it); the manager's repeat detector names them by role and phase instead
         self.plan_key: Callable[[Resident, int], tuple[Hashable, int]] = \
             lambda e, since: (e.key, since)
+        self._lazy = False
+        self._stale = False
+
+    @property
+    def lazy(self) -> bool:
+        """While lazy (AutoPolicy's planning half when it does not plan), the policy keeps only
+        the residents and their last need (`_since`), not its heaps: nothing picks from them,
+        and the manager re-ranks every resident (`rekey`) when planning starts, which
+        overwrote any order kept meanwhile anyway. A pick before such a rekey ranks the
+        residents itself."""
+        return self._lazy
+
+    @lazy.setter
+    def lazy(self, on: bool) -> None:
+        if on and not self._lazy:
+            self._clean, self._dirty = _LazyHeap(), _LazyHeap()
+            self._stale = True
+        self._lazy = on
 
     def set_plan(self, drops: set[tuple[Hashable, int]]) -> None:
         self.drops = drops
+
+    def rekey(self, residents: list[Resident], now: int) -> None:
+        if self._lazy:
+            return
+        self._stale = False
+        super().rekey(residents, now)
+
+    def recost(self, e: Resident, now: int) -> None:
+        if not self._lazy:
+            self._put(e, now)
+
+    def pick(self, nbytes: int, epoch: int, now: int) -> list[Resident]:
+        if self._stale:
+            self.rekey(list(self._res.values()), now)
+        return super().pick(nbytes, epoch, now)
 
     def _put(self, e: Resident, now: int) -> None:
         nu = self.next_use(e)
@@ -437,18 +485,23 @@ class PlannedPolicy(BeladyPolicy):
 
     def touch(self, e: Resident, now: int) -> None:
         self._since[e.id] = now
-        self._put(e, now)
+        if not self._lazy:
+            self._put(e, now)
 
     def insert(self, e: Resident, now: int) -> None:
         self._since[e.id] = now
-        self._put(e, now)
+        self._res[e.id] = e
+        if not self._lazy:
+            self._put(e, now)
 
     def remove(self, e: Resident) -> None:
-        super().remove(e)
+        if not self._lazy:
+            super().remove(e)
         self._since.pop(e.id, None)
+        self._res.pop(e.id, None)
 
     def state_size(self) -> int:
-        return super().state_size() + len(self._since) + len(self.drops)
+        return super().state_size() + len(self._since) + len(self._res) + len(self.drops)
 
     def window_cost(self, e: Resident) -> float | None:
         # Out of order only tensors the plan drops anyway or that have no next use.
@@ -589,6 +642,10 @@ class LirsPolicy(EvictionPolicy):
         return pick_in_order(itertools.chain(self._q.values(), lir), nbytes, epoch,
                              self.lookahead)
 
+    def candidates(self, epoch: int) -> Iterable[Resident]:
+        lir = (self._res[i] for i in self._s if self._status[i] == _LIR)
+        return (e for e in itertools.chain(self._q.values(), lir) if e.pin != epoch)
+
     def evicted(self, e: Resident) -> None:
         i = e.id
         st = self._status.get(i)
@@ -660,6 +717,8 @@ class ShadowCache:
         self.used = 0
         self.cost = 0.0
         self.decay = 1.0 - 1.0 / memory
+        # recost is a no-op for the recency policies (LRU, LIRS): not called for them
+        self._recosts = type(policy).recost is not EvictionPolicy.recost
 
     def need(self, ents: list[Resident], epoch: int) -> None:
         p, res = self.policy, self.res
@@ -673,6 +732,11 @@ class ShadowCache:
                 need += e.card_size
             s.pin = epoch
             stubs.append(s)
+        if not missing:                      # all resident: only the policy's touches
+            touch = p.touch
+            for s in stubs:
+                touch(s, epoch)
+            return
         short = self.used + need - self.capacity
         if short > 0:
             for v in p.pick(short, epoch, epoch):
@@ -694,7 +758,8 @@ class ShadowCache:
         if kind == "updated":
             if s is not None:
                 s.dirty = True
-                self.policy.recost(s, 0)
+                if self._recosts:
+                    self.policy.recost(s, 0)
         elif kind == "read":
             if s is not None and s.dirty:
                 s.dirty = False
@@ -709,6 +774,10 @@ class ShadowCache:
 
     def state_size(self) -> int:
         return len(self.res) + self.policy.state_size()
+
+
+#: AutoPolicy feeds its shadow caches in batches of at most this many events (see observe).
+SHADOW_LOG = 256
 
 
 class AutoPolicy(EvictionPolicy):
@@ -740,11 +809,34 @@ class AutoPolicy(EvictionPolicy):
     def __init__(self) -> None:
         self.lirs = LirsPolicy()
         self.lru = SizedLruPolicy()
-        self.online: EvictionPolicy = self.lru
+        self._online: EvictionPolicy = self.lru
+        self._log: list[tuple[str, list[Resident], int]] = []   # shadow events not yet fed
         self.planner = PlannedPolicy()
         self.planning = False            # set by the manager (a hint, or a learned repetition)
         self._shadows: dict[str, ShadowCache] = {}
         self._cap = 0
+
+    @property
+    def online(self) -> EvictionPolicy:
+        """The expert followed when not planning (the shadows' events fed first)."""
+        if self._log:
+            self._flush()
+        return self._online
+
+    @online.setter
+    def online(self, p: EvictionPolicy) -> None:
+        self._online = p
+
+    @property
+    def planning(self) -> bool:
+        """Victims come from the planning half (set by the manager: a hint, or a learned
+        repetition). While off, the planning half only tracks the residents (`lazy`)."""
+        return self._planning
+
+    @planning.setter
+    def planning(self, on: bool) -> None:
+        self._planning = on
+        self.planner.lazy = not on
 
     @property                            # type: ignore[override]
     def capacity(self) -> int:           # type: ignore[override]
@@ -757,6 +849,8 @@ class AutoPolicy(EvictionPolicy):
         if n:
             self._shadows = {"lirs": ShadowCache(LirsPolicy(), n),
                              "lru": ShadowCache(SizedLruPolicy(), n)}
+            self._pair = (self._shadows["lirs"], self._shadows["lru"])
+        self._log = []
 
     @property                            # type: ignore[override]
     def next_use(self) -> Callable[[Resident], float]:   # type: ignore[override]
@@ -790,34 +884,50 @@ class AutoPolicy(EvictionPolicy):
         return (self.lirs, self.lru, self.planner)
 
     def observe(self, kind: str, ents: list[Resident], epoch: int) -> None:
-        sh = self._shadows
-        if not sh:
+        """The shadows' events wait in a log, replayed in order when the online expert is
+        asked for (pick, candidates, window costs; `online`) or the log holds SHADOW_LOG
+        events: the shadows see only the call stream (ids and sizes, which never change), so
+        the choice is the same as if each were fed at once, and a call that evicts nothing
+        does not pay for the simulation. (The caller does not change `ents` afterwards.)"""
+        if not self._shadows:
             return
-        if kind == "need":
-            for s in sh.values():
-                s.need(ents, epoch)
-            a, b = sh["lirs"].cost, sh["lru"].cost
-            m = self.switch_margin
-            if self.online is self.lru and a < (1 - m) * b:
-                self.online = self.lirs
-            elif self.online is self.lirs and a > (1 + m) * b:
-                self.online = self.lru
-        else:
-            for e in ents:
-                for s in sh.values():
-                    s.event(kind, e)
+        log = self._log
+        log.append((kind, ents, epoch))
+        if len(log) >= SHADOW_LOG:
+            self._flush()
+
+    def _flush(self) -> None:
+        log, self._log = self._log, []
+        a_sh, b_sh = self._pair
+        lirs, lru = self.lirs, self.lru
+        m = self.switch_margin
+        for kind, ents, epoch in log:
+            if kind == "need":
+                a_sh.need(ents, epoch)
+                b_sh.need(ents, epoch)
+                a, b = a_sh.cost, b_sh.cost
+                if self._online is lru and a < (1 - m) * b:
+                    self._online = lirs
+                elif self._online is lirs and a > (1 + m) * b:
+                    self._online = lru
+            else:
+                for e in ents:
+                    a_sh.event(kind, e)
+                    b_sh.event(kind, e)
 
     def insert(self, e: Resident, now: int) -> None:
-        for p in self._parts():
-            p.insert(e, now)
+        self.lirs.insert(e, now)
+        self.lru.insert(e, now)
+        self.planner.insert(e, now)
 
     def touch(self, e: Resident, now: int) -> None:
-        for p in self._parts():
-            p.touch(e, now)
+        self.lirs.touch(e, now)
+        self.lru._order.move_to_end(e.id)          # LruPolicy.touch
+        self.planner.touch(e, now)
 
     def recost(self, e: Resident, now: int) -> None:
-        for p in self._parts():
-            p.recost(e, now)
+        # the recency experts do not look at cost (EvictionPolicy.recost)
+        self.planner.recost(e, now)
 
     def remove(self, e: Resident) -> None:
         for p in self._parts():
@@ -837,10 +947,19 @@ class AutoPolicy(EvictionPolicy):
     def pick(self, nbytes: int, epoch: int, now: int) -> list[Resident]:
         return (self.planner if self.planning else self.online).pick(nbytes, epoch, now)
 
+    def candidates(self, epoch: int) -> Iterable[Resident] | None:
+        return (self.planner if self.planning else self.online).candidates(epoch)
+
     def window_cost(self, e: Resident) -> float | None:
         return (self.planner if self.planning else self.online).window_cost(e)
 
+    @property
+    def plain_window_cost(self) -> bool:
+        return (self.planner if self.planning else self.online).plain_window_cost
+
     def state_size(self) -> int:
+        if self._log:
+            self._flush()
         return sum(p.state_size() for p in self._parts()) + sum(
             s.state_size() for s in self._shadows.values())
 

@@ -65,8 +65,10 @@ class RepeatDetector:
         self._uses: dict[int, list[int]] = {}             # id -> need times in the window
         self._size: dict[int, int] = {}                   # id -> card bytes (recorded, live)
         self._born: dict[int, int] = {}                   # live id -> time it was allocated
-        self._ops: deque[tuple[str, int | tuple[int, ...], int | None]] = deque()
-        self._ops_time: deque[int] = deque()              # time (need count) of each op
+        # the last OPS_PER_CALL * window calls (maxlen: the oldest drop out together)
+        self._ops: deque[tuple[str, int | tuple[int, ...], int | None]] = deque(
+            maxlen=OPS_PER_CALL * window)
+        self._ops_time: deque[int] = deque(maxlen=OPS_PER_CALL * window)  # need count of each
         self._cands: list[_Candidate] = []
         self.lock: _Candidate | None = None
         self._misses = 0
@@ -102,17 +104,18 @@ class RepeatDetector:
     def _op(self, kind: str, tid: int | tuple[int, ...], size: int | None, now: int) -> None:
         self._ops.append((kind, tid, size))
         self._ops_time.append(now)
-        while len(self._ops) > OPS_PER_CALL * self.window:
-            self._ops.popleft()
-            self._ops_time.popleft()
 
-    def observe(self, now: int, ids: Sequence[int], sizes: Sequence[int]) -> None:
-        """Need call number `now` with these distinct tensors (argument order)."""
+    def observe(self, now: int, ids: Sequence[int], sizes: Sequence[int],
+                sized: bool = False) -> None:
+        """Need call number `now` with these distinct tensors (argument order). `sized`: every
+        one was reported by `allocated` with this size (the manager's case), so the sizes
+        are known already."""
         ids = tuple(ids)
         key = tuple(sizes)
-        for i, n in zip(ids, sizes, strict=True):
-            self._size[i] = n
-        self._op("need", ids, None, now)
+        if not sized:
+            self._size.update(zip(ids, key, strict=True))
+        self._ops.append(("need", ids, None))
+        self._ops_time.append(now)
         if self.lock is not None:
             if self._match(self.lock, ids, now):
                 self.lock.matches += 1
@@ -125,9 +128,14 @@ class RepeatDetector:
                     self.lock = None
                     self.breaks += 1
                     self._cands = []
+        # the tensors' recorded uses and the calls of the same sizes, looked up once for the
+        # search and the record (big dicts: each lookup is a cache miss)
+        uses = self._uses
+        ul = [uses.get(i) for i in ids]
+        dq = self._index.get(key)
         if self.lock is None:
-            self._search(ids, key, now)
-        self._record(ids, key, now)
+            self._search(ids, key, now, ul, dq)
+        self._record(ids, key, now, ul, dq)
 
     # --- matching -----------------------------------------------------------------------------
 
@@ -136,35 +144,54 @@ class RepeatDetector:
 
     def _match(self, c: _Candidate, ids: tuple[int, ...], now: int) -> bool:
         """Whether call `ids` at `now` repeats the call one lag ago (extending c's renaming)."""
-        rec = self._recorded(now - c.lag)
-        if rec is None or len(rec) != len(ids):
+        got = self._probe(c.lag, ids, now, c.fwd, c.inv)
+        if got is None:
             return False
-        ref = now - c.lag
-        new: list[tuple[int, int]] = []
-        same = 0
-        for x, h in zip(ids, rec, strict=True):
-            if x == h:
-                same += 1
-                continue
-            if self._born.get(x, -1) < ref:       # existed then, but was not used there
-                return False
-            m = c.fwd.get(x)
-            if m is not None:
-                if m != h:
-                    return False
-                continue
-            if h in c.inv or self._size.get(h) != self._size.get(x):
-                return False
-            if any(h == hh or x == xx for xx, hh in new):
-                return False
-            new.append((x, h))
+        new, same = got
         for x, h in new:
             c.fwd[x] = h
             c.inv[h] = x
         c.exact += same
         return True
 
-    def _search(self, ids: tuple[int, ...], key: tuple[int, ...], now: int) -> None:
+    def _probe(self, lag: int, ids: tuple[int, ...], now: int, fwd: dict[int, int],
+               inv: dict[int, int], births: list[int] | None = None
+               ) -> tuple[list[tuple[int, int]], int] | None:
+        """_match without changing anything: the new pairs of the renaming and the count of
+        tensors the very same, or None if the call does not repeat the one `lag` ago.
+        `births`: when each of `ids` was allocated (-1: before the detector knew), if known."""
+        ref = now - lag
+        if not self._first <= ref < self._end:
+            return None
+        rec = self._calls[ref % self.window]
+        if len(rec) != len(ids):
+            return None
+        new: list[tuple[int, int]] = []
+        same = 0
+        size = self._size
+        if births is None:
+            births = [self._born.get(x, -1) for x in ids]
+        for x, h, b in zip(ids, rec, births, strict=False):  # lengths checked
+            if x == h:
+                same += 1
+                continue
+            if b < ref:                           # existed then, but was not used there
+                return None
+            m = fwd.get(x)
+            if m is not None:
+                if m != h:
+                    return None
+                continue
+            if h in inv or size.get(h) != size.get(x):
+                return None
+            if any(h == hh or x == xx for xx, hh in new):
+                return None
+            new.append((x, h))
+        return new, same
+
+    def _search(self, ids: tuple[int, ...], key: tuple[int, ...], now: int,
+                ul: list[list[int] | None] | None = None, dq: deque[int] | None = None
+                ) -> None:
         alive = []
         for c in self._cands:
             if self._match(c, ids, now):
@@ -174,18 +201,31 @@ class RepeatDetector:
         # earlier calls this one may repeat: the last uses of its tensors (a weight's last use
         # is one repetition ago), and the last calls with the same sizes
         tries: list[int] = []
-        for i in ids:
-            tries += self._uses.get(i, [])[-3:][::-1]
-        tries += itertools.islice(reversed(self._index.get(key, ())), self.max_candidates)
+        if ul is None:
+            ul = [self._uses.get(i) for i in ids]
+            dq = self._index.get(key)
+        for u in ul:
+            if u:
+                tries += u[-3:][::-1]
+        if dq:
+            tries += itertools.islice(reversed(dq), self.max_candidates)
+        empty: dict[int, int] = {}
+        births = None
         for t in tries[:4 * self.max_candidates]:
             if len(alive) >= self.max_candidates:
                 break
-            if now - t in lags:
+            lag = now - t
+            if lag in lags:
                 continue
-            c = _Candidate(now - t)
-            lags.add(c.lag)
-            if self._match(c, ids, now):
-                c.matches = 1
+            lags.add(lag)
+            if births is None:                   # looked up once for all the probes
+                born = self._born
+                births = [born.get(x, -1) for x in ids]
+            got = self._probe(lag, ids, now, empty, empty, births)  # new: no renaming yet
+            if got is not None:
+                new, same = got
+                c = _Candidate(lag, matches=1, exact=same, fwd=dict(new),
+                               inv={h: x for x, h in new})
                 alive.append(c)
         alive.sort(key=lambda c: -c.matches)
         self._cands = alive[:self.max_candidates]
@@ -207,13 +247,27 @@ class RepeatDetector:
             if h is not None and x not in self.role:
                 self.role[x] = self.role.get(h, h)
 
-    def _record(self, ids: tuple[int, ...], key: tuple[int, ...], now: int) -> None:
+    def _record(self, ids: tuple[int, ...], key: tuple[int, ...], now: int,
+                ul: list[list[int] | None] | None = None, dq: deque[int] | None = None
+                ) -> None:
+        uses = self._uses
         if self._end == self._first or now != self._end:   # first call, or a gap: restart
             self._reset_ring(now)
+            ul = None                                        # the lookups are stale
+        if ul is None:
+            ul = [uses.get(i) for i in ids]
+            dq = self._index.get(key)
         w = self.window
-        self._index.setdefault(key, deque()).append(now)
-        for i in ids:
-            self._uses.setdefault(i, []).append(now)
+        if dq is None:
+            dq = self._index[key] = deque()
+        dq.append(now)
+        for i, u in zip(ids, ul, strict=True):
+            if u is None:
+                u = uses.get(i)              # (a tensor twice in one call)
+                if u is None:
+                    uses[i] = [now]
+                    continue
+            u.append(now)
         if self._end - self._first == w:                     # full: forget the oldest call
             self._forget_oldest()
         self._calls[now % w] = ids

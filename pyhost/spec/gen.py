@@ -167,6 +167,8 @@ def pcie_cfg() -> str:
               "// vector i is IRQ_STATUS bit i: "
               + ", ".join(f"{i} {n}" for i, n in enumerate(pcie.MSIX_VECTOR_NAMES)),
               f"`define PCIE_CPL_TIMEOUT_US {pcie.CPL_TIMEOUT_US}",
+              "// requester straddling (RQ two TLPs a beat, RC up to four): the card's default",
+              f"`define PCIE_STRADDLE {int(pcie.STRADDLE)}",
               "// the hard IP's completion buffer: headers, 16-byte data credits; the RCB budgeted",
               f"`define PCIE_RC_BUFFER_CPLH {pcie.RC_BUFFER_CPLH}",
               f"`define PCIE_RC_BUFFER_CPLD {pcie.RC_BUFFER_CPLD}",

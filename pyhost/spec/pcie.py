@@ -56,6 +56,12 @@ LINK_CONFIGS = {"gen3x16": (3, 16), "gen4x8": (4, 8)}
 DEFAULT_LINK = "gen3x16"
 MAX_PAYLOAD_SUPPORTED = 1024                 # Device Capabilities: what the endpoint can take
 
+#: Straddling on the requester streams of the 512-bit user interface (PG213): card-to-host
+#: requests two TLPs per beat (the second from DWORD 8), host-to-card completions up to four (from
+#: DWORD 0, 4, 8 or 12). card_top_pcie's STRADDLE parameter and the hard IP's configuration
+#: (tb/common/pcie_link.py) both default to it; without it a TLP takes its own run of beats.
+STRADDLE = True
+
 #: Completion timeout of the requester, in microseconds (PCIe range A: 50 us .. 10 ms).
 CPL_TIMEOUT_US = 50
 

@@ -8,7 +8,10 @@
 
 // The card as a PCIe endpoint: card_core (registers, DMA engine, accelerator, interconnect,
 // DRAM) behind the UltraScale+ PCIe hard IP's user interface (512-bit AXI4-Stream, DWORD
-// aligned, no straddling; the hard IP itself is cocotbext-pcie's model in simulation).
+// aligned; the hard IP itself is cocotbext-pcie's model in simulation). STRADDLE (default
+// `PCIE_STRADDLE, pyhost/spec/pcie.py) sets the requester streams' straddling, which the hard
+// IP must be configured for alike: RQ two TLPs per beat, RC two or four (PG213); 0: one TLP per
+// run of beats on both. The completer streams are never straddled.
 //
 //   hard IP CQ --> async FIFO --> pcie_cq_bridge --AXI4-Lite--> csr (BAR0 MMIO)
 //   hard IP CC <-- async FIFO <--/          \----> pcie_msix (BAR2: MSI-X table, PBA)
@@ -29,7 +32,8 @@ module card_top_pcie #(
     parameter integer ACC_WGT_DEPTH = `ACCEL_WGT_DEPTH,     // accelerator weight scratchpad rows
     parameter integer ACC_ACC_DEPTH = `ACCEL_ACC_DEPTH,     // accelerator accumulator rows
     parameter integer ACC_QUEUE_DEPTH = `ACCEL_QUEUE_DEPTH, // accelerator instruction queue depth
-    parameter integer FIFO_DEPTH_LOG2 = 4                   // log2 of each clock-crossing FIFO
+    parameter integer FIFO_DEPTH_LOG2 = 4,                  // log2 of each clock-crossing FIFO
+    parameter integer STRADDLE = `PCIE_STRADDLE             // requester straddling (above)
 ) (
     input  wire                      clk,             // card clock
     input  wire                      rst,
@@ -83,28 +87,30 @@ localparam integer NV = `PCIE_MSIX_VECTORS;
 wire [511:0] rq_data, rc_data, cq_data, cc_data;
 wire [15:0]  rq_keep, cc_keep;
 wire         rq_last, rc_last, cq_last, cc_last;
-wire [36:0]  rq_user;
+wire [36:0]  rq_user, rq_user_x;
+wire [31:0]  rc_sop_eop;
 wire         rq_valid, rq_ready, rc_valid, rc_ready, cq_valid, cq_ready, cc_valid, cc_ready;
 wire [3:0]   cq_first_be;
 
-wire [8:0]   rq_user_x;
-pcie_async_fifo #(.WIDTH(512 + 16 + 1 + 9), .DEPTH_LOG2(FIFO_DEPTH_LOG2)) rq_fifo (
+pcie_async_fifo #(.WIDTH(512 + 16 + 1 + 37), .DEPTH_LOG2(FIFO_DEPTH_LOG2)) rq_fifo (
     .wr_clk(clk), .wr_rst(rst),
-    .s_data({rq_user[36], rq_user[11:8], rq_user[3:0], rq_last, rq_keep, rq_data}),
+    .s_data({rq_user, rq_last, rq_keep, rq_data}),
     .s_valid(rq_valid), .s_ready(rq_ready),
     .rd_clk(user_clk), .rd_rst(user_reset),
     .m_data({rq_user_x, m_axis_rq_tlast, m_axis_rq_tkeep, m_axis_rq_tdata}),
     .m_valid(m_axis_rq_tvalid), .m_ready(m_axis_rq_tready)
 );
-// tuser: first_be [3:0], last_be [11:8], discontinue [36]; no straddling, no parity
-assign m_axis_rq_tuser = {100'd0, rq_user_x[8], 24'd0, rq_user_x[7:4], 4'd0, rq_user_x[3:0]};
+// tuser [36:0]: byte enables, is_sop / is_eop and their pointers (straddling), discontinue;
+// no sequence numbers, no parity
+assign m_axis_rq_tuser = {100'd0, rq_user_x};
 
-pcie_async_fifo #(.WIDTH(512 + 1), .DEPTH_LOG2(FIFO_DEPTH_LOG2)) rc_fifo (
+// RC: data, last, and tuser [95:64] (is_sop / is_eop and their pointers: straddling)
+pcie_async_fifo #(.WIDTH(512 + 1 + 32), .DEPTH_LOG2(FIFO_DEPTH_LOG2)) rc_fifo (
     .wr_clk(user_clk), .wr_rst(user_reset),
-    .s_data({s_axis_rc_tlast, s_axis_rc_tdata}), .s_valid(s_axis_rc_tvalid),
-    .s_ready(s_axis_rc_tready),
+    .s_data({s_axis_rc_tuser[95:64], s_axis_rc_tlast, s_axis_rc_tdata}),
+    .s_valid(s_axis_rc_tvalid), .s_ready(s_axis_rc_tready),
     .rd_clk(clk), .rd_rst(rst),
-    .m_data({rc_last, rc_data}), .m_valid(rc_valid), .m_ready(rc_ready)
+    .m_data({rc_sop_eop, rc_last, rc_data}), .m_valid(rc_valid), .m_ready(rc_ready)
 );
 
 pcie_async_fifo #(.WIDTH(512 + 1 + 4), .DEPTH_LOG2(FIFO_DEPTH_LOG2)) cq_fifo (
@@ -222,7 +228,7 @@ pcie_cq_bridge #(.DATA_WIDTH(512)) completer (
 );
 
 // ---- requester: DMA and MSI-X messages
-pcie_rq_adapter #(.DATA_WIDTH(DATA_WIDTH)) requester (
+pcie_rq_adapter #(.DATA_WIDTH(DATA_WIDTH), .STRADDLE(STRADDLE)) requester (
     .clk(clk), .rst(rst),
     .rd_req_valid(h_rd_req_valid), .rd_req_ready(h_rd_req_ready),
     .rd_req_addr(h_rd_req_addr), .rd_req_len(h_rd_req_len), .rd_req_tag(h_rd_req_tag),
@@ -238,17 +244,18 @@ pcie_rq_adapter #(.DATA_WIDTH(DATA_WIDTH)) requester (
     .msix_data(msg_data),
     .m_axis_rq_tdata(rq_data), .m_axis_rq_tkeep(rq_keep), .m_axis_rq_tlast(rq_last),
     .m_axis_rq_tuser(rq_user), .m_axis_rq_tvalid(rq_valid), .m_axis_rq_tready(rq_ready),
-    .s_axis_rc_tdata(rc_data), .s_axis_rc_tlast(rc_last), .s_axis_rc_tvalid(rc_valid),
+    .s_axis_rc_tdata(rc_data), .s_axis_rc_sop_eop(rc_sop_eop), .s_axis_rc_tlast(rc_last),
+    .s_axis_rc_tvalid(rc_valid),
     .s_axis_rc_tready(rc_ready)
 );
 
-// Unused: the streams' keep and user bits beyond first_be (DWORD counts come from the
-// descriptors), the upper config bits (one physical function), the accelerator's two
+// Unused: the streams' keep and the user bits not carried (byte enables and parity of RC and CQ
+// beyond first_be: DWORD counts come from the descriptors), the upper config bits (one physical function), the accelerator's two
 // IRQ_STATUS bits beyond the vectors (none: the map has exactly NV), the unsupported counter
 // (waveforms).
-wire unused_ok = &{1'b0, s_axis_rc_tkeep, s_axis_rc_tuser, s_axis_cq_tkeep,
-                   s_axis_cq_tuser[182:4], cfg_interrupt_msix_enable[3:1],
-                   cfg_interrupt_msix_mask[3:1], rq_user[35:12], rq_user[7:4], stat_unsupported};
+wire unused_ok = &{1'b0, s_axis_rc_tkeep, s_axis_rc_tuser[160:96], s_axis_rc_tuser[63:0],
+                   s_axis_cq_tkeep, s_axis_cq_tuser[182:4], cfg_interrupt_msix_enable[3:1],
+                   cfg_interrupt_msix_mask[3:1], stat_unsupported};
 
 endmodule
 

@@ -20,6 +20,8 @@
 `define PCIE_MSIX_PBA_OFFSET 12'h800
 // vector i is IRQ_STATUS bit i: 0 H2C_DONE, 1 H2C_ERR, 2 C2H_DONE, 3 C2H_ERR, 4 C2C_DONE, 5 C2C_ERR, 6 ACCEL_DONE, 7 ACCEL_ERR
 `define PCIE_CPL_TIMEOUT_US 50
+// requester straddling (RQ two TLPs a beat, RC up to four): the card's default
+`define PCIE_STRADDLE 1
 // the hard IP's completion buffer: headers, 16-byte data credits; the RCB budgeted
 `define PCIE_RC_BUFFER_CPLH 256
 `define PCIE_RC_BUFFER_CPLD 2048

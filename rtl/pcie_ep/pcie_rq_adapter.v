@@ -6,16 +6,30 @@
 
 // PCIe requester adapter: the DMA engine's host-port request/completion interface (dma_engine.v;
 // dma_axi_port.v is the AXI4 one) on the UltraScale+ hard IP's requester streams, 512 bits,
-// DWORD-aligned, no straddling (PG213's RQ/RC formats), in the card clock domain (the async
-// FIFOs of card_top_pcie join it to the PCIe user clock).
+// DWORD-aligned (PG213's RQ/RC formats), in the card clock domain (the async FIFOs of
+// card_top_pcie join it to the PCIe user clock).
+//
+// Straddling (STRADDLE = 1; the hard IP must be configured alike): on RQ two TLPs may share a
+// beat, the second starting at DWORD 8 after one that ended in DWORDs 0..7 (tuser is_sop /
+// is_eop with their pointers, first/last byte enables per TLP in the order they start); on RC the
+// hard IP's straddled completions are taken, a TLP starting at DWORD 0, 4, 8 or 12 (the 4-TLP
+// mode) or 0 and 8 (the 2-TLP mode). Both streams are built and read as without straddling (one
+// TLP per run of beats, from DWORD 0, tlast) and converted at the edge: RQ beats are repacked in
+// 256-bit halves (a TLP ending in a low half is held up to three cycles for the next TLP's first
+// half; an abandoned TLP never shares a beat, since discontinue applies to the whole beat), RC
+// TLPs are shifted down to DWORD 0 (the card clock, 400 MHz, carries the unstraddled beats faster
+// than the user clock, 250 MHz, delivers the straddled ones). With STRADDLE = 0 (the default of
+// this module) both streams are one TLP per run of beats. Everything below holds in both modes.
 //
 // RQ (requests out): a read request becomes one memory read TLP (tag = the engine's tag, client
 // tags), a write request one memory write TLP whose payload is the engine's line-aligned beats
 // realigned to DWORDs after the 4-DWORD descriptor, first/last byte enables from the request's
 // byte range; a write the engine abandons (empty strobes) is discontinued, so the hard IP drops
-// it. An MSI-X message is a one-DWORD memory write between TLPs. Writes are posted: the write
-// completion is signalled when the TLP's last beat is handed on, so whatever the engine does
-// after it (the status write-back, then the interrupt) follows it on the link.
+// it. An MSI-X message is a one-DWORD memory write between TLPs. A write request is taken into a
+// one-entry register ahead of its TLP, so the engine streams its lines right behind the previous
+// TLP's. Writes are posted: the write completion is signalled when the TLP's last beat is handed
+// on, so whatever the engine does after it (the status write-back, then the interrupt) follows it
+// on the link (TLPs leave in the order they were built, in both modes).
 //
 // RC (completions in): each completion's payload is realigned to card lines (64-byte beats at
 // the address the request asked for) and handed to the engine with its tag; completions of
@@ -38,13 +52,16 @@
 // payload's) must never hold more than it can: a read is issued only while its worst case fits
 // what is not reserved, one header per RCB block (CPL_BUDGET_RCB) it touches and the data
 // credits of its 16-byte blocks plus one per header. A completion's header and data credits are
-// released when its last beat has been taken (the hard IP freed them when it sent that beat), the
-// rest of a read's reservation when the completion that completes it has.
+// released when its last beat has been taken by the realignment (the hard IP freed them when it
+// sent that beat, and with straddling the de-straddler hands on a TLP's last beat only after the
+// hard IP's beat that ends it), the rest of a read's reservation when the completion that
+// completes it has.
 module pcie_rq_adapter #(
     parameter integer DATA_WIDTH = 512,      // engine and stream data width (DWORD-aligned RQ/RC)
     parameter integer CPLH = `PCIE_RC_BUFFER_CPLH,   // the hard IP's completion headers
     parameter integer CPLD = `PCIE_RC_BUFFER_CPLD,   // and 16-byte data credits
-    parameter integer BUDGET_RCB = `PCIE_CPL_BUDGET_RCB
+    parameter integer BUDGET_RCB = `PCIE_CPL_BUDGET_RCB,
+    parameter integer STRADDLE = 0           // 1: straddled RQ (2 TLPs) and RC (2 or 4) beats
 ) (
     input  wire                      clk,
     input  wire                      rst,
@@ -81,8 +98,10 @@ module pcie_rq_adapter #(
     input  wire [63:0]               msix_addr,
     input  wire [31:0]               msix_data,
 
-    // requester request stream (to the hard IP): tuser carries first_be [3:0], last_be [11:8],
-    // discontinue [36] as in PG213's 512-bit RQ tuser
+    // requester request stream (to the hard IP): tuser is PG213's 512-bit RQ tuser [36:0]:
+    // first_be [7:0], last_be [15:8] (per TLP starting in the beat, in order), is_sop [21:20],
+    // is_sop_ptr [25:22], is_eop [27:26], is_eop_ptr [35:28], discontinue [36]. Without
+    // straddling only first_be [3:0], last_be [11:8] and discontinue are driven (tlast ends a TLP).
     output wire [DATA_WIDTH-1:0]     m_axis_rq_tdata,
     output wire [DATA_WIDTH/32-1:0]  m_axis_rq_tkeep,
     output wire                      m_axis_rq_tlast,
@@ -90,8 +109,11 @@ module pcie_rq_adapter #(
     output wire                      m_axis_rq_tvalid,
     input  wire                      m_axis_rq_tready,
 
-    // requester completion stream (from the hard IP)
+    // requester completion stream (from the hard IP); sop_eop is PG213's 512-bit RC tuser
+    // [95:64]: is_sop [3:0], is_sop_ptr [11:4], is_eop [15:12], is_eop_ptr [31:16] (used with
+    // straddling; without it tlast ends a TLP)
     input  wire [DATA_WIDTH-1:0]     s_axis_rc_tdata,
+    input  wire [31:0]               s_axis_rc_sop_eop,
     input  wire                      s_axis_rc_tlast,
     input  wire                      s_axis_rc_tvalid,
     output wire                      s_axis_rc_tready
@@ -104,6 +126,8 @@ localparam [3:0] ERR_POISONED = 4'd1, ERR_INVALID_TAG = 4'd6;
 initial begin
     if (DATA_WIDTH != 512)
         $fatal(1, "pcie_rq_adapter: DATA_WIDTH must be 512, got %0d", DATA_WIDTH);
+    if (STRADDLE != 0 && STRADDLE != 1)
+        $fatal(1, "pcie_rq_adapter: STRADDLE must be 0 or 1, got %0d", STRADDLE);
     if (BUDGET_RCB != 64 && BUDGET_RCB != 128)
         $fatal(1, "pcie_rq_adapter: BUDGET_RCB must be 64 or 128, got %0d", BUDGET_RCB);
     if (CPLH < 4096 / BUDGET_RCB + 1 || CPLH > 511 || CPLD > 4095
@@ -138,19 +162,55 @@ function [12:0] dword_span;
     dword_span = {11'd0, a} + len + 13'd3;
 endfunction
 
+// PG213's 512-bit RQ tuser [36:0] of one beat: discontinue, is_eop_ptr 1/0, is_eop, is_sop_ptr
+// 1/0, is_sop, addr_offset (0), and {last_be, first_be} of the second and first TLP starting in
+// the beat (be1, be0 = {last_be, first_be}).
+function [36:0] rq_user;
+    input       disc;
+    input [3:0] eop_ptr1, eop_ptr0;
+    input [1:0] eop;
+    input [1:0] sop_ptr1, sop_ptr0;
+    input [1:0] sop;
+    input [7:0] be1, be0;
+    rq_user = {disc, eop_ptr1, eop_ptr0, eop, sop_ptr1, sop_ptr0, sop, 4'd0,
+               be1[7:4], be0[7:4], be1[3:0], be0[3:0]};
+endfunction
+
+// Index of the lowest set bit (0 when none is set).
+function [3:0] lowest16;
+    input [15:0] v;
+    integer i;
+    begin
+        lowest16 = 4'd0;
+        for (i = 15; i >= 0; i = i - 1)
+            if (v[i]) lowest16 = i[3:0];
+    end
+endfunction
+
+function [1:0] lowest4;
+    input [3:0] v;
+    lowest4 = v[0] ? 2'd0 : v[1] ? 2'd1 : v[2] ? 2'd2 : v[3] ? 2'd3 : 2'd0;
+endfunction
+
+// Index of the highest set bit (0 when none is set).
+function [3:0] highest16;
+    input [15:0] v;
+    integer i;
+    begin
+        highest16 = 4'd0;
+        for (i = 0; i < 16; i = i + 1)
+            if (v[i]) highest16 = i[3:0];
+    end
+endfunction
+
 // ---------------------------------------------------------------------------------------------
 // RQ: output register
 reg [DATA_WIDTH-1:0] q_data;
 reg [DW-1:0]         q_keep;
 reg                  q_last, q_valid, q_disc;
 reg [7:0]            q_be;
-wire q_load = !q_valid || m_axis_rq_tready;
-
-assign m_axis_rq_tdata = q_data;
-assign m_axis_rq_tkeep = q_keep;
-assign m_axis_rq_tlast = q_last;
-assign m_axis_rq_tuser = {q_disc, 24'd0, q_be[7:4], 4'd0, q_be[3:0]};
-assign m_axis_rq_tvalid = q_valid;
+wire q_take;                    // the beat in q is taken (by the hard IP, or by the packer)
+wire q_load = !q_valid || q_take;
 
 // write TLP in progress
 reg         w_busy;             // descriptor sent or pending, payload beats to go
@@ -164,6 +224,9 @@ reg [DATA_WIDTH-1:0] w_prev;    // the last engine line taken
 reg         w_disc;
 reg         w_cpl;
 reg         last_was_write;     // arbitration: reads and writes alternate when both wait
+reg         wn_valid;           // the next write request, taken from the engine
+reg [63:0]  wn_addr;
+reg [12:0]  wn_len;
 reg [8:0]   w_total_lines;
 
 // The output beat b of a write TLP is the 16 DWORDs at offset t = (o - 4) mod 16 of
@@ -214,13 +277,16 @@ wire        rd_fits = {1'b0, b_used_h} + {3'd0, rd_hdrs} <= CPLH_LIMIT[9:0]
 wire idle = !w_busy;
 wire pick_msix = idle && msix_valid;
 wire want_rd = idle && !msix_valid && rd_req_valid && rd_fits;
-wire want_wr = idle && !msix_valid && wr_req_valid;
+wire want_wr = idle && !msix_valid && wn_valid;
 wire pick_rd = want_rd && (!want_wr || last_was_write);
 wire pick_wr = want_wr && !pick_rd;
+wire start_wr = pick_wr && q_load;
 
 assign msix_ready = pick_msix && q_load;
 assign rd_req_ready = pick_rd && q_load;
-assign wr_req_ready = pick_wr && q_load;
+// a write request waits in wn_* until its TLP starts: the engine streams its lines right after
+// the current TLP's (it hands a request's lines on only once the request is taken)
+assign wr_req_ready = !wn_valid;
 
 wire [7:0]  r_be = byte_enables(rd_req_addr[1:0], rd_req_len);
 wire [12:0] r_span = dword_span(rd_req_addr[1:0], rd_req_len);
@@ -238,9 +304,9 @@ wire w_last_beat = w_send && w_beats_left == 9'd1;
 assign wr_cpl_valid = w_cpl;
 assign wr_cpl_err = 1'b0;      // writes are posted: a bad host address is the root's to report
 
-wire [12:0] wr_last_byte_line = {7'd0, wr_req_addr[5:0]} + wr_req_len - 13'd1;
+wire [12:0] wr_last_byte_line = {7'd0, wn_addr[5:0]} + wn_len - 13'd1;
 wire [8:0]  wr_lines = {2'd0, wr_last_byte_line[12:6]} + 9'd1;
-wire [12:0] wr_span = dword_span(wr_req_addr[1:0], wr_req_len);
+wire [12:0] wr_span = dword_span(wn_addr[1:0], wn_len);
 wire [12:0] wr_dw_total = {2'd0, wr_span[12:2]} + 13'd4 + 13'd15;    // /16: output beats
 
 always @(posedge clk) begin
@@ -263,12 +329,18 @@ always @(posedge clk) begin
         q_disc <= 1'b0;
         last_was_write <= 1'b0;
     end
-    if (wr_req_ready) begin
+    if (wr_req_valid && wr_req_ready) begin
+        wn_valid <= 1'b1;
+        wn_addr <= wr_req_addr;
+        wn_len <= wr_req_len;
+    end
+    if (start_wr) begin
+        wn_valid <= 1'b0;
         w_busy <= 1'b1;
         w_desc <= 1'b1;
-        w_addr <= wr_req_addr;
-        w_len <= wr_req_len;
-        w_o <= wr_req_addr[5:2];
+        w_addr <= wn_addr;
+        w_len <= wn_len;
+        w_o <= wn_addr[5:2];
         w_lines_left <= wr_lines;
         w_total_lines <= wr_lines;
         w_beats_left <= wr_dw_total[12:4];
@@ -303,9 +375,208 @@ always @(posedge clk) begin
         w_busy <= 1'b0;
         w_desc <= 1'b0;
         w_cpl <= 1'b0;
+        wn_valid <= 1'b0;
         last_was_write <= 1'b0;
     end
 end
+
+// ---------------------------------------------------------------------------------------------
+// RQ to the hard IP. Without straddling the beats above go out as they are (one TLP per run of
+// beats). With it (PG213's 512-bit RQ straddle) they are repacked in 256-bit halves: a TLP that
+// ends in DWORDs 0..7 of a beat is held (the carry, k_*) and the next TLP's first half goes into
+// DWORDs 8..15 of that beat, the rest of that TLP one half later (a beat = its half j and the
+// carried half j - 1), until a TLP ends in a low half again. A TLP's halves always go out in
+// consecutive halves of the stream; a carried end goes out alone when nothing follows it at
+// once. A beat with discontinue carries only the abandoned TLP (the hard IP applies the bit to
+// every TLP of the beat): an abandoned TLP's end or start never shares a beat.
+generate
+if (STRADDLE != 0) begin : g_rq_straddle
+    reg         x_first;                 // the beat in q starts a TLP
+    wire [3:0]  x_last_dw = highest16(q_keep);
+    wire        x_end_lo = q_last && !q_keep[8];     // its TLP ends in DWORDs 0..7
+    wire [3:0]  x_eop_hi = {1'b1, x_last_dw[2:0]};  // that end, one half later
+    reg         k_valid, k_eop, k_sop, k_disc;
+    reg [255:0] k_data;
+    reg [2:0]   k_ptr;                   // the carried end's last DWORD
+    reg [7:0]   k_be;                    // {last_be, first_be} of a TLP starting in the carry
+    wire [7:0]  k_keep = ~(8'hFE << k_ptr);
+    reg         o_valid;
+    reg [DATA_WIDTH-1:0] o_data;
+    reg [15:0]  o_keep;
+    reg [36:0]  o_user;
+    wire        o_free = !o_valid || m_axis_rq_tready;
+    // no carry: a TLP ending in its low half is carried (needs no free output), else sent as is
+    wire        a_carry = !k_valid && q_valid && x_end_lo && !q_disc;
+    wire        a_pass = !k_valid && q_valid && !a_carry && o_free;
+    // a carried middle half: the TLP's next beat completes the output beat
+    wire        b_step = k_valid && !k_eop && q_valid && o_free;
+    // a carried end: with the next TLP's first half (neither abandoned), or alone when that
+    // cannot be or nothing has come for K_HOLD cycles (a write's first beat follows its
+    // predecessor's last after a cycle or two: the start, the window's priming)
+    localparam [1:0] K_HOLD = 2'd3;
+    reg  [1:0]  k_wait;
+    wire        c_merge = k_valid && k_eop && q_valid && !q_disc && !k_disc && o_free;
+    wire        c_alone = k_valid && k_eop && !c_merge && o_free
+                          && (q_valid || k_disc || k_wait == K_HOLD);
+    assign q_take = a_carry || a_pass || b_step || c_merge;
+    always @(posedge clk) begin
+        if (o_free) o_valid <= 1'b0;
+        if (q_take) x_first <= q_last;
+        if (k_valid && k_eop && !q_valid && k_wait != K_HOLD) k_wait <= k_wait + 2'd1;
+        if (q_take) k_wait <= 2'd0;
+        if (a_carry) begin
+            k_valid <= 1'b1;
+            k_eop <= 1'b1;
+            k_sop <= x_first;
+            k_disc <= 1'b0;
+            k_data <= q_data[255:0];
+            k_ptr <= x_last_dw[2:0];
+            k_be <= q_be;
+        end
+        if (a_pass) begin
+            o_valid <= 1'b1;
+            o_data <= q_data;
+            o_keep <= q_keep;
+            o_user <= rq_user(q_disc, 4'd0, x_last_dw, {1'b0, q_last}, 2'd0, 2'd0,
+                              {1'b0, x_first}, 8'd0, q_be);
+        end
+        if (b_step || c_merge) begin
+            o_valid <= 1'b1;
+            o_data <= {q_data[255:0], k_data};
+            o_keep <= {q_keep[7:0], b_step ? 8'hFF : k_keep};
+            // the carry goes on with q's high half (a middle, or the TLP's end), or is empty
+            k_valid <= q_keep[8];
+            k_eop <= q_last;
+            k_sop <= 1'b0;
+            k_disc <= q_disc;
+            k_data <= q_data[511:256];
+            k_ptr <= x_last_dw[2:0];
+        end
+        if (b_step) begin
+            o_user <= rq_user(q_disc || k_disc, 4'd0, x_eop_hi, {1'b0, x_end_lo}, 2'd0, 2'd0,
+                              2'b00, 8'd0, 8'd0);
+        end
+        if (c_merge) begin
+            // the TLPs of the beat in order: the carried end's (its start too when k_sop), q's
+            o_user <= k_sop ? rq_user(1'b0, x_eop_hi, {1'b0, k_ptr}, {x_end_lo, 1'b1}, 2'd2,
+                                      2'd0, 2'b11, q_be, k_be)
+                            : rq_user(1'b0, x_eop_hi, {1'b0, k_ptr}, {x_end_lo, 1'b1}, 2'd0,
+                                      2'd2, 2'b01, 8'd0, q_be);
+        end
+        if (c_alone) begin
+            o_valid <= 1'b1;
+            o_data <= {256'd0, k_data};
+            o_keep <= {8'h00, k_keep};
+            o_user <= rq_user(k_disc, 4'd0, {1'b0, k_ptr}, 2'b01, 2'd0, 2'd0, {1'b0, k_sop},
+                              8'd0, k_be);
+            k_valid <= 1'b0;
+        end
+        if (rst) begin
+            x_first <= 1'b1;
+            k_valid <= 1'b0;
+            o_valid <= 1'b0;
+        end
+    end
+    assign m_axis_rq_tdata = o_data;
+    assign m_axis_rq_tkeep = o_keep;
+    assign m_axis_rq_tlast = o_user[26] || o_user[27];
+    assign m_axis_rq_tuser = o_user;
+    assign m_axis_rq_tvalid = o_valid;
+end else begin : g_rq_plain
+    assign q_take = m_axis_rq_tready;
+    assign m_axis_rq_tdata = q_data;
+    assign m_axis_rq_tkeep = q_keep;
+    assign m_axis_rq_tlast = q_last;
+    assign m_axis_rq_tuser = {q_disc, 24'd0, q_be[7:4], 4'd0, q_be[3:0]};
+    assign m_axis_rq_tvalid = q_valid;
+end
+endgenerate
+
+// ---------------------------------------------------------------------------------------------
+// RC from the hard IP: the stream below (rc_*) has one TLP per run of beats, each from DWORD 0,
+// its end marked by last. Without straddling it is the hard IP's stream. With it (PG213's
+// 512-bit RC straddle: a TLP may start at DWORD 0, 4, 8 or 12, so up to four per beat, or 0 and
+// 8 in the two-TLP mode; is_sop / is_eop with their pointers in tuser), each TLP is shifted down
+// to DWORD 0: a TLP starting at segment p (4 x p DWORDs) of beat n becomes the beats j of
+// {beat n + j + 1, beat n + j} from DWORD 4 x p (R holds beat n + j, the stream's head is n + j + 1)
+// until its end, in R at or after DWORD 4 x p (R alone), or in the head below it. The card clock
+// (400 MHz) carries the unstraddled beats faster than the user clock (250 MHz) the straddled
+// ones: a 256-byte completion is 5 beats here, 4.25 on the link side.
+wire [DATA_WIDTH-1:0] rc_data;
+wire                  rc_last, rc_valid, rc_ready;
+generate
+if (STRADDLE != 0) begin : g_rc_straddle
+    wire [31:0] se = s_axis_rc_sop_eop;
+    // the head beat: segments where TLPs start, DWORDs where they end
+    wire [3:0]  i_sop = ({3'd0, se[0]} << se[5:4]) | ({3'd0, se[1]} << se[7:6])
+                      | ({3'd0, se[2]} << se[9:8]) | ({3'd0, se[3]} << se[11:10]);
+    wire [15:0] i_eop = ({15'd0, se[12]} << se[19:16]) | ({15'd0, se[13]} << se[23:20])
+                      | ({15'd0, se[14]} << se[27:24]) | ({15'd0, se[15]} << se[31:28]);
+    reg         r_valid;
+    reg [DATA_WIDTH-1:0] r_data;
+    reg [3:0]   r_sop;
+    reg [15:0]  r_eop;
+    reg [1:0]   r_p;                     // the current TLP's first segment
+    reg         o_valid, o_last;
+    reg [DATA_WIDTH-1:0] o_data;
+    wire        o_free = !o_valid || rc_ready;
+    // the TLP ends in R (its first end at or after DWORD 4p); a TLP starts after that end
+    wire [15:0] r_end_m = r_eop & (16'hFFFF << {r_p, 2'b00});
+    wire        r_end = r_end_m != 16'd0;
+    wire [3:0]  r_e = lowest16(r_end_m);
+    wire [3:0]  r_next_m = r_sop & (4'b1110 << r_e[3:2]);
+    // or in the head, below DWORD 4p (the head's first end is the TLP's: it goes on from 0)
+    wire [3:0]  i_e = lowest16(i_eop);
+    wire        i_end_low = i_eop != 16'd0 && i_e < {r_p, 2'b00};
+    wire [3:0]  i_next_m = i_sop & (4'b1110 << i_e[3:2]);
+    wire [2*DATA_WIDTH-1:0] win = {s_axis_rc_tdata, r_data};
+    // a beat out: the TLP's last from R alone, or from R and the head (which is taken)
+    wire        emit_r = r_valid && o_free && r_end;
+    wire        emit_i = r_valid && o_free && !r_end && s_axis_rc_tvalid;
+    // the head becomes R with a new TLP at its first start: R is empty or was used up now
+    wire        load = s_axis_rc_tvalid && (!r_valid || emit_r && r_next_m == 4'd0);
+    assign s_axis_rc_tready = emit_i || load;
+    always @(posedge clk) begin
+        if (o_free) o_valid <= 1'b0;
+        if (emit_r || emit_i) begin
+            o_valid <= 1'b1;
+            o_data <= win[{1'b0, r_p, 7'd0} +: DATA_WIDTH];
+            o_last <= emit_r || i_end_low;
+        end
+        if (emit_r && r_next_m != 4'd0) r_p <= lowest4(r_next_m);
+        if (emit_r && r_next_m == 4'd0 && !s_axis_rc_tvalid) r_valid <= 1'b0;
+        if (emit_i) begin
+            r_data <= s_axis_rc_tdata;
+            r_sop <= i_sop;
+            r_eop <= i_eop;
+            if (i_end_low) begin
+                r_valid <= i_next_m != 4'd0;
+                r_p <= lowest4(i_next_m);
+            end
+        end
+        if (load) begin
+            r_valid <= 1'b1;
+            r_data <= s_axis_rc_tdata;
+            r_sop <= i_sop;
+            r_eop <= i_eop;
+            r_p <= lowest4(i_sop);
+        end
+        if (rst) begin
+            r_valid <= 1'b0;
+            o_valid <= 1'b0;
+        end
+    end
+    assign rc_data = o_data;
+    assign rc_last = o_last;
+    assign rc_valid = o_valid;
+    wire unused_rc = &{1'b0, r_e[1:0]};      // an end's segment is what matters
+end else begin : g_rc_plain
+    assign rc_data = s_axis_rc_tdata;
+    assign rc_last = s_axis_rc_tlast;
+    assign rc_valid = s_axis_rc_tvalid;
+    assign s_axis_rc_tready = rc_ready;
+end
+endgenerate
 
 // ---------------------------------------------------------------------------------------------
 // RC: completions realigned to lines. Line i of a completion is the 16 DWORDs at offset
@@ -333,7 +604,7 @@ reg  [9:0]  t_data [0:63];
 reg  [6:0]  c_rel_h;
 reg  [9:0]  c_rel_d;
 
-wire [DATA_WIDTH-1:0] rc = s_axis_rc_tdata;
+wire [DATA_WIDTH-1:0] rc = rc_data;
 wire [11:0] h_lower = rc[11:0];
 wire [3:0]  h_err_code = rc[15:12];
 wire        h_completed = rc[30];
@@ -375,15 +646,15 @@ reg         c_eburst;
 reg  [6:0]  c_elines;
 wire        c_stall = c_flush || c_eburst;
 // beat 0 of a TLP
-wire        sop = s_axis_rc_tvalid && !c_active && !c_stall;
+wire        sop = rc_valid && !c_active && !c_stall;
 // the line emitted this cycle, from the current beat (or the flush)
-wire        emit_mid = c_active && s_axis_rc_tvalid && !c_stall && c_lines_left != 7'd0;
+wire        emit_mid = c_active && rc_valid && !c_stall && c_lines_left != 7'd0;
 wire        emit_flush = c_flush;
 wire [2*DATA_WIDTH-1:0] c_win = {c_flush ? {DATA_WIDTH{1'b0}} : rc, c_prev};
 wire [3:0]  s_now = sop ? 4'd3 - h_o : c_s;
 wire [DATA_WIDTH-1:0] c_line = c_win[{1'b0, s_now, 5'd0} +: DATA_WIDTH];
 
-assign s_axis_rc_tready = !c_stall;
+assign rc_ready = !c_stall;
 reg                  o_valid, o_last, o_err;
 reg [5:0]            o_tag;
 reg [DATA_WIDTH-1:0] o_data;
@@ -395,7 +666,7 @@ assign rd_cpl_err = o_err;
 
 always @(posedge clk) begin
     o_valid <= 1'b0;
-    if (s_axis_rc_tvalid && s_axis_rc_tready) c_prev <= rc;
+    if (rc_valid && rc_ready) c_prev <= rc;
     if (sop) begin
         c_tag <= h_tag[5:0];
         c_s <= 4'd3 - h_o;
@@ -425,7 +696,7 @@ always @(posedge clk) begin
         end else begin
             c_lines_left <= h_lines;
         end
-        if (!s_axis_rc_tlast) begin
+        if (!rc_last) begin
             c_active <= 1'b1;
         end else if (!h_skip && !h_bad && (h_d ? h_lines != 7'd0 : h_lines > 7'd1)) begin
             c_flush <= 1'b1;
@@ -448,7 +719,7 @@ always @(posedge clk) begin
         c_elines <= c_elines - 7'd1;
         if (c_elines == 7'd1) c_eburst <= 1'b0;
     end
-    if (c_active && s_axis_rc_tvalid && s_axis_rc_tready && s_axis_rc_tlast) begin
+    if (c_active && rc_valid && rc_ready && rc_last) begin
         c_active <= 1'b0;
         // one more line than beats left: it is sent from the last beat alone
         if (c_lines_left > 7'd1 || (c_lines_left == 7'd1 && !emit_mid))
@@ -465,7 +736,7 @@ end
 
 // Buffer budget and per-tag bookkeeping. A read is issued only when no completion of its tag
 // is still expected (the engine reuses a tag after its last line), so the two never meet.
-wire        c_end = s_axis_rc_tvalid && s_axis_rc_tready && s_axis_rc_tlast;
+wire        c_end = rc_valid && rc_ready && rc_last;
 wire        rel_now = c_end && sop;                       // a one-beat completion
 wire        rel_later = c_end && c_active;
 wire [6:0]  rel_h = rel_now ? h_rel_h : rel_later ? c_rel_h : 7'd0;
@@ -501,7 +772,7 @@ end
 // the engine always takes completions (its ring space is reserved per request); the dropped
 // bits: requester/completer IDs, byte count, attributes, the write request's upper address bits
 // (the descriptor uses them all), the status of c_single (its beat went out at once)
-wire unused_ok = &{1'b0, rd_cpl_ready, msix_addr[1:0], w_span[1:0], r_span[1:0], wr_span[1:0],
+wire unused_ok = &{1'b0, rd_cpl_ready, s_axis_rc_tlast, s_axis_rc_sop_eop, msix_addr[1:0], w_span[1:0], r_span[1:0], wr_span[1:0],
                    wr_dw_total[3:0], h_lower[1:0], h_span[11], h_span[3:0], w_dw_all[13:4], wr_last_byte_line[5:0], rc[DATA_WIDTH-1:72], rc[63:47], rc[31], rc[29:16],
                    h_tag[7:6], c_d, c_single, wr_dat_last, w_total_lines,
                    rd_end_off[13], rd_end_off[5:0], rd_blk_span[13], rd_blk_span[RCB_BITS-1:0],

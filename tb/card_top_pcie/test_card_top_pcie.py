@@ -4,9 +4,11 @@ UltraScale+ hard IP model, a link and a root complex; the real driver on top, un
 Enumeration (IDs, class, BAR sizes, MSI-X, link; Gen3 x16 and Gen4 x8), MMIO of every register
 against ModelCard, unmapped BAR offsets, MSI-X on every interrupt source, the shared driver
 program and accelerator programs, the demo CNN bit for bit against ModelCard, the request limits
-crossed with offsets and lengths under a monitor of every request TLP, completions out of order,
-split and delayed, and the link's error completions; the DDR4 timing monitor checks every
-command of the card's DRAM controller, as on card_top. Each test picks its host behaviour
+crossed with offsets and lengths under a monitor of every request TLP (and of every RQ beat:
+StraddleMonitor), completions out of order, split and delayed, and the link's error completions;
+the requester streams straddled as the build says (card_top_pcie STRADDLE, the hard IP
+alike); the DDR4 timing monitor checks every command of the card's DRAM controller, as on
+card_top. Each test picks its host behaviour
 (HOSTS): "ooo" (500 ns, jittered, out of order, split at MPS), "split64" / "split128"
 (completions of 64 / 128 bytes at that RCB), "default" (HostLinkConfig's defaults: what make sim
 and the benchmarks run on); CARD_TB_HOST replaces "ooo" where a test runs on it (e.g.
@@ -20,6 +22,7 @@ import os
 
 import cocotb
 from cocotb.task import bridge
+from cocotb.triggers import Timer
 from cocotbext.pcie.core.dllp import FcType
 from cocotbext.pcie.core.tlp import TlpType
 
@@ -67,6 +70,9 @@ HOSTS = {
     "split64": HostLinkConfig(read_latency_ns=500, jitter_ns=200, rcb=64, cpl_split=64, seed=3),
     "split128": HostLinkConfig(read_latency_ns=700, jitter_ns=0, rcb=128, cpl_split=128, seed=5),
     "inorder": HostLinkConfig(read_latency_ns=200, jitter_ns=0, out_of_order=False),
+    # one fixed latency, in order: small reads ready while a large one's completions go out
+    # follow them back to back (several completions per RC beat)
+    "burst": HostLinkConfig(read_latency_ns=500, jitter_ns=0, out_of_order=False),
     # the abort check: the driver polls BUSY after RESET against a wall-clock deadline (0.5 s),
     # and the drain waits for the reads in flight; a short latency keeps that within it
     "fast": HostLinkConfig(read_latency_ns=100, jitter_ns=50, out_of_order=True, seed=9),
@@ -120,16 +126,152 @@ class RequestMonitor:
         assert not self.errors, "request TLP rule violations: " + "; ".join(self.errors[:5])
 
 
+class StraddleMonitor:
+    """The requester streams beat by beat, as the hard IP model samples and drives them.
+
+    RQ (every beat the hard IP takes): with straddling, PG213's rules as the model reads them:
+    at most two TLPs a beat, the first from DWORD 0 and a second only from DWORD 8 after a TLP
+    that ended in DWORDs 0..7, is_sop / is_eop and their pointers consistent with the TLPs in
+    flight, tkeep exactly the TLPs' DWORDs, discontinue only in a beat of one TLP; without it, one
+    TLP per run of beats (tlast, no is_sop / is_eop). In both, each TLP rebuilt from its beats:
+    as many DWORDs as its descriptor says (4, plus the payload of a write), no longer than MPS /
+    MRRS, not across 4 KiB. So the request monitor at the root (RequestMonitor) sees what the card
+    sent. Counts the beats shared by two TLPs (RQ), and on RC the beats by the TLPs in them and
+    the segments (4 DWORDs) TLPs start at, as the RC stream counts them where it drives them
+    (RcStream.stats: the C++ player's beats never pass through Python)."""
+
+    def __init__(self, dev, straddle: bool, limits) -> None:
+        self.straddle = straddle
+        self.limits = limits                     # the RequestMonitor (mps, mrrs)
+        self.errors: list[str] = []
+        self.rq_beats = self.rq_shared = self.rq_tlps = 0
+        self._rc = dev.rc_source
+        self._tlp: list[int] | None = None       # DWORDs of the RQ TLP in flight
+        self._disc = False
+        assemble = dev.rq_sink._assemble
+
+        def rq_beat(tdata: int, tkeep: int, tuser: int, tlast: int) -> None:
+            assemble(tdata, tkeep, tuser, tlast)
+            self._rq(tdata, tkeep, tlast, tuser)
+        dev.rq_sink._assemble = rq_beat          # (RqStream: each beat the card hands over)
+
+    @property
+    def rc_tlps(self) -> list[int]:
+        """RC beats by the TLPs they carry (a part of), 0..4 (the RC stream's count)."""
+        return self._rc.stats()[0]
+
+    @property
+    def rc_starts(self) -> set[int]:
+        """The segments (4 DWORDs) RC TLPs started in."""
+        return self._rc.stats()[1]
+
+    @property
+    def rc_beats(self) -> int:
+        return sum(self.rc_tlps)
+
+    def _error(self, text: str) -> None:
+        if len(self.errors) < 20:
+            self.errors.append(f"RQ beat {self.rq_beats}: {text}")
+
+    def _rq(self, data: int, keep: int, last: int, user: int) -> None:
+        self.rq_beats += 1
+        sop, eop = (user >> 20) & 3, (user >> 26) & 3
+        disc = (user >> 36) & 1
+        starts, ends = set(), set()
+        if self.straddle:
+            if sop == 2 or eop == 2:
+                self._error(f"is_sop {sop:02b} / is_eop {eop:02b}: the second without the first")
+            for k in range(2):
+                if sop >> k & 1:
+                    starts.add(4 * ((user >> (22 + 2 * k)) & 3))
+                if eop >> k & 1:
+                    ends.add((user >> (28 + 4 * k)) & 0xF)
+            if not starts <= {0, 8}:
+                self._error(f"a TLP starts at DWORD {sorted(starts)} (0 or 8 only)")
+            if len(ends) != bin(eop).count("1") or len(starts) != bin(sop).count("1"):
+                self._error("two is_sop or is_eop pointers at one DWORD")
+        else:
+            if sop or eop:
+                self._error("is_sop / is_eop without straddling")
+            if self._tlp is None:
+                starts.add(0)
+            if last:
+                ends.add(keep.bit_length() - 1)
+        lanes, tlps = 0, 0
+        for lane in range(16):
+            if lane in starts:
+                if self._tlp is not None:
+                    self._error(f"a TLP starts at DWORD {lane} inside another")
+                if lane == 8 and self.straddle and not (lanes & 0xFF):
+                    self._error("a TLP at DWORD 8 after an empty DWORD 0..7")
+                self._tlp, self._disc = [], False
+                tlps += 1
+                self.rq_tlps += 1
+            if self._tlp is not None:
+                lanes |= 1 << lane
+                self._tlp.append((data >> (32 * lane)) & 0xFFFFFFFF)
+                if lane == 0 and lane not in starts:
+                    tlps += 1                    # a TLP from an earlier beat
+            if lane in ends:
+                if self._tlp is None:
+                    self._error(f"a TLP ends at DWORD {lane} outside any")
+                else:
+                    self._disc |= bool(disc)
+                    self._check_tlp(self._tlp)
+                self._tlp = None
+        if self._tlp is not None:
+            self._disc |= bool(disc)
+        if keep != lanes:
+            self._error(f"tkeep {keep:04x}, the TLPs' DWORDs {lanes:04x}")
+        if tlps > 1:
+            self.rq_shared += 1
+            if disc:
+                self._error("discontinue in a beat of two TLPs")
+
+    def _check_tlp(self, dw: list[int]) -> None:
+        if self._disc:
+            return                               # abandoned: the hard IP drops it
+        if len(dw) < 4:
+            self._error(f"a TLP of {len(dw)} DWORDs")
+            return
+        count, kind = dw[2] & 0x7FF, (dw[2] >> 11) & 0xF
+        count = count or 1024
+        write = kind == 1
+        want = 4 + (count if write else 0)
+        if len(dw) != want:
+            self._error(f"a {'write' if write else 'read'} of {count} DWORDs in {len(dw)} "
+                        f"DWORDs (want {want})")
+        addr = (dw[1] << 32 | dw[0]) & ~3
+        limit = self.limits.mps if write else self.limits.mrrs
+        if 4 * count > limit:
+            self._error(f"a TLP of {4 * count} bytes at {addr:#x} > {limit}")
+        if addr // PAGE != (addr + 4 * count - 1) // PAGE:
+            self._error(f"a TLP of {4 * count} bytes at {addr:#x} crosses 4 KiB")
+
+    def check(self) -> None:
+        assert not self.errors, "RQ beats: " + "; ".join(self.errors[:5])
+
+    def summary(self) -> str:
+        return (f"RQ {self.rq_beats} beats, {self.rq_tlps} TLPs, {self.rq_shared} beats of two; "
+                f"RC {self.rc_beats} beats, by TLPs in them (0..4) {self.rc_tlps}, TLPs starting "
+                f"at segments {sorted(self.rc_starts)}")
+
+
 class TB:
     def __init__(self, dut, host: str = "ooo", mps: int = 256, mrrs: int = 512,
-                 cpl_timeout_ns: int | None = None, link: str = pcie.DEFAULT_LINK) -> None:
+                 cpl_timeout_ns: int | None = None, link: str = pcie.DEFAULT_LINK,
+                 rc_4tlp: bool = True) -> None:
         self.dut = dut
         start_clock(dut)
         # CARD_TB_HOST replaces the out-of-order host in the tests that run on it
         self.host_name = (os.environ.get("CARD_TB_HOST") or host) if host == "ooo" else host
         cfg = HOSTS[self.host_name]
+        # the build's requester straddling (card_top_pcie STRADDLE), the hard IP's alike; the
+        # RC two-TLP mode where a test asks for it
+        self.straddle = bool(params().get("STRADDLE", pcie.STRADDLE))
         opts = PcieOptions(link=link, mps=mps, mrrs=mrrs, host=HostLinkConfig(**vars(cfg)),
-                           cpl_timeout_ns=cpl_timeout_ns)
+                           cpl_timeout_ns=cpl_timeout_ns, straddle=self.straddle,
+                           rc_4tlp=rc_4tlp)
         if cfg.root_credits is not None:
             opts.link_model = "ideal"     # (the credits the root advertises: that model's)
         self.card = RtlCard(dut, HostMemory(32 << 20), link="pcie", pcie=opts,
@@ -137,6 +279,7 @@ class TB:
         self.link = self.card.pcie.link
         self.monitor = RequestMonitor(self.link.rc, dut)
         self.monitor.mps, self.monitor.mrrs = mps, mrrs
+        self.beats = StraddleMonitor(self.link.dev, self.straddle, self.monitor)
         self.ddr4 = Ddr4Monitor.for_card(dut)
 
     async def reset(self) -> None:
@@ -149,8 +292,10 @@ class TB:
 
     def check(self) -> None:
         """The request monitor's rules, and the hard IP's completion buffer never overflowed
-        (the requester's header and data budget)."""
+        (the requester's header and data budget); the RQ beats' rules (StraddleMonitor)."""
+        cocotb.log.info("streams: %s", self.beats.summary())
         self.monitor.check()
+        self.beats.check()
         dev = self.link.dev
         assert dev.rx_overflows == 0, (
             f"{dev.rx_overflows} completions dropped: the hard IP's completion buffer overflowed "
@@ -189,6 +334,7 @@ async def test_enumeration(dut, link: str) -> None:
         drv.read_data(0x40, 2 * PAGE + 100, dst.address + 5)
         assert dst.read(5, 2 * PAGE + 100) == src.read(5, 2 * PAGE + 100), "round trip differs"
     await tb.host(round_trip)
+    tb.check()
 
 
 @cocotb.test(timeout_time=100, timeout_unit="ms")
@@ -283,6 +429,7 @@ async def test_msix_every_source(dut) -> None:
     tb = TB(dut)
     await tb.reset()
     await tb.host(_msix_sources)
+    tb.check()
     counts = tb.link.msix_counts
     assert all(c >= 1 for c in counts), (
         "vectors that never fired: "
@@ -475,6 +622,85 @@ async def test_default_host_reorders(dut) -> None:
         f"{rc.reordered} of {rc.reads} reads completed out of order on the default host")
     assert rc.interleaved > 0, "the default host never interleaved completions of two reads"
     assert rc.max_in_flight >= 16, f"at most {rc.max_in_flight} reads in flight at the host"
+    if tb.straddle:
+        # streaming both ways packs TLPs: writes share RQ beats, completions RC beats
+        b = tb.beats
+        assert b.rq_shared > 0, f"no RQ beat carried two TLPs: {b.summary()}"
+        assert sum(b.rc_tlps[2:]) > 0, f"no RC beat carried two TLPs: {b.summary()}"
+        assert b.rc_starts & {1, 3}, f"no completion started at DWORD 4 or 12: {b.summary()}"
+
+
+@cocotb.test(timeout_time=100, timeout_unit="ms")
+async def test_rc_two_tlp_straddle(dut) -> None:
+    """The hard IP's two-TLP RC straddle (a completion from DWORD 0 or 8; the four-TLP mode is
+    the default): 64-byte completions of 4 KiB reads (MRRS 4096, the split64 host) and the
+    alignment cases, exact both ways. Without straddling the build has nothing to test here."""
+    tb = TB(dut, host="split64", mps=256, mrrs=4096, rc_4tlp=False)
+    await tb.reset()
+    n = 64 << 10
+
+    def prog(drv) -> None:
+        src, dst = drv.host.alloc(n + PAGE), drv.host.alloc(n + PAGE)
+        data = bytes((i * 53 + (i >> 10)) & 0xFF for i in range(n))
+        src.write(data, 0)
+        drv.write_data(src.address + 3, n - 5, 7)
+        drv.read_data(7, n - 5, dst.address + 1)
+        assert dst.read(1, n - 5) == data[3:n - 2], "64 KiB round trip differs"
+        drv.host.free(dst)
+        drv.host.free(src)
+        driver_program.check_alignment(drv, lengths=(1, 1000), host_offsets=(0, 3, 4093),
+                                       card_offsets=(61,))
+    await tb.host(prog)
+    tb.check()
+    assert tb.link.dev.rc_source.seg_count == (2 if tb.straddle else 1)
+    if tb.straddle:
+        assert sum(tb.beats.rc_tlps[2:]) > 0, tb.beats.summary()
+        assert tb.beats.rc_starts <= {0, 2}, tb.beats.summary()
+
+
+@cocotb.test(timeout_time=100, timeout_unit="ms")
+async def test_rc_small_completions(dut) -> None:
+    """Completions queued at the hard IP leave packed: the RC stream is paused 300 ns in every
+    400 (a hard IP delivering in bursts) while the card moves a batch of one 4 KiB and 48 4-byte
+    transfers each way (one-DWORD completions behind a 4 KiB read's, an in-order host of one
+    latency, MRRS 4096): with straddling up to four completions start in one RC beat. Exact both
+    ways; the completion buffer holds."""
+    tb = TB(dut, host="burst", mps=256, mrrs=4096)
+    await tb.reset()
+    small = 48
+    source = tb.link.dev.rc_source
+    running = True
+
+    async def bursts() -> None:
+        while running:
+            source.pause = True
+            await Timer(300, unit="ns")
+            source.pause = False
+            await Timer(100, unit="ns")
+
+    def prog(drv) -> None:
+        src, dst = drv.host.alloc(4 * PAGE), drv.host.alloc(4 * PAGE)
+        data = bytes((i * 97 + 5) & 0xFF for i in range(4 * PAGE))
+        src.write(data, 0)
+        for _ in range(2):
+            jobs = [(src.address, PAGE, 0)] + [(src.address + PAGE + 68 * i, 4,
+                                                PAGE + 64 * i) for i in range(small)]
+            drv.write_batch(jobs)
+            drv.read_batch([(c, n, dst.address + (a - src.address)) for a, n, c in jobs])
+            for a, n, _ in jobs:
+                o = a - src.address
+                assert dst.read(o, n) == data[o:o + n], f"{n} bytes at {o:#x} differ"
+        drv.host.free(dst)
+        drv.host.free(src)
+    pulse = cocotb.start_soon(bursts())
+    try:
+        await tb.host(prog)
+    finally:
+        running = False
+        await pulse
+    tb.check()
+    if tb.straddle:
+        assert tb.beats.rc_tlps[4] > 0, f"no RC beat of four completions: {tb.beats.summary()}"
 
 
 @cocotb.test(timeout_time=100, timeout_unit="ms")
@@ -556,6 +782,7 @@ async def _error_case(dut, kind: str, host: str) -> None:
         # one: the timeout; the descriptor fetch's: either, as the host splits it
         assert rc.lost >= 3 and dev.timeouts >= 1, (rc.lost, dev.timeouts)
     assert dev.rx_overflows == 0, dev.rx_overflows
+    tb.beats.check()
 
 
 #: (kind, host) of test_completion_errors: poisoned data also across 128-byte completions.
@@ -571,3 +798,4 @@ async def test_completion_errors(dut, case: tuple[str, str]) -> None:
     DMA read: SRC_READ (data) or DESC_READ (descriptor), never a hang or a transfer with a hole,
     and the card works again after the driver's recovery."""
     await _error_case(dut, *case)
+

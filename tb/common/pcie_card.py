@@ -45,6 +45,8 @@ class PcieOptions:
     #: (sequence numbers, ACK and flow-control DLLPs on the wire), for comparison; the default
     #: is $PCIE_LINK_MODEL or "ideal"
     link_model: str = field(default_factory=lambda: os.environ.get(LINK_MODEL_ENV, "ideal"))
+    straddle: bool = pcie.STRADDLE        # requester straddling: as the card's STRADDLE
+    rc_4tlp: bool = True                  # with it, RC up to four TLPs a beat (else two)
 
 
 class PcieHost:
@@ -54,7 +56,8 @@ class PcieHost:
         self.options = options or PcieOptions()
         o = self.options
         self.link = PcieLink(dut, host, o.host, link=o.link, mps=o.mps, mrrs=o.mrrs,
-                             cpl_timeout_ns=o.cpl_timeout_ns, link_model=o.link_model)
+                             cpl_timeout_ns=o.cpl_timeout_ns, link_model=o.link_model,
+                             straddle=o.straddle, rc_4tlp=o.rc_4tlp)
         self._lock = Lock()
         self.enumerated = False
         self.spurious = 0                  # messages whose source had already been cleared

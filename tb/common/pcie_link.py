@@ -91,7 +91,7 @@ from cocotbext.pcie.xilinx.us.usp_model import LocalError
 
 from pyhost.backend import HostMemory
 from pyhost.spec import pcie
-from tb.common.pcie_streams import CcStream, RcStream, RqStream, rc_beats
+from tb.common.pcie_streams import CcStream, RcStream, RqStream, rc_encode
 
 PAGE = 4096
 _READS = (TlpType.MEM_READ, TlpType.MEM_READ_64)
@@ -398,15 +398,19 @@ class CardPcieDevice(UltraScalePlusPcieDevice):
         assert (self.rx_buf_cplh_fc_limit, self.rx_buf_cpld_fc_limit) == (
             pcie.RC_BUFFER_CPLH, pcie.RC_BUFFER_CPLD), "pyhost.spec.pcie's buffer is the model's"
         self.rq_seq_num = _Discard()         # RQ sequence numbers are not wired
+        # the streams' segments as the package makes them (card_top_pcie's 512-bit streams)
+        rq_segments = 2 if self.rq_straddle else 1
+        rc_segments = 4 if self.rc_4tlp_straddle else 2 if self.rc_straddle else 1
         if rq_bus is not None:
-            self.rq_sink = RqStream(rq_bus, self.user_clk, self.user_reset)
+            self.rq_sink = RqStream(rq_bus, self.user_clk, self.user_reset, segments=rq_segments)
             self.rq_sink.queue_occupancy_limit_frames = 2
             cocotb.start_soon(self._run_rq_logic())
             cocotb.start_soon(self._run_rq_np_queue_logic())
             if not self.enable_client_tag:
                 cocotb.start_soon(self._run_rq_tag_logic())
         if rc_bus is not None:
-            self.rc_source = RcStream(rc_bus, self.user_clk, self.user_reset, limit=2)
+            self.rc_source = RcStream(rc_bus, self.user_clk, self.user_reset, segments=rc_segments,
+                                      limit=2)
             self.rc_source.on_dequeue = self._rc_pump
         if cc_bus is not None:
             self.cc_sink = CcStream(cc_bus, self.user_clk, self.user_reset)
@@ -508,7 +512,7 @@ class CardPcieDevice(UltraScalePlusPcieDevice):
                 if src.full():
                     break
                 self._rc_held = None
-                src.send_nowait(rc_beats(tlp))
+                src.send_nowait(rc_encode(tlp))
                 if tlp.request_completed:
                     self._awaiting.pop(tlp.tag, None)
                 self.rx_buf_cplh_fc_count = max(self.rx_buf_cplh_fc_count - 1, 0)
@@ -921,7 +925,8 @@ class PcieLink:
 
     def __init__(self, dut, host: HostMemory, config: HostLinkConfig | None = None,
                  link: str = pcie.DEFAULT_LINK, mps: int = 256, mrrs: int = 512,
-                 cpl_timeout_ns: int | None = None, link_model: str = "ideal") -> None:
+                 cpl_timeout_ns: int | None = None, link_model: str = "ideal",
+                 straddle: bool = pcie.STRADDLE, rc_4tlp: bool = True) -> None:
         if link_model not in LINK_MODELS:
             raise ValueError(f"link model {link_model!r}: expected one of {LINK_MODELS}")
         gen, width = pcie.LINK_CONFIGS[link]
@@ -936,6 +941,8 @@ class PcieLink:
         self.dev = CardPcieDevice(
             pcie_generation=gen, pcie_link_width=width,
             user_clk_frequency=pcie.USER_CLK_MHZ * 1e6, alignment="dword",
+            # requester straddling as card_top_pcie's STRADDLE: RQ 2 TLPs a beat, RC 4 (or 2)
+            rq_straddle=straddle, rc_straddle=straddle, rc_4tlp_straddle=straddle and rc_4tlp,
             max_payload_size=pcie.MAX_PAYLOAD_SUPPORTED, enable_client_tag=True,
             enable_extended_tag=True,          # the engine's descriptor tag is 32
             pf0_msi_enable=False, pf0_msix_enable=True,

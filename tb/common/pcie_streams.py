@@ -7,10 +7,12 @@ lane by lane, the other drives it at a clock edge), and its RqSink likewise (one
 edge, the other assembles the frame); the RC frame itself is built dword by dword with a parity
 call per dword. Here (subclasses, the package's per-beat methods replaced):
 
-- :func:`rc_beats` encodes a completion (Tlp_us) straight into the beats of the 512-bit RC
-  stream: the same tdata, tkeep, tuser (byte enables, is_sop, is_eop and its pointer,
-  discontinue, parity) and tlast as the package's ``pack_us_rc`` followed by ``RcSource._run``
-  (tests/tb/test_pcie_streams.py compares them on random completions).
+- :func:`rc_encode` encodes a completion (Tlp_us) straight into the DWORDs, byte enables and
+  parity of the package's ``pack_us_rc``, and :class:`RcPacker` builds the 512-bit RC stream's
+  beats from them as ``RcSource._run`` does (the same tdata, tkeep, tuser with byte enables,
+  is_sop/is_eop and their pointers, discontinue, parity; tlast), without straddling or with the
+  hard IP's two- and four-TLP RC straddle (tests/tb/test_pcie_streams.py compares them on
+  random completions).
 - :class:`RcStream` drives those beats from one coroutine: at each rising edge of the user
   clock, when the card took the beat on the bus (or none is up), the next one goes up, as the
   package's source does; it hands beats over and takes frames from its queue at the same
@@ -27,8 +29,8 @@ call per dword. Here (subclasses, the package's per-beat methods replaced):
   sinks wake themselves when TREADY rises, which only they drive, and a value-change callback
   costs every time step of the model.
 
-Only the configuration card_top_pcie uses is implemented: 512-bit streams, one segment (no
-straddling); anything else raises.
+Only the 512-bit streams card_top_pcie has are implemented: RC with one, two or four segments
+(:class:`RcPacker`), RQ with one or two (straddled or not); anything else raises.
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ from __future__ import annotations
 import ctypes
 import os
 import struct
-from collections import deque
 
 import cocotb
 from cocotb.queue import QueueFull
@@ -57,40 +58,46 @@ LANES = 16
 _RC_SOP = 1 << 64
 _RC_EOP = 1 << 76
 _RC_EOP_PTR = 80
+_RC_SOP_PTR = 68
 _RC_DISCONTINUE = 1 << 96
 _RC_PARITY = 97
 #: Set to 0 to drive the RC stream from Python even where the model has the C++ player.
 NATIVE_ENV = "COSIM_NATIVE_STREAMS"
 # RqSink's tuser fields on a 512-bit interface
 _RQ_DISCONTINUE = 1 << 36
+_RQ_SOP, _RQ_SOP_PTR, _RQ_EOP, _RQ_EOP_PTR = 20, 22, 26, 28    # straddled: is_sop/eop, pointers
 _RQ_PARITY = 73
 
 
-def _check_width(stream) -> None:
-    if stream.width != 512 or stream.seg_count != 1:
+def _check_width(stream, segments: tuple[int, ...]) -> None:
+    if stream.width != 512 or stream.seg_count not in segments:
         raise NotImplementedError(
             f"{type(stream).__name__}: a {stream.width}-bit stream of {stream.seg_count} "
-            "segments (only 512 bits, one segment, as card_top_pcie has, is implemented)")
+            f"segments (only 512 bits, {segments} segments, as card_top_pcie has, is "
+            "implemented)")
 
 
-class RcFrame:
-    """A completion encoded as the beats of the RC stream; len() is its dword count (what the
-    package's queue accounting counts of a UsPcieFrame)."""
+class RcTlp:
+    """A completion encoded for the RC stream: its DWORDs (descriptor and payload) as bytes,
+    their byte enables and byte parity; len() is its DWORD count (what the package's queue
+    accounting counts of a UsPcieFrame)."""
 
-    __slots__ = ("beats", "dwords")
+    __slots__ = ("data", "be", "par", "disc", "dwords")
 
-    def __init__(self, beats: list[tuple[int, int, int, int]], dwords: int) -> None:
-        self.beats = beats
-        self.dwords = dwords
+    def __init__(self, data: bytes, be: str, par: str, disc: bool) -> None:
+        self.data = data        #: the DWORDs, little-endian
+        self.be = be            #: byte enables: one hex digit per DWORD, the last DWORD first
+        self.par = par          #: odd parity per byte as '0'/'1', the last byte first
+        self.disc = disc        #: discontinue
+        self.dwords = len(data) >> 2
 
     def __len__(self) -> int:
         return self.dwords
 
 
-def _rc_encode(tlp) -> tuple[bytes, list[tuple[int, int, int]]]:
-    """The frame of completion ``tlp`` (a Tlp_us) on the 512-bit RC stream: its bytes (whole
-    beats, zero padded) and per beat (tkeep, tuser, tlast), as the package's ``pack_us_rc``
-    followed by ``RcSource._run`` make them."""
+def rc_encode(tlp) -> RcTlp:
+    """Completion ``tlp`` (a Tlp_us) as the package's ``pack_us_rc`` makes it (the descriptor's
+    three DWORDs, the payload, first and last byte enables, parity)."""
     la = tlp.lower_address
     bc = tlp.byte_count
     length = tlp.length
@@ -104,10 +111,7 @@ def _rc_encode(tlp) -> tuple[bytes, list[tuple[int, int, int]]]:
         | (tlp.attr & 0x7) << 28
     data = tlp.data
     n = len(data) >> 2                          # payload dwords
-    dwords = 3 + n
-    nbeats = (dwords + LANES - 1) // LANES
-    frame = b"".join((_HDR.pack(dw0, dw1, dw2), data if len(data) == 4 * n else data[:4 * n],
-                      bytes(nbeats * BEAT_BYTES - 4 * dwords)))
+    frame = _HDR.pack(dw0, dw1, dw2) + (data if len(data) == 4 * n else data[:4 * n])
     # byte enables, one hex digit per dword, last dword first (pack_us_rc's first / last BE)
     if n:
         first_be = (0xF << (la & 3)) & 0xF
@@ -118,43 +122,79 @@ def _rc_encode(tlp) -> tuple[bytes, list[tuple[int, int, int]]]:
             be = _HEX[last_be] + "f" * (n - 2) + _HEX[first_be] + "000"
     else:
         be = "000"
-    # odd parity of every byte, as '0'/'1' characters (empty lanes: zeros, parity 1: 0xf)
-    par = frame.translate(_PARITY_CHARS)
-    disc = _RC_DISCONTINUE if tlp.discontinue else 0
+    return RcTlp(frame, be, frame.translate(_PARITY_CHARS)[::-1].decode(), bool(tlp.discontinue))
+
+
+class RcPacker:
+    """Builds the RC stream's beats from completions as the package's ``RcSource._run`` does,
+    with ``segments`` of 16 / segments DWORDs (1: no straddling; 2 or 4: the hard IP's RC
+    straddle, a completion starting in any segment after the one where the previous one ended,
+    if the next is already queued when the beat is built). :meth:`build` makes one beat."""
+
+    def __init__(self, segments: int) -> None:
+        if segments not in (1, 2, 4):
+            raise ValueError(f"RC stream of {segments} segments (1, 2 or 4)")
+        self.segments = segments
+        self.lanes = LANES // segments
+        self.cur: RcTlp | None = None   # the completion the last beat ended inside
+        self.off = 0                    # its DWORDs already in beats
+
+    def build(self, take):
+        """The next beat (tdata, tkeep, tuser, tlast), or None when there is nothing to send:
+        the rest of the current completion, then completions from ``take()`` (the next one, or
+        None when nothing is queued) while segments remain."""
+        cur, off = self.cur, self.off
+        if cur is None:
+            cur = take()
+            if cur is None:
+                return None
+            off = 0
+        lanes = self.lanes
+        parts = []
+        keep = tuser = last = sop = eop = 0
+        for seg in range(self.segments):
+            if cur is None:
+                cur = take()
+                if cur is None:
+                    break
+                off = 0
+            lo = seg * lanes
+            d = cur.dwords
+            n = min(lanes, d - off)
+            parts.append(cur.data[4 * off:4 * (off + n)])
+            keep |= ((1 << n) - 1) << lo
+            tuser |= int(cur.be[d - off - n:d - off], 16) << 4 * lo \
+                | int(cur.par[4 * (d - off - n):4 * (d - off)], 2) << (_RC_PARITY + 4 * lo)
+            if n < lanes:                   # the segment's empty lanes: parity 0xf
+                parts.append(bytes(4 * (lanes - n)))
+                tuser |= ((1 << 4 * (lanes - n)) - 1) << (_RC_PARITY + 4 * (lo + n))
+            if off == 0:                    # is_sop, is_sop_ptr
+                tuser |= _RC_SOP << sop | (lo >> 2) << (_RC_SOP_PTR + 2 * sop)
+                sop += 1
+            if cur.disc:
+                tuser |= _RC_DISCONTINUE
+            off += n
+            if off >= d:                    # is_eop, is_eop_ptr
+                tuser |= _RC_EOP << eop | (lo + n - 1) << (_RC_EOP_PTR + 4 * eop)
+                eop += 1
+                if self.segments == 1:
+                    last = 1
+                cur = None
+        self.cur, self.off = cur, off
+        tdata = int.from_bytes(b"".join(parts), "little")
+        return tdata, keep, tuser, last
+
+
+def rc_stream_beats(tlps, segments: int = 1) -> list[tuple[int, int, int, int]]:
+    """The beats of completions ``tlps`` (Tlp_us) on the 512-bit RC stream when all of them
+    are queued from the start: the package's ``pack_us_rc`` and ``RcSource._run``."""
+    frames = [rc_encode(t) for t in tlps]
+    frames.reverse()
+    packer = RcPacker(segments)
     beats = []
-    top = len(be)
-    for k in range(nbeats):
-        lo = BEAT_BYTES * k
-        lanes = min(LANES, dwords - LANES * k)
-        tuser = int(be[top - LANES * k - lanes:top - LANES * k], 16) \
-            | int(par[lo:lo + BEAT_BYTES][::-1], 2) << _RC_PARITY | disc
-        if k == 0:
-            tuser |= _RC_SOP
-        if k == nbeats - 1:
-            beats.append(((1 << lanes) - 1, tuser | _RC_EOP | (lanes - 1) << _RC_EOP_PTR, 1))
-        else:
-            beats.append((0xFFFF, tuser, 0))
-    return frame, beats
-
-
-def rc_beats(tlp) -> RcFrame:
-    """The beats (tdata, tkeep, tuser, tlast) of completion ``tlp`` (a Tlp_us) on the 512-bit
-    RC stream: the package's ``pack_us_rc`` and ``RcSource._run``, encoded a beat at a time."""
-    frame, beats = _rc_encode(tlp)
-    return RcFrame([(int.from_bytes(frame[BEAT_BYTES * k:BEAT_BYTES * (k + 1)], "little"),
-                     keep, tuser, last) for k, (keep, tuser, last) in enumerate(beats)],
-                   len(tlp.data) // 4 + 3)
-
-
-def rc_packed(tlp, user_bytes: int) -> tuple[bytes, int]:
-    """:func:`rc_beats` as cosim_stream_push takes it: per beat tdata, tuser (``user_bytes``),
-    tkeep and tlast (4 bytes each), little-endian; and the number of beats."""
-    frame, beats = _rc_encode(tlp)
-    parts = []
-    for k, (keep, tuser, last) in enumerate(beats):
-        parts += (frame[BEAT_BYTES * k:BEAT_BYTES * (k + 1)], tuser.to_bytes(user_bytes, "little"),
-                  keep.to_bytes(4, "little"), last.to_bytes(4, "little"))
-    return b"".join(parts), len(beats)
+    while (beat := packer.build(lambda: frames.pop() if frames else None)) is not None:
+        beats.append(beat)
+    return beats
 
 
 def _native_streams():
@@ -167,13 +207,18 @@ def _native_streams():
         _ = lib.cosim_stream_open
     except (AttributeError, OSError):
         return None
-    lib.cosim_stream_open.argtypes = [ctypes.c_char_p] * 8 + [ctypes.c_int]
+    lib.cosim_stream_open.argtypes = [ctypes.c_char_p] * 8 + [ctypes.c_int, ctypes.c_int]
     lib.cosim_stream_open.restype = ctypes.c_int
     lib.cosim_stream_close.argtypes = [ctypes.c_int]
     lib.cosim_stream_close.restype = None
     lib.cosim_stream_words.argtypes = [ctypes.c_int, ctypes.c_int]
     lib.cosim_stream_words.restype = ctypes.c_int
-    lib.cosim_stream_push.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+    lib.cosim_stream_push.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int,
+                                      ctypes.c_char_p, ctypes.c_int]
+    lib.cosim_stream_pause.argtypes = [ctypes.c_int, ctypes.c_int]
+    lib.cosim_stream_pause.restype = None
+    lib.cosim_stream_stats.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_uint64)]
+    lib.cosim_stream_stats.restype = None
     lib.cosim_stream_push.restype = ctypes.c_uint64
     lib.cosim_stream_moved.argtypes = [ctypes.c_int]
     lib.cosim_stream_moved.restype = ctypes.c_uint64
@@ -192,14 +237,18 @@ def _int(sig) -> int:
 
 class RcStream(RcSource):
     """The RC stream (hard IP to card) from one coroutine, or from the model's C++ player
-    (:attr:`native`); frames are :class:`RcFrame` (Python) or :func:`rc_packed` (native)."""
+    (:attr:`native`); frames are :class:`RcTlp` (Python: :meth:`send_nowait`) or Tlp_us
+    (native: :meth:`push`)."""
 
     def __init__(self, bus, clock, reset=None, segments=1, *args, limit: int = 2,
                  **kwargs) -> None:
-        self._beats: deque = deque()       # beats of the frame being handed over
+        self._packer = RcPacker(segments)
+        self._built = None                 # the beat built after the staged one (_run's)
         self._staged = None                # the beat that goes up at the next handshake
         self._work = Event()
         self._driven = [0, 0, 0, 0]        # tdata, tkeep, tuser, tlast as last written
+        self._by_tlps = [0] * 5            # beats driven by the TLPs in them (stats())
+        self._starts = 0                   # bit k: a TLP started in segment k
         #: called after a frame left the queue (the hard IP's RC logic may send the next)
         self.on_dequeue = None
         #: awaited at each clock edge while the stream runs, before the handshake (the link
@@ -210,7 +259,7 @@ class RcStream(RcSource):
         #: the C++ player's id (tb/common/cosim_main.cpp), or None: the Python coroutine
         self.native: int | None = None
         super().__init__(bus, clock, reset, segments, *args, **kwargs)
-        _check_width(self)
+        _check_width(self, (1, 2, 4))
         self.queue_occupancy_limit_frames = limit
         self._lib = _native_streams()
         if self._lib is not None:
@@ -218,10 +267,9 @@ class RcStream(RcSource):
             sid = self._lib.cosim_stream_open(
                 clock._path.encode(), reset._path.encode() if reset is not None else b"",
                 *(getattr(b, n)._path.encode() for n in ("tvalid", "tready", "tdata", "tkeep",
-                                                          "tuser", "tlast")), limit)
+                                                          "tuser", "tlast")), limit, segments)
             if sid >= 0 and self._lib.cosim_stream_words(sid, 0) * 4 == BEAT_BYTES:
                 self.native = sid
-                self._user_bytes = 4 * self._lib.cosim_stream_words(sid, 1)
                 cocotb.start_soon(self._hold_native())
 
     # -- the C++ player -----------------------------------------------------------------------
@@ -235,8 +283,9 @@ class RcStream(RcSource):
     def push(self, tlp) -> int:
         """Native: completion ``tlp`` joins the player's backlog; returns the frames that have
         left the backlog so far (into the queue: the package's RC logic sent them)."""
-        buf, n = rc_packed(tlp, self._user_bytes)
-        return self._lib.cosim_stream_push(self.native, buf, n)
+        f = rc_encode(tlp)
+        return self._lib.cosim_stream_push(self.native, f.data, f.dwords, f.be.encode(),
+                                           int(f.disc))
 
     def moved(self) -> int:
         """Native: the frames that have left the player's backlog so far."""
@@ -256,8 +305,8 @@ class RcStream(RcSource):
     def send_nowait(self, frame) -> None:
         if self.native is not None:
             raise TypeError("RcStream: a native stream takes completions with push()")
-        if not isinstance(frame, RcFrame):
-            raise TypeError(f"RcStream sends RcFrame (rc_beats), not {type(frame).__name__}")
+        if not isinstance(frame, RcTlp):
+            raise TypeError(f"RcStream sends RcTlp (rc_encode), not {type(frame).__name__}")
         if self.full():
             raise QueueFull()
         self.queue.put_nowait(frame)       # (the package's send_nowait copies into a UsPcieFrame)
@@ -266,34 +315,63 @@ class RcStream(RcSource):
         self.queue_occupancy_frames += 1
         self._stage()
 
+    def _pause_update(self, val) -> None:
+        if self.native is not None:
+            self._lib.cosim_stream_pause(self.native, int(bool(val)))
+
+    def _take(self) -> RcTlp | None:
+        if self.queue.empty():
+            return None
+        self._took = True
+        return self._get_frame_nowait()
+
     def _stage(self) -> None:
-        """Hand the next beat to the driver as the package's _run does: one beat waits for the
-        driver at a time, and the next frame leaves the queue as soon as the last beat of the
-        previous one has been handed over (or when it arrives, if that has happened). Then,
-        if a frame left, ``on_dequeue`` (the queue has room)."""
-        took = False
+        """The package's _run, synchronously: one beat waits for the driver (staged) and the
+        next is built as soon as the one before it was staged, taking frames from the queue as
+        it needs them (the rest of the current frame first; with straddling, a frame joins a
+        beat only if it is queued when the beat is built); a frame that arrives while nothing
+        is being built starts a beat at once. Then, if a frame left, ``on_dequeue`` (the queue
+        has room)."""
+        self._took = False
         if self._staged is None:
-            if not self._beats:
-                if self.queue.empty():
+            if self._built is None:
+                self._built = self._packer.build(self._take)
+                if self._built is None:
                     return
-                self._beats.extend(self._get_frame_nowait().beats)
-                took = True
-            self._staged = self._beats.popleft()
+            self._staged = self._built
+            self._built = None
             self._work.set()
-        if not self._beats and not self.queue.empty():
-            self._beats.extend(self._get_frame_nowait().beats)
-            took = True
-        if took and self.on_dequeue is not None:
+        if self._built is None:
+            self._built = self._packer.build(self._take)
+        if self._took and self.on_dequeue is not None:
             self.on_dequeue()
 
     # -- the bus ----------------------------------------------------------------------------
     async def _run(self) -> None:
         return                             # the frame builder: _stage, called synchronously
 
+    def stats(self) -> tuple[list[int], set[int]]:
+        """The beats driven so far by the TLPs they carry (a part of), 0..4, and the segments
+        (4 DWORDs: 0..3) TLPs started in."""
+        if self.native is not None:
+            out = (ctypes.c_uint64 * 6)()
+            self._lib.cosim_stream_stats(self.native, out)
+            return list(out[:5]), {k for k in range(4) if out[5] >> k & 1}
+        return list(self._by_tlps), {k for k in range(4) if self._starts >> k & 1}
+
     def _drive_beat(self, beat) -> None:
         bus = self.bus
         d = self._driven
         tdata, tkeep, tuser, tlast = beat
+        sop = (tuser >> 64) & 0xF
+        tlps = 1                           # a TLP from an earlier beat unless one starts at 0
+        if sop:
+            for k in range(4):
+                if sop >> k & 1:
+                    ptr = (tuser >> (_RC_SOP_PTR + 2 * k)) & 3
+                    self._starts |= 1 << ptr
+                    tlps += ptr != 0
+        self._by_tlps[min(tlps, 4)] += 1
         bus.tdata.value = tdata            # these two change with every beat
         bus.tuser.value = tuser
         if tkeep != d[1]:
@@ -350,7 +428,7 @@ class RqStream(RqSink):
         self._frame: UsPcieFrame | None = None
         self._ready = 0                    # TREADY as driven
         super().__init__(bus, clock, reset, segments, *args, **kwargs)
-        _check_width(self)
+        _check_width(self, (1, 2))
 
     async def _run(self) -> None:
         return                             # assembly happens in _run_sink
@@ -362,6 +440,9 @@ class RqStream(RqSink):
 
     def _assemble(self, tdata: int, tkeep: int, tuser: int, tlast: int) -> None:
         """One beat into the frame, as the package's RqSink._run assembles it."""
+        if self.seg_count != 1:
+            self._assemble_straddled(tdata, tuser)
+            return
         frame = self._frame
         if frame is None:
             frame = self._frame = UsPcieFrame()
@@ -386,6 +467,60 @@ class RqStream(RqSink):
             self._sink_frame(frame)
             self.active = False
             self._frame = None
+
+    def _assemble_straddled(self, tdata: int, tuser: int) -> None:
+        """One beat of the straddled RQ stream (two segments of eight DWORDs) into frames, as
+        the package's RqSink._run assembles it: the DWORDs from each is_sop pointer (or from
+        the beat's start, continuing a frame) to the is_eop pointer after it are valid; a
+        segment with a start opens a frame with the next start's byte enables and sequence
+        number, a segment with an end hands its frame over."""
+        starts = ends = 0
+        for k in range(2):
+            if tuser >> (_RQ_SOP + k) & 1:
+                starts |= 1 << (((tuser >> (_RQ_SOP_PTR + 2 * k)) & 3) * 4)
+            if tuser >> (_RQ_EOP + k) & 1:
+                ends |= 1 << ((tuser >> (_RQ_EOP_PTR + 4 * k)) & 0xF)
+        valid = seg_valid = seg_sop = seg_eop = 0
+        state = 1
+        for k in range(LANES):
+            mask = 1 << k
+            seg = 1 << (k >> 3)
+            if starts & mask:
+                state = 1
+                seg_sop |= seg
+            if state:
+                valid |= mask
+                seg_valid |= seg
+            if ends & mask:
+                state = 0
+                seg_eop |= seg
+        raw = tdata.to_bytes(BEAT_BYTES, "little")
+        par = tuser >> _RQ_PARITY
+        sop = 0
+        frame = self._frame
+        for seg in range(2):
+            bit = 1 << seg
+            if not seg_valid & bit:
+                continue
+            if seg_sop & bit:
+                frame = self._frame = UsPcieFrame()
+                frame.first_be = (tuser >> (4 * sop)) & 0xF
+                frame.last_be = (tuser >> (4 * sop + 8)) & 0xF
+                frame.seq_num = (tuser >> (6 * sop + 61)) & 0x3F
+                sop += 1
+            if frame is None:               # (data before any start: kept, as the package
+                frame = self._frame = UsPcieFrame()  # keeps it in its first frame)
+            if tuser & _RQ_DISCONTINUE:
+                frame.discontinue = True
+            for k in range(8 * seg, 8 * seg + 8):
+                if valid >> k & 1:
+                    frame.data.append(int.from_bytes(raw[4 * k:4 * k + 4], "little"))
+                    frame.parity.append((par >> (4 * k)) & 0xF)
+            if seg_eop & bit:
+                self.log.info("RX RQ frame: %r", frame)
+                self._sink_frame(frame)
+                self.active = False
+                frame = self._frame = None
 
     async def _run_sink(self) -> None:
         edge = RisingEdge(self.clock)

@@ -8,12 +8,22 @@ collects the results as they finish, caching each one at once. ``client`` is a
 whether the scheduler is a LocalCluster on this machine or a cluster elsewhere
 (tb/sweep/cluster.py makes either). A point whose compile or run fails (error, crash, timeout,
 a lost worker) is recorded with its log; the others go on.
+
+Each `run_sweep` call has task keys of its own (the content key's prefix, for the dashboard,
+and a random suffix). The tasks of an interrupted sweep are cancelled asynchronously: the
+scheduler confirms the cancellation to the client later, and a task already running goes on
+until its child process notices. Under the same keys, a sweep run again at once on the same
+client would have its new futures cancelled by that late confirmation (FutureCancelledError),
+and a worker still running a cancelled task would resume it for the new one (handing over
+"stopped: the sweep was cancelled" if it had already stopped the child). Nor can a forced
+cancel of one client's sweep reach another client's tasks of the same points.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,6 +105,7 @@ class _Sweep:
         self.result = SweepResult([])
         self.threads = max(1, sum(client.nthreads().values()))
         self.result.workers = len(client.nthreads())
+        self.run_id = uuid.uuid4().hex[:12]      # this call's task keys (module docstring)
 
     # scheduling --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -108,7 +119,7 @@ class _Sweep:
             else:
                 p = self.spec.points[idx[0]]
                 fut = self.client.submit(tasks.compile_task, p.to_dict(), _model_bytes(p),
-                                         pure=False, key=f"compile-{ckey[:16]}",
+                                         pure=False, key=f"compile-{ckey[:16]}-{self.run_id}",
                                          priority=PRIORITY["compile"])
                 self.futures[fut] = ("compile", ckey, idx)
                 self.ac.add(fut)
@@ -138,7 +149,7 @@ class _Sweep:
         for i, rkey in todo:
             p = self.spec.points[i]
             fut = self.client.submit(tasks.run_task, p.to_dict(), ref, pure=False,
-                                     key=f"point-{rkey[:16]}-{i}",
+                                     key=f"point-{rkey[:16]}-{i}-{self.run_id}",
                                      priority=_priority(p.backend, meta))
             self.futures[fut] = ("run", rkey, i, meta)
             self.ac.add(fut)
@@ -267,7 +278,8 @@ def run_sweep(spec: SweepSpec, client: Any, cache: Cache, *, rerun: bool = False
     ``rerun`` runs every point again (compiles still come from the cache). ``on_progress`` gets
     the state after every event and every ``tick_s`` while the sweep runs. A KeyboardInterrupt
     (or any exception in ``on_progress``) cancels what is still pending and propagates; what
-    finished is in the cache, so running the sweep again resumes it.
+    finished is in the cache, so running the sweep again resumes it, also at once on the same
+    client (this call's task keys are its own: module docstring).
     """
     sw = _Sweep(spec, client, cache, rerun, on_progress, log_dir)
     stop = threading.Event()
@@ -291,7 +303,7 @@ def run_sweep(spec: SweepSpec, client: Any, cache: Cache, *, rerun: bool = False
         raise
     finally:
         stop.set()
-        if th is not None:
+        if th is not None and th.is_alive():     # not started when start() raised
             th.join()
     sw.result.records = [r for r in sw.records if r is not None]
     sw.result.wall_s = time.perf_counter() - sw.t0

@@ -104,7 +104,8 @@ class Point:
     max_layers: int | None = None
     #: Calibration samples of the quantizer (seed 0).
     samples: int = 2
-    #: Wall seconds the point may take before it is stopped and reported as a timeout.
+    #: Wall seconds (fractions allowed) the point may take before it is stopped and reported
+    #: as a timeout, counted from the start of its process (tb/sweep/tasks.py).
     timeout_s: float = 3600.0
     #: Return the run's FST to the client (RTL points).
     waves: bool = False

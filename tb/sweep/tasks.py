@@ -35,7 +35,8 @@ def code_root() -> Path:
     return Path(tb.__file__).resolve().parents[1]
 
 
-#: Seconds between two checks of a running child (finished? the task cancelled?).
+#: Seconds between two checks of a running child (finished? the task cancelled?); the
+#: timeout is checked at its own deadline, not at the next poll.
 POLL_S = 0.5
 
 
@@ -76,8 +77,10 @@ def _child(mode: str, payload: dict[str, Any], work: Path, timeout_s: float
            ) -> tuple[str, str, float, float]:
     """Run the worker child; (status, log, wall seconds, CPU seconds). The child is stopped
     (with the simulator under it) on timeout, when the task is cancelled, and when the worker
-    dies. The CPU seconds are the child's and its descendants' (RUSAGE_CHILDREN around it: a
-    worker runs one task at a time, one thread per worker)."""
+    dies. ``timeout_s`` (any positive number of seconds, fractions too) counts from just before
+    the child starts: its Python start-up is part of it. The CPU seconds are the child's and its
+    descendants' (RUSAGE_CHILDREN around it: a worker runs one task at a time, one thread per
+    worker)."""
     inp = work / "in.json"
     out = work / "out"
     out.mkdir(parents=True, exist_ok=True)
@@ -98,12 +101,15 @@ def _child(mode: str, payload: dict[str, Any], work: Path, timeout_s: float
         status = "ok"
         try:
             while True:
+                # wake at the deadline if it comes before the next poll: a timeout below
+                # POLL_S (or not a multiple of it) is enforced as given, not rounded up
+                left = timeout_s - (time.perf_counter() - t0)
                 try:
-                    rc = proc.wait(timeout=POLL_S)
+                    rc = proc.wait(timeout=max(0.0, min(POLL_S, left)))
                     status = "ok" if rc == 0 else "failed"
                     break
                 except subprocess.TimeoutExpired:
-                    if time.perf_counter() - t0 > timeout_s:
+                    if time.perf_counter() - t0 >= timeout_s:
                         status = "timeout"
                     elif cancelled():
                         status = "cancelled"

@@ -256,6 +256,21 @@ def test_mobilenet_class_model_on_the_functional_card() -> None:
     assert a @ b / (np.linalg.norm(a) * np.linalg.norm(b)) >= 0.999
 
 
+@pytest.mark.parametrize("name", ["squeezenet", "shufflenet", "inception_v2"])
+def test_light_model_on_the_accelerator_within_tolerance(name: str) -> None:
+    """Light models of the onnx package (random weights) compiled with the accelerator plugin
+    and int8, run on the functional card: at least 95 % of the model's MACs on the
+    accelerator, top-1 equal to onnxruntime fp32 and the logits' cosine at least 0.999 (the
+    issue 15 criteria; `python -m bench cnn --run` checks all nine light models the same way,
+    these three are the quick ones: a plain CNN, grouped and depthwise convolutions with
+    channel shuffles, and Inception's concatenations)."""
+    from bench.cnn_bench import COSINE_TARGET, SHARE_TARGET, one
+
+    r = one(name, True)
+    assert r["accel_share"] >= SHARE_TARGET, r["cpu_ops"]
+    assert r["top1_agrees"] and r["cosine"] >= COSINE_TARGET, (r["top1_agrees"], r["cosine"])
+
+
 # --- the demo CNN ------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -677,7 +677,7 @@ def raw_insn(opcode: int, payload: int = 0) -> bytes:
 
 @pytest.mark.parametrize("opcode", [0, 7, 8, 15])
 def test_illegal_opcode(opcode: int) -> None:
-    """Opcode 0 and those above END: ILLEGAL_OPCODE at their pc, from a list or from memory."""
+    """Opcode 0 and those above DW: ILLEGAL_OPCODE at their pc, from a list or from memory."""
     prog = [isa.load(Buffer.INP, y_size=0), raw_insn(opcode, 0x1234), isa.end()]
     r = AccelModel(SMALL).execute(prog, bytearray(256), SLOTS0)
     assert (r.error, r.err_pc) == (AccelError.ILLEGAL_OPCODE, 1)

@@ -9,7 +9,10 @@ card-to-card copies, which never leave the card) and every accelerator program o
 host, the demo CNN, the idle link, the completion buffer, the default host's reordering, flow
 control with few credits at the root port, the completion errors and the limits cases (MPS
 128..1024 x MRRS 128..4096, the 4 KiB read settings on hosts that split every read into 64 and
-128-byte completions), all under the request-TLP monitor and the DDR4 monitor. Icarus, much
+128-byte completions), the RC two-TLP straddle mode and completions packed four a beat, all under
+the request-TLP monitor, the RQ beat monitor and the DDR4 monitor, with the requester streams
+straddled (the default); a build without straddling (STRADDLE 0) runs a subset of it
+(NO_STRADDLE). Icarus, much
 slower on this design, runs a smoke set: enumeration with a DMA each way, every register, MSI-X
 on every source: every RTL block of the endpoint, both clocks.
 """
@@ -23,12 +26,16 @@ import pytest
 from tb.common import simulator
 
 CARD_MEM = 16 << 20
-def run_pcie(sim: str, tests: list[str] | None = None,
-             waves: bool | None = None) -> simulator.RunResult:
-    b = simulator.card_build(sim, {"MEM_SIZE": f"64'd{CARD_MEM}"}, waves=waves,
+def run_pcie(sim: str, tests: list[str] | None = None, waves: bool | None = None,
+             straddle: bool | None = None) -> simulator.RunResult:
+    """The bench on the card build; ``straddle`` None: the default (pcie.STRADDLE), else a build
+    with card_top_pcie's STRADDLE set so (and the hard IP configured alike)."""
+    params: dict = {} if straddle is None else {"STRADDLE": int(straddle)}
+    b = simulator.card_build(sim, {"MEM_SIZE": f"64'd{CARD_MEM}", **params}, waves=waves,
                              top="card_top_pcie")
     return simulator.test(b, "tb.card_top_pcie.test_card_top_pcie", testcase=tests,
-                          extra_env={"CARD_TB_PARAMS": json.dumps({"MEM_SIZE": CARD_MEM}),
+                          extra_env={"CARD_TB_PARAMS": json.dumps({"MEM_SIZE": CARD_MEM,
+                                                                   **params}),
                                      "SIM": sim})
 
 
@@ -46,7 +53,8 @@ def verilator_tests() -> list[str]:
             + _indexed("test_driver_program", bench.LINK_CHECKS)
             + _indexed("test_accel_program", ACCEL_CHECKS)
             + ["test_idle_link_runs_no_python", "test_demo_model", "test_completion_buffer",
-               "test_default_host_reorders", "test_flow_control"]
+               "test_default_host_reorders", "test_flow_control", "test_rc_two_tlp_straddle",
+               "test_rc_small_completions"]
             + [f"test_completion_errors/case={i}" for i in range(len(bench.ERROR_CASES))]
             + [f"test_request_limits/limits={i}" for i in range(len(bench.LIMITS))])
 
@@ -56,9 +64,28 @@ def verilator_tests() -> list[str]:
 ICARUS = ["test_enumeration/link=gen3x16", "test_mmio_every_register", "test_msix_every_source"]
 
 
+#: Without straddling (card_top_pcie STRADDLE 0, the hard IP alike: one TLP per run of beats),
+#: on Verilator: a DMA each way, the streams both ways on the default host, the completion buffer
+#: on 64-byte completions, the completion errors, the limits on the split hosts.
+NO_STRADDLE = (["test_enumeration/link=gen3x16", "test_completion_buffer",
+                "test_default_host_reorders"]
+               + [f"test_completion_errors/case={i}" for i in (0, 3, 4, 5)]
+               + ["test_request_limits/limits=1", "test_request_limits/limits=5"])
+
+
 @pytest.mark.rtl
 def test_card_top_pcie(sim: str) -> None:
-    """The PCIe card passes its bench (Verilator: all of it; Icarus: the smoke set)."""
+    """The PCIe card passes its bench (Verilator: all of it; Icarus: the smoke set), with the
+    requester streams straddled (the default)."""
     selection = verilator_tests() if sim == "verilator" else ICARUS
     res = run_pcie(sim, selection)
     assert res.tests == len(selection)
+
+
+@pytest.mark.rtl
+def test_card_top_pcie_no_straddle(sim: str) -> None:
+    """The PCIe card without straddling (STRADDLE 0): the subset NO_STRADDLE on Verilator."""
+    if sim != "verilator":
+        pytest.skip("Icarus runs the smoke set on the default build")
+    res = run_pcie(sim, NO_STRADDLE, straddle=False)
+    assert res.tests == len(NO_STRADDLE)

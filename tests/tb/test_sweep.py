@@ -5,6 +5,11 @@ Small on purpose: a tiny ONNX model (tests/compiler/helpers.conv_net) on the fun
 a few points, one point of it on card_top under Verilator (the lean build at 16 MiB that
 the card tests in tests/rtl build too), and two points that fail (a timeout, a missing model
 file) while the others finish.
+
+Nothing here may depend on how fast the machine is: the timeout point's limit (TIMEOUT_S) is
+shorter than the start-up of the point's own Python process (which imports numpy before it can
+do anything), and the interrupted sweeps accept any number of points finished before the
+interrupt.
 """
 
 from __future__ import annotations
@@ -21,6 +26,12 @@ from tb.sweep.engine import run_sweep
 from tb.sweep.spec import SpecError, from_mapping, load, make_point
 
 distributed = pytest.importorskip("distributed")
+
+#: A point's timeout that no run can meet on any machine: the timeout counts from the start of
+#: the point's child process, whose Python start-up alone (interpreter, numpy, the project's
+#: modules) takes tens of milliseconds on the fastest machine (here a point's child reaches
+#: its first file read after about 0.17 s).
+TIMEOUT_S = 0.01
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +155,7 @@ def test_sweep_on_an_existing_cluster(cluster, tiny: Path, tmp_path: Path) -> No
 
     good_rtl = {"backend": "rtl", "simulator": "verilator", "n": 8, "card_mem": "16M",
                 "build": "lean"}
-    spec = _spec(tiny, [good_rtl, {"n": 4, "policy": "lru", "timeout_s": 1},
+    spec = _spec(tiny, [good_rtl, {"n": 4, "policy": "lru", "timeout_s": TIMEOUT_S},
                         {"model": str(tmp_path / "missing.onnx")}])
     cache = Cache(tmp_path / "cache")
     with connect(cluster.scheduler_address) as client:
@@ -170,7 +181,7 @@ def test_sweep_on_an_existing_cluster(cluster, tiny: Path, tmp_path: Path) -> No
                 assert a["macs"] == b["macs"]
         assert recs[4]["stage"] == "compile" and "no such file" in recs[4]["error"]
         timeout_log = Path(recs[3]["log_path"]).read_text()
-        assert "stopped after 1 s" in timeout_log
+        assert f"stopped after {TIMEOUT_S:g} s" in timeout_log
         # compiles: the tiny model for N = 4 and 8 (the RTL point shares N = 8's) and the missing
         # model's, which fails
         assert res.failed == 2 and res.compiles_run == 3 and res.points_run == 4
@@ -181,24 +192,114 @@ def test_sweep_on_an_existing_cluster(cluster, tiny: Path, tmp_path: Path) -> No
         assert [r["result"] for r in again.records] == [r["result"] for r in recs[:3]]
 
 
+def test_a_point_is_stopped_at_its_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_task outside Dask: the timeout is enforced at its deadline, not at the next poll of
+    the child. With a poll interval far longer than the child lives, a check at the poll only
+    would see the child exit with the error of its bogus artefacts ('failed'); at the deadline
+    it is still starting up and is stopped ('timeout')."""
+    from tb.sweep import tasks
+
+    monkeypatch.setattr(tasks, "POLL_S", 600.0)
+    point = make_point({"timeout_s": TIMEOUT_S}).to_dict()
+    res = tasks.run_task(point, {"meta.json": b"{}"})
+    assert res["status"] == "timeout", res
+    assert f"stopped after {TIMEOUT_S:g} s" in res["log"] and res["error"].startswith("timeout")
+
+
 def test_interrupted_sweep_resumes(cluster, tiny: Path, tmp_path: Path) -> None:
-    """Interrupted after the first finished point, the sweep runs only the rest next time."""
+    """Interrupted after the first finished point, the sweep runs only the rest next time:
+    whatever finished before the interrupt (one point or more, on a fast machine possibly all)
+    comes from the cache, everything else runs, nothing fails."""
+    import threading
+
     from tb.sweep.cluster import connect
 
     spec = _spec(tiny, ns=(4, 8, 16))
     cache = Cache(tmp_path / "cache")
+    caller = threading.get_ident()
 
     def stop_after_one(p) -> None:
-        if p.done >= 1:
+        # in the engine's own thread (not its ticker's): the interrupt comes at that event
+        if p.done >= 1 and threading.get_ident() == caller:
             raise KeyboardInterrupt
 
     with connect(cluster.scheduler_address) as client:
         with pytest.raises(KeyboardInterrupt):
             run_sweep(spec, client, cache, on_progress=stop_after_one, tick_s=0.2)
+        # what the interrupted run left in the cache (each entry written as its task finished)
+        points_done = len(list((cache.root / "run").glob("*/*.json")))
+        compiles_done = len(list((cache.root / "compile").glob("*/complete")))
         res = run_sweep(spec, client, cache)
-    assert res.cached >= 1 and res.points_run == 3 - res.cached and res.failed == 0
-    assert res.compiles_run == 0 or res.compiles_run < 3
+    assert 1 <= points_done <= 3 and 1 <= compiles_done <= 3
+    assert res.failed == 0, [(r["label"], r.get("error")) for r in res.records
+                             if r["status"] != "ok"]
+    assert res.cached == points_done and res.points_run == 3 - points_done
+    assert res.compiles_run == 3 - compiles_done
+    assert res.executed == res.compiles_run + res.points_run    # 0 when all had finished
+    assert len(res.records) == 3 and all(r["status"] == "ok" for r in res.records)
+
+
+class _KeyRecorder:
+    """A distributed.Client that notes the key of every task submitted through it."""
+
+    def __init__(self, client) -> None:
+        self._client = client
+        self.keys: list[str] = []
+
+    def submit(self, *args, **kwargs):
+        fut = self._client.submit(*args, **kwargs)
+        self.keys.append(fut.key)
+        return fut
+
+    def __getattr__(self, name: str):
+        return getattr(self._client, name)
+
+
+def test_sweep_resumes_at_once_after_an_interrupt(cluster, tiny: Path, tmp_path: Path) -> None:
+    """Interrupted when its first compile is done (that compile's point just submitted, the other
+    two compiles queued or running) and run again at once on the same client, the sweep runs
+    every point that had not finished, and none fails because of what the interrupted run
+    cancelled. Under the interrupted run's task keys, the scheduler's late confirmation of that
+    cancel cancelled the new futures (FutureCancelledError: here in 2 of 3 runs, depending on
+    whether it arrived before or after the new submits); the resumed run's keys are its own."""
+    import threading
+
+    from tb.sweep.cluster import connect
+
+    spec = _spec(tiny, ns=(4, 8, 16))
+    cache = Cache(tmp_path / "cache")
+    caller = threading.get_ident()
+
+    def stop_after_a_compile(p) -> None:
+        # in the engine's own thread (not its ticker's): the interrupt comes at that event
+        if p.compiling < 3 and threading.get_ident() == caller:
+            raise KeyboardInterrupt
+
+    with connect(cluster.scheduler_address) as client:
+        first, second = _KeyRecorder(client), _KeyRecorder(client)
+        with pytest.raises(KeyboardInterrupt):
+            run_sweep(spec, first, cache, on_progress=stop_after_a_compile, tick_s=0.2)
+        res = run_sweep(spec, second, cache)
+    assert len(first.keys) == 4 and not set(first.keys) & set(second.keys), \
+        (first.keys, second.keys)
+    assert res.failed == 0, [(r["label"], r.get("error")) for r in res.records
+                             if r["status"] != "ok"]
+    assert res.cached == 0 and res.compiles_run == 2 and res.points_run == 3
     assert all(r["status"] == "ok" for r in res.records)
+
+
+def test_an_interrupt_at_the_first_report_propagates(cluster, tiny: Path, tmp_path: Path) -> None:
+    """on_progress raising at its first call (the end of scheduling, before the ticker thread
+    started) stops the sweep with that exception, not with the ticker's join failing
+    ("cannot join thread before it is started")."""
+    from tb.sweep.cluster import connect
+
+    def stop_at_once(p) -> None:
+        raise KeyboardInterrupt
+
+    with connect(cluster.scheduler_address) as client, pytest.raises(KeyboardInterrupt):
+        run_sweep(_spec(tiny, ns=(4,)), client, Cache(tmp_path / "cache"),
+                  on_progress=stop_at_once)
 
 
 def test_code_reaches_workers_without_an_install(tiny: Path, tmp_path: Path) -> None:
