@@ -23,6 +23,7 @@ import os
 import cocotb
 from cocotb.task import bridge
 from cocotb.triggers import Timer
+from cocotbext.pcie.core.dllp import FcType
 from cocotbext.pcie.core.tlp import TlpType
 
 from pyhost.backend import HostMemory
@@ -75,6 +76,10 @@ HOSTS = {
     # the abort check: the driver polls BUSY after RESET against a wall-clock deadline (0.5 s),
     # and the drain waits for the reads in flight; a short latency keeps that within it
     "fast": HostLinkConfig(read_latency_ns=100, jitter_ns=50, out_of_order=True, seed=9),
+    # few credits at the root port: 4 posted headers / 64 data credits (four 256-byte writes),
+    # 2 non-posted headers: the card's requests wait for the root's UpdateFCs
+    "credits": HostLinkConfig(read_latency_ns=300, jitter_ns=100, seed=11,
+                              root_credits=(4, 64, 2, 2)),
 }
 
 
@@ -132,35 +137,37 @@ class StraddleMonitor:
     as many DWORDs as its descriptor says (4, plus the payload of a write), no longer than MPS /
     MRRS, not across 4 KiB. So the request monitor at the root (RequestMonitor) sees what the card
     sent. Counts the beats shared by two TLPs (RQ), and on RC the beats by the TLPs in them and
-    the segments (4 DWORDs) TLPs start at."""
+    the segments (4 DWORDs) TLPs start at, as the RC stream counts them where it drives them
+    (RcStream.stats: the C++ player's beats never pass through Python)."""
 
     def __init__(self, dev, straddle: bool, limits) -> None:
         self.straddle = straddle
         self.limits = limits                     # the RequestMonitor (mps, mrrs)
         self.errors: list[str] = []
         self.rq_beats = self.rq_shared = self.rq_tlps = 0
-        self.rc_beats = 0
-        self.rc_tlps = [0] * 5                   # beats by the TLPs they carry (a part of)
-        self.rc_starts: set[int] = set()         # segments where TLPs started
+        self._rc = dev.rc_source
         self._tlp: list[int] | None = None       # DWORDs of the RQ TLP in flight
         self._disc = False
-        sample, drive = dev.rq_sink.bus.sample, dev.rc_source.bus.drive
+        assemble = dev.rq_sink._assemble
 
-        def rq_sample(obj, *args, **kwargs):
-            sample(obj, *args, **kwargs)
-            self._rq(int(obj.tdata), int(obj.tkeep), int(obj.tlast), int(obj.tuser))
+        def rq_beat(tdata: int, tkeep: int, tuser: int, tlast: int) -> None:
+            assemble(tdata, tkeep, tuser, tlast)
+            self._rq(tdata, tkeep, tlast, tuser)
+        dev.rq_sink._assemble = rq_beat          # (RqStream: each beat the card hands over)
 
-        def rc_drive(obj, *args, **kwargs):
-            drive(obj, *args, **kwargs)
-            user = int(obj.tuser)
-            sop = (user >> 64) & 0xF
-            starts = [(user >> (68 + 2 * k)) & 3 for k in range(4) if sop >> k & 1]
-            self.rc_beats += 1
-            self.rc_starts.update(starts)
-            # a TLP from an earlier beat unless one starts at DWORD 0
-            self.rc_tlps[min(4, len(starts) + (0 not in starts))] += 1
-        dev.rq_sink.bus.sample = rq_sample
-        dev.rc_source.bus.drive = rc_drive
+    @property
+    def rc_tlps(self) -> list[int]:
+        """RC beats by the TLPs they carry (a part of), 0..4 (the RC stream's count)."""
+        return self._rc.stats()[0]
+
+    @property
+    def rc_starts(self) -> set[int]:
+        """The segments (4 DWORDs) RC TLPs started in."""
+        return self._rc.stats()[1]
+
+    @property
+    def rc_beats(self) -> int:
+        return sum(self.rc_tlps)
 
     def _error(self, text: str) -> None:
         if len(self.errors) < 20:
@@ -265,6 +272,8 @@ class TB:
         opts = PcieOptions(link=link, mps=mps, mrrs=mrrs, host=HostLinkConfig(**vars(cfg)),
                            cpl_timeout_ns=cpl_timeout_ns, straddle=self.straddle,
                            rc_4tlp=rc_4tlp)
+        if cfg.root_credits is not None:
+            opts.link_model = "ideal"     # (the credits the root advertises: that model's)
         self.card = RtlCard(dut, HostMemory(32 << 20), link="pcie", pcie=opts,
                             irq_timeout_ns=2_000_000)
         self.link = self.card.pcie.link
@@ -692,6 +701,33 @@ async def test_rc_small_completions(dut) -> None:
     tb.check()
     if tb.straddle:
         assert tb.beats.rc_tlps[4] > 0, f"no RC beat of four completions: {tb.beats.summary()}"
+
+
+@cocotb.test(timeout_time=100, timeout_unit="ms")
+async def test_flow_control(dut) -> None:
+    """The root port advertises few credits (four posted headers and 64 data credits, two
+    non-posted headers): the card's writes and reads wait on the link for the credits the root
+    returns in its UpdateFCs (the hard IP holds them, the RQ stream backs up), and a streamed
+    round trip is still exact."""
+    tb = TB(dut, host="credits")
+    await tb.reset()
+    n, count = 16 << 10, 4
+
+    def prog(drv) -> None:
+        src, dst = drv.host.alloc(count * n), drv.host.alloc(count * n)
+        data = bytes((i * 53 + (i >> 11)) & 0xFF for i in range(count * n))
+        src.write(data, 0)
+        drv.write_batch([(src.address + i * n, n, i * n) for i in range(count)])
+        drv.read_batch([(i * n, n, dst.address + i * n) for i in range(count)])
+        assert dst.read(0, count * n) == data, "round trip differs under flow control"
+        drv.host.free(dst)
+        drv.host.free(src)
+    await tb.host(prog)
+    tb.check()
+    stalls = tb.link.wire.up.fc_stalls
+    cocotb.log.info("flow control: %s TLPs waited for credits (of %d sent by the card)",
+                    {k.name: v for k, v in stalls.items()}, tb.link.wire.up.tlps)
+    assert stalls[FcType.P] > 0 and stalls[FcType.NP] > 0, stalls
 
 
 async def _error_case(dut, kind: str, host: str) -> None:

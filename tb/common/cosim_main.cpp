@@ -20,14 +20,33 @@
 // nothing), so each edge costs two evaluations there and one here: with no Python running while
 // the card computes, this is the model's own speed, as in a pure C++ harness.
 //
+// Stream sources. `cosim_stream_open` (exported, called through ctypes by
+// tb/common/pcie_streams.py's RcStream) plays the hard IP's 512-bit RC stream in C++: Python
+// hands it whole completions (DWORDs and byte enables), it builds the beats as cocotbext-pcie's
+// RcSource does (parity, is_sop/is_eop and their pointers; with the RC straddle in two or four
+// segments, a completion starting in the segment after the previous one ends when it is queued
+// as the beat is built), and at each rising edge of the stream's clock it does what the Python
+// source would do (the card took the beat on the bus, or none is up: the next one goes up;
+// TVALID drops when there is none), with no Python per beat. The edge is seen by a value-change
+// callback like cocotb's RisingEdge (values before the edge is evaluated), registered only while
+// the source has work, and the beat is written with inertial puts, which this main applies
+// after that evaluation (where cocotb applies its writes). Frames wait in a backlog until the
+// source's queue has room (at most `limit` + 1 frames), and leave the queue as the Python
+// source takes them: one beat staged for the edge, the next built as soon as it is staged (the
+// hard IP model's receive-buffer accounting follows `moved`, the frames that left the backlog).
+//
 // Command line (as cocotb's Verilator runner passes it): --trace, --trace-file FILE,
 // --trace-flush; plusargs go to the model and cocotb.
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "Vtop.h"
 #include "verilated.h"
@@ -84,6 +103,242 @@ struct BuiltinClock {
 
 BuiltinClock clock_gen;
 
+// The hard IP's RC stream played from C++ (see the top of the file).
+struct StreamSource {
+    // The 512-bit RC stream's tuser fields (UltraScale+ PCIe hard IP, as cocotbext-pcie's
+    // RcSource drives them): byte enables at 4 * lane, is_sop[4] at 64, is_sop_ptr[4] (2 bits
+    // each) at 68, is_eop[4] at 76, is_eop_ptr[4] (4 bits each) at 80, discontinue at 96,
+    // parity at 97 + 4 * lane.
+    static constexpr int kLanes = 16, kSop = 64, kSopPtr = 68, kEop = 76, kEopPtr = 80,
+                         kDiscontinue = 96, kParity = 97;
+    struct Beat {
+        std::vector<s_vpi_vecval> data, user;
+        uint32_t keep = 0;
+        uint32_t last = 0;
+    };
+    struct Frame {                   // a completion: DWORDs, their byte enables, discontinue
+        std::vector<uint32_t> dw;
+        std::vector<uint8_t> be;
+        bool disc = false;
+    };
+
+    vpiHandle clk = nullptr, reset = nullptr, tvalid = nullptr, tready = nullptr;
+    vpiHandle tdata = nullptr, tkeep = nullptr, tuser = nullptr, tlast = nullptr;
+    vpiHandle cb = nullptr;          // the clock's value-change callback, while armed
+    int data_words = 0, user_words = 0;
+    int limit = 2;                   // the queue is full with more than `limit` frames
+    int segments = 1;                // 1, or 2 / 4 with the RC straddle
+    std::deque<Frame> backlog;       // frames waiting for room in the queue
+    std::deque<Frame> queue;         // the source's queue
+    Frame cur;                       // the frame the last built beat ended inside
+    size_t cur_off = 0;              // its DWORDs already in beats
+    bool has_cur = false;
+    Beat built;                      // the beat built after the staged one
+    bool has_built = false;
+    Beat staged;                     // the beat that goes up at the next handshake
+    bool has_staged = false;
+    bool valid = false;              // TVALID as driven
+    bool paused = false;
+    bool refilling = false;
+    bool took = false;               // a frame left the queue during the current stage()
+    int prev_clk = -1;
+    uint64_t moved = 0;              // frames that left the backlog
+    uint64_t taken = 0;              // frames that left the queue
+    uint64_t driven = 0;             // beats driven
+    uint64_t by_tlps[5] = {};        // beats driven by the TLPs they carry (a part of)
+    uint32_t starts = 0;             // bit k: a TLP started in segment (4 DWORDs) k
+    uint32_t keep_driven = 0, last_driven = 0;
+    s_vpi_value clk_value{};
+
+    static int get_int(vpiHandle h) {
+        s_vpi_value v;
+        v.format = vpiIntVal;
+        vpi_get_value(h, &v);
+        return v.value.integer;
+    }
+    static void put_int(vpiHandle h, int x) {
+        s_vpi_value v;
+        v.format = vpiIntVal;
+        v.value.integer = x;
+        s_vpi_time t{};
+        t.type = vpiSimTime;
+        vpi_put_value(h, &v, &t, vpiInertialDelay);
+    }
+    static void put_vec(vpiHandle h, std::vector<s_vpi_vecval>& words) {
+        s_vpi_value v;
+        v.format = vpiVectorVal;
+        v.value.vector = words.data();
+        s_vpi_time t{};
+        t.type = vpiSimTime;
+        vpi_put_value(h, &v, &t, vpiInertialDelay);
+    }
+    static void set_bits(std::vector<s_vpi_vecval>& w, int pos, uint32_t value, int width) {
+        for (int i = 0; i < width; ++i)
+            if (value >> i & 1) w[(pos + i) >> 5].aval |= 1u << ((pos + i) & 31);
+    }
+    // Odd parity of each byte of a DWORD: bit k is 1 when byte k has an even number of ones.
+    static uint32_t parity(uint32_t d) {
+        uint32_t p = 0;
+        for (int k = 0; k < 4; ++k)
+            p |= static_cast<uint32_t>(~__builtin_popcount((d >> (8 * k)) & 0xFF) & 1) << k;
+        return p;
+    }
+
+    bool full() const { return static_cast<int>(queue.size()) > limit; }
+
+    // The next frame from the queue, or false when it is empty.
+    bool take() {
+        if (queue.empty()) return false;
+        cur = std::move(queue.front());
+        queue.pop_front();
+        cur_off = 0;
+        has_cur = true;
+        took = true;
+        ++taken;
+        return true;
+    }
+    // The next beat into `built`, as cocotbext-pcie's RcSource._run builds it (and
+    // tb/common/pcie_streams.py's RcPacker): the rest of the current frame, then frames from
+    // the queue while segments remain (a frame starts at a segment boundary); false when there
+    // is nothing to send.
+    bool build() {
+        if (!has_cur && !take()) return false;
+        Beat& b = built;
+        std::fill(b.data.begin(), b.data.end(), s_vpi_vecval{0, 0});
+        std::fill(b.user.begin(), b.user.end(), s_vpi_vecval{0, 0});
+        b.keep = 0;
+        b.last = 0;
+        const int lanes = kLanes / segments;
+        int sop = 0, eop = 0;
+        for (int seg = 0; seg < segments; ++seg) {
+            if (!has_cur && !take()) break;
+            const int lo = seg * lanes;
+            const size_t d = cur.dw.size();
+            const int n = static_cast<int>(std::min<size_t>(lanes, d - cur_off));
+            for (int k = 0; k < lanes; ++k) {
+                const int lane = lo + k;
+                if (k < n) {
+                    const uint32_t w = cur.dw[cur_off + k];
+                    b.data[lane].aval = w;
+                    b.keep |= 1u << lane;
+                    set_bits(b.user, 4 * lane, cur.be[cur_off + k], 4);
+                    set_bits(b.user, kParity + 4 * lane, parity(w), 4);
+                } else {
+                    set_bits(b.user, kParity + 4 * lane, 0xF, 4);
+                }
+            }
+            if (cur_off == 0) {
+                set_bits(b.user, kSop + sop, 1, 1);
+                set_bits(b.user, kSopPtr + 2 * sop, static_cast<uint32_t>(lo >> 2), 2);
+                ++sop;
+            }
+            if (cur.disc) set_bits(b.user, kDiscontinue, 1, 1);
+            cur_off += n;
+            if (cur_off >= d) {
+                set_bits(b.user, kEop + eop, 1, 1);
+                set_bits(b.user, kEopPtr + 4 * eop, static_cast<uint32_t>(lo + n - 1), 4);
+                ++eop;
+                if (segments == 1) b.last = 1;
+                has_cur = false;
+            }
+        }
+        return true;
+    }
+    // cocotbext-pcie's RcSource._run, synchronously: one beat waits for the edge (staged), the
+    // next is built as soon as it was staged; a frame arriving while nothing is being built
+    // starts a beat at once.
+    void stage() {
+        took = false;
+        if (!has_staged) {
+            if (!has_built) has_built = build();
+            if (has_built) {
+                std::swap(staged, built);
+                has_built = false;
+                has_staged = true;
+            }
+        }
+        if (has_staged && !has_built) has_built = build();
+        if (took) refill();          // the queue has room again
+    }
+    void refill() {                  // frames leave the backlog while the queue has room
+        if (refilling) return;
+        refilling = true;
+        while (!backlog.empty() && !full()) {
+            queue.push_back(std::move(backlog.front()));
+            backlog.pop_front();
+            ++moved;
+            stage();
+        }
+        refilling = false;
+    }
+    void drive(Beat& b) {
+        put_vec(tdata, b.data);
+        put_vec(tuser, b.user);
+        if (b.keep != keep_driven) put_int(tkeep, static_cast<int>(b.keep));
+        if (b.last != last_driven) put_int(tlast, static_cast<int>(b.last));
+        keep_driven = b.keep;
+        last_driven = b.last;
+        ++driven;
+        const uint32_t w = b.user[kSop >> 5].aval;   // is_sop and is_sop_ptr
+        const uint32_t sop = (w >> (kSop & 31)) & 0xF;
+        int tlps = 1;                                // a TLP from an earlier beat ...
+        for (int k = 0; k < 4; ++k) {
+            if (!(sop >> k & 1)) continue;
+            const uint32_t ptr = (w >> ((kSopPtr & 31) + 2 * k)) & 3;
+            starts |= 1u << ptr;
+            tlps += ptr == 0 ? 0 : 1;                // ... unless one starts at DWORD 0
+        }
+        ++by_tlps[std::min(tlps, 4)];
+    }
+    void edge() {
+        if (reset && get_int(reset)) {
+            if (valid) put_int(tvalid, 0);
+            valid = false;
+        } else if (valid && !get_int(tready)) {
+            return;                  // the card holds the beat
+        } else if (has_staged && !paused) {
+            drive(staged);
+            has_staged = false;
+            if (!valid) put_int(tvalid, 1);
+            valid = true;
+            stage();
+        } else if (valid) {
+            put_int(tvalid, 0);
+            valid = false;
+        }
+        if (!valid && !has_staged && !has_built && !has_cur && queue.empty() && backlog.empty())
+            disarm();                // idle: sleep
+    }
+    static PLI_INT32 on_clk(p_cb_data data) {
+        auto* s = reinterpret_cast<StreamSource*>(data->user_data);
+        const int v = get_int(s->clk);
+        if (v == 1 && s->prev_clk == 0) s->edge();
+        s->prev_clk = v;
+        return 0;
+    }
+    // The clock's value-change callback is registered only while the source has something
+    // to do (as the Python source sleeps while idle): a callback on the user clock costs every
+    // time step of the model, not only its own edges.
+    void arm() {
+        if (cb) return;
+        prev_clk = get_int(clk);
+        s_cb_data c{};
+        c.reason = cbValueChange;
+        c.cb_rtn = &StreamSource::on_clk;
+        c.obj = clk;
+        c.value = &clk_value;
+        c.user_data = reinterpret_cast<PLI_BYTE8*>(this);
+        cb = vpi_register_cb(&c);
+    }
+    void disarm() {
+        if (!cb) return;
+        vpi_remove_cb(cb);
+        cb = nullptr;
+    }
+};
+
+std::vector<std::unique_ptr<StreamSource>> stream_sources;
+
 // Value-change callbacks may write signals that trigger more of them: run until quiet.
 void settle() {
     while (VerilatedVpi::callValueCbs()) {
@@ -130,6 +385,107 @@ extern "C" int cosim_clock_start(const char* name, uint64_t period, uint64_t hig
 
 // 1: this model's main has the built-in clock (Python checks for the symbol).
 extern "C" int cosim_clock_available(void) { return 1; }
+
+// Play an AXI4-Stream source on the named signals (full VPI names; `reset` may be empty): a
+// queue of `limit` + 1 frames, a backlog behind it. Returns its id, or -1 when a signal does not
+// exist or a stream signal cannot be written.
+extern "C" int cosim_stream_open(const char* clk, const char* reset, const char* tvalid,
+                                 const char* tready, const char* tdata, const char* tkeep,
+                                 const char* tuser, const char* tlast, int limit,
+                                 int segments) {
+    auto h = [](const char* name) {
+        return vpi_handle_by_name(const_cast<PLI_BYTE8*>(name), nullptr);
+    };
+    auto s = std::make_unique<StreamSource>();
+    s->clk = h(clk);
+    s->reset = reset && *reset ? h(reset) : nullptr;
+    s->tvalid = h(tvalid);
+    s->tready = h(tready);
+    s->tdata = h(tdata);
+    s->tkeep = h(tkeep);
+    s->tuser = h(tuser);
+    s->tlast = h(tlast);
+    if (!s->clk || (reset && *reset && !s->reset) || !s->tvalid || !s->tready || !s->tdata
+        || !s->tkeep || !s->tuser || !s->tlast)
+        return -1;
+    s_vpi_value zero;
+    zero.format = vpiIntVal;
+    zero.value.integer = 0;
+    for (vpiHandle w : {s->tvalid, s->tkeep, s->tlast})
+        if (!vpi_put_value(w, &zero, nullptr, vpiNoDelay)) return -1;
+    s->data_words = (vpi_get(vpiSize, s->tdata) + 31) / 32;
+    s->user_words = (vpi_get(vpiSize, s->tuser) + 31) / 32;
+    if (segments != 1 && segments != 2 && segments != 4) return -1;
+    if (s->data_words != StreamSource::kLanes || s->user_words * 32 < StreamSource::kParity + 64)
+        return -1;
+    s->limit = limit;
+    s->segments = segments;
+    for (StreamSource::Beat* b : {&s->built, &s->staged}) {
+        b->data.assign(s->data_words, s_vpi_vecval{0, 0});
+        b->user.assign(s->user_words, s_vpi_vecval{0, 0});
+    }
+    s->clk_value.format = vpiIntVal;
+    s->arm();                        // (a check that the clock takes a callback)
+    if (!s->cb) return -1;
+    s->disarm();
+    stream_sources.push_back(std::move(s));
+    return static_cast<int>(stream_sources.size() - 1);
+}
+
+// Stop playing source `id` (the end of a test): it no longer drives anything.
+extern "C" void cosim_stream_close(int id) {
+    if (id < 0 || id >= static_cast<int>(stream_sources.size()) || !stream_sources[id]) return;
+    stream_sources[id]->disarm();
+    stream_sources[id].reset();
+}
+
+// The words of a beat's tdata and tuser (32-bit, little-endian order) of source `id`.
+extern "C" int cosim_stream_words(int id, int which) {
+    const auto& s = stream_sources.at(id);
+    return which == 0 ? s->data_words : s->user_words;
+}
+
+// Queue a completion on source `id`: `ndw` DWORDs (little-endian; descriptor and payload),
+// a byte-enable nibble per DWORD as a hex digit, the last DWORD first (the Python encoding), and
+// discontinue. Returns the frames moved from the backlog.
+extern "C" uint64_t cosim_stream_push(int id, const uint8_t* data, int ndw, const char* be,
+                                      int disc) {
+    auto& s = *stream_sources.at(id);
+    StreamSource::Frame frame;
+    frame.dw.resize(ndw);
+    std::memcpy(frame.dw.data(), data, 4 * static_cast<size_t>(ndw));
+    frame.be.resize(ndw);
+    for (int k = 0; k < ndw; ++k) {
+        const char c = be[ndw - 1 - k];
+        frame.be[k] = static_cast<uint8_t>(c <= '9' ? c - '0' : c - 'a' + 10);
+    }
+    frame.disc = disc != 0;
+    s.backlog.push_back(std::move(frame));
+    s.refill();
+    s.arm();
+    return s.moved;
+}
+
+// The beats source `id` has driven by the TLPs they carry (a part of), 0..4 (out[0..4]), and
+// the segments TLPs started in (out[5], bit k: DWORD 4k).
+extern "C" void cosim_stream_stats(int id, uint64_t* out) {
+    const auto& s = *stream_sources.at(id);
+    for (int k = 0; k < 5; ++k) out[k] = s.by_tlps[k];
+    out[5] = s.starts;
+}
+
+// Hold (1) or release (0) source `id`'s beats, as the Python source's `pause`.
+extern "C" void cosim_stream_pause(int id, int pause) {
+    auto& s = *stream_sources.at(id);
+    s.paused = pause != 0;
+    s.arm();
+}
+
+// Frames moved from the backlog into the queue of source `id` so far.
+extern "C" uint64_t cosim_stream_moved(int id) { return stream_sources.at(id)->moved; }
+
+// Beats source `id` has driven so far.
+extern "C" uint64_t cosim_stream_driven(int id) { return stream_sources.at(id)->driven; }
 
 int main(int argc, char** argv) {
     bool trace_on = false;

@@ -14,6 +14,7 @@ interrupt, and the backend keeps the level semantics of CardBackend.wait_irq.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from cocotb.triggers import Lock
@@ -22,6 +23,9 @@ from cocotb.utils import get_sim_time
 from pyhost.backend import HostMemory, MmioError
 from pyhost.spec import pcie, regs
 from tb.common.pcie_link import HostLinkConfig, PcieLink
+
+#: The environment variable that chooses PcieOptions.link_model's default.
+LINK_MODEL_ENV = "PCIE_LINK_MODEL"
 
 
 class MmioUnsupportedRequest(MmioError):
@@ -37,6 +41,10 @@ class PcieOptions:
     mrrs: int = 512                       # max read request size
     host: HostLinkConfig = field(default_factory=HostLinkConfig)
     cpl_timeout_ns: int | None = None     # the hard IP's completion timeout
+    #: "ideal": tb/common/pcie_link.py's IdealLink; "dll": cocotbext-pcie's SimPort pair
+    #: (sequence numbers, ACK and flow-control DLLPs on the wire), for comparison; the default
+    #: is $PCIE_LINK_MODEL or "ideal"
+    link_model: str = field(default_factory=lambda: os.environ.get(LINK_MODEL_ENV, "ideal"))
     straddle: bool = pcie.STRADDLE        # requester straddling: as the card's STRADDLE
     rc_4tlp: bool = True                  # with it, RC up to four TLPs a beat (else two)
 
@@ -48,8 +56,8 @@ class PcieHost:
         self.options = options or PcieOptions()
         o = self.options
         self.link = PcieLink(dut, host, o.host, link=o.link, mps=o.mps, mrrs=o.mrrs,
-                             cpl_timeout_ns=o.cpl_timeout_ns, straddle=o.straddle,
-                             rc_4tlp=o.rc_4tlp)
+                             cpl_timeout_ns=o.cpl_timeout_ns, link_model=o.link_model,
+                             straddle=o.straddle, rc_4tlp=o.rc_4tlp)
         self._lock = Lock()
         self.enumerated = False
         self.spurious = 0                  # messages whose source had already been cleared

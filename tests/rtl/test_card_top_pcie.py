@@ -6,14 +6,15 @@ bench shares (simulator.card_build: lean -O3, public only simulator.CARD_PUBLIC,
 DDR4 monitor and the request monitor read): enumeration on Gen3 x16 and Gen4 x8, MMIO of every
 register, unmapped BAR offsets, MSI-X on every source, the whole driver program (but the
 card-to-card copies, which never leave the card) and every accelerator program on the out-of-order
-host, the demo CNN, the idle link, the completion buffer, the default host's reordering, the
-completion errors and the limits cases (MPS 128..1024 x MRRS 128..4096, the 4 KiB read settings on
-hosts that split every read into 64 and 128-byte completions), the RC two-TLP straddle mode and
-completions packed four a beat, all under the request-TLP monitor, the RQ beat monitor and the DDR4
-monitor, with the requester streams straddled (the default); a build without straddling
-(STRADDLE 0) runs a subset of it (NO_STRADDLE). Icarus, much slower on this design, runs a smoke
-set: enumeration with a DMA each way, every register, MSI-X on every source: every RTL block of
-the endpoint, both clocks.
+host, the demo CNN, the idle link, the completion buffer, the default host's reordering, flow
+control with few credits at the root port, the completion errors and the limits cases (MPS
+128..1024 x MRRS 128..4096, the 4 KiB read settings on hosts that split every read into 64 and
+128-byte completions), the RC two-TLP straddle mode and completions packed four a beat, all under
+the request-TLP monitor, the RQ beat monitor and the DDR4 monitor, with the requester streams
+straddled (the default); a build without straddling (STRADDLE 0) runs a subset of it
+(NO_STRADDLE). Icarus, much
+slower on this design, runs a smoke set: enumeration with a DMA each way, every register, MSI-X
+on every source: every RTL block of the endpoint, both clocks.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def verilator_tests() -> list[str]:
             + _indexed("test_driver_program", bench.LINK_CHECKS)
             + _indexed("test_accel_program", ACCEL_CHECKS)
             + ["test_idle_link_runs_no_python", "test_demo_model", "test_completion_buffer",
-               "test_default_host_reorders", "test_rc_two_tlp_straddle",
+               "test_default_host_reorders", "test_flow_control", "test_rc_two_tlp_straddle",
                "test_rc_small_completions"]
             + [f"test_completion_errors/case={i}" for i in range(len(bench.ERROR_CASES))]
             + [f"test_request_limits/limits={i}" for i in range(len(bench.LIMITS))])
