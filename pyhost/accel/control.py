@@ -123,7 +123,7 @@ class AccelRunResult:
 
 
 _ACCEL_HINTS = {
-    AccelError.ILLEGAL_OPCODE: "opcode 0 or above DW: INSN_BASE / INSN_COUNT do not match the "
+    AccelError.ILLEGAL_OPCODE: "opcode 0 or above XALU: INSN_BASE / INSN_COUNT do not match the "
                                "program, or its memory was overwritten",
     AccelError.ILLEGAL_FIELD: "a dependency flag the unit has no queue for, STORE from INP/WGT "
                               "or with padding, ALU op 7, REQ with use_imm, END with flags, or "

@@ -28,7 +28,7 @@ from pyhost.accel.timing import field_cycles
 from pyhost.fixedpoint import requantize_lanes, rounding_shift
 from pyhost.spec import isa, regs
 from pyhost.spec.accel import DEFAULT_CONFIG, AccelConfig
-from pyhost.spec.isa import TOKEN_QUEUES, AccelError, AluOp, Buffer, Insn, Opcode
+from pyhost.spec.isa import TOKEN_QUEUES, AccelError, AluOp, Buffer, Insn, Opcode, XAluOp
 
 _ADDR_SPACE = isa.ADDR_SPACE
 _MASK32 = _ADDR_SPACE - 1
@@ -901,6 +901,37 @@ class AccelModel:
             self.acc[db] = alu_op(op, a, b, shift, f["imm"])
         return AccelError.NONE
 
+    def _xalu(self, f: dict[str, int]) -> AccelError:
+        """XALU (DIV, SQRT): the ALU's loops in order, in chunks of iterations that do not see
+        each other's writes (`_alu_chunks`); DIV_ZERO / NEG_SQRT at the first chunk with a bad
+        operand (rows before it in the chunk are not written: the ISA leaves the scratchpads
+        unspecified after an error)."""
+        cfg = self.cfg
+        outer, inner = f["outer"], f["inner"]
+        if not (outer and inner):
+            return AccelError.NONE
+        op = XAluOp(f["alu_op"])
+        imm = bool(f["use_imm"])
+        d_last = f["dst_base"] + (outer - 1) * f["dst_so"] + (inner - 1) * f["dst_si"]
+        s_last = f["src_base"] + (outer - 1) * f["src_so"] + (inner - 1) * f["src_si"]
+        if d_last >= cfg.acc_depth or (not imm and s_last >= cfg.acc_depth):
+            return AccelError.SP_RANGE
+        d = _loop_rows(f["dst_base"], outer, inner, f["dst_so"], f["dst_si"])
+        s = None if imm else _loop_rows(f["src_base"], outer, inner, f["src_so"], f["src_si"])
+        for lo, hi in self._alu_chunks(d, s, AluOp.ADD):
+            db = d[lo:hi]
+            b = np.broadcast_to(np.int64(f["imm"]), (hi - lo, cfg.n)) if s is None \
+                else self.acc[s[lo:hi]].astype(np.int64)
+            if op == XAluOp.DIV:
+                if not b.all():
+                    return AccelError.DIV_ZERO
+                self.acc[db] = xalu_div(self.acc[db].astype(np.int64), b)
+            else:
+                if (b < 0).any():
+                    return AccelError.NEG_SQRT
+                self.acc[db] = xalu_sqrt(b)
+        return AccelError.NONE
+
     def _alu_views(self, op: AluOp, f: dict[str, int], outer: int, inner: int) -> None:
         """`_alu` of an instruction whose iterations are independent (`_alu` checks it): A, B
         (and REQ's shift rows) as strided views of the accumulator. ADD and MUL wrap as uint32
@@ -1006,6 +1037,22 @@ def alu_op(op: AluOp, a: np.ndarray, b: np.ndarray | np.int64, shift: np.ndarray
     else:
         raise ValueError(f"ALU op {op} does not exist")
     return _wrap32(r)
+
+
+def xalu_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """XALU DIV lane by lane (int32 values in int64 arrays, b nonzero): a / b truncated toward
+    zero, wrapped to int32 (-2**31 / -1 = -2**31)."""
+    q = np.abs(a) // np.abs(b)
+    return _wrap32(np.where((a < 0) != (b < 0), -q, q))
+
+
+def xalu_sqrt(b: np.ndarray) -> np.ndarray:
+    """XALU SQRT lane by lane (b >= 0, int32 values): floor(sqrt(b)), exact (a float square
+    root corrected by one either way)."""
+    r = np.floor(np.sqrt(b.astype(np.float64))).astype(np.int64)
+    r -= r * r > b
+    r += (r + 1) * (r + 1) <= b
+    return r.astype(np.int32)
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -1142,8 +1189,8 @@ class _GemmBatch:
         return False                  # an instruction this batch knows nothing about
 
 
-_LOAD, _STORE, _GEMM, _DW = (int(Opcode.LOAD), int(Opcode.STORE), int(Opcode.GEMM),
-                             int(Opcode.DW))
+_LOAD, _STORE, _GEMM, _DW, _XALU = (int(Opcode.LOAD), int(Opcode.STORE), int(Opcode.GEMM),
+                                    int(Opcode.DW), int(Opcode.XALU))
 
 
 class _Run:
@@ -1249,6 +1296,8 @@ class _Run:
                 err = m._store(f, self.mem, self.slots, c)
             elif code == _DW:
                 err = m._dw(f, c)
+            elif code == _XALU:
+                err = m._xalu(f)
             else:
                 err = m._alu(f)
         if err:

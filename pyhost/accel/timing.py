@@ -65,9 +65,18 @@ def mem_cycles(rows: int, row_bytes: int, sp_rows: int, mem_latency: int = 0) ->
 
 def insn_cycles(insn: Insn, n: int, mem_latency: int = 0) -> int:
     """Busy cycles of one instruction. With mem_latency 0 this is the functional model's
-    timing rule: a GEMM/ALU runs outer*inner iterations + 1, a LOAD/STORE
+    timing rule: a GEMM/ALU runs outer*inner iterations + 1 (XALU: isa.XALU_CYCLES per
+    iteration), a LOAD/STORE
     max(scratchpad rows, bus beats) + 1; `mem_latency` adds the burst latency (`mem_cycles`)."""
     return field_cycles(insn.op, insn.fields, n, mem_latency)
+
+
+def _xalu_cycles(alu_op: int) -> int:
+    """Cycles per iteration of an XALU operation (1 for one that does not exist)."""
+    try:
+        return isa.XALU_CYCLES[isa.XAluOp(alu_op)]
+    except ValueError:
+        return 1
 
 
 def field_cycles(op: Opcode, fields: Mapping[str, int], n: int, mem_latency: int = 0) -> int:
@@ -75,6 +84,8 @@ def field_cycles(op: Opcode, fields: Mapping[str, int], n: int, mem_latency: int
     f = fields.get
     if op in (Opcode.GEMM, Opcode.ALU, Opcode.DW):
         return f("outer", 0) * f("inner", 0) + 1
+    if op == Opcode.XALU:
+        return f("outer", 0) * f("inner", 0) * _xalu_cycles(f("alu_op", 0)) + 1
     if op in (Opcode.LOAD, Opcode.STORE):
         e = isa.element_bytes(Buffer(f("buf", 0)), n)
         y, x = f("y_size", 0), f("x_size", 0)
@@ -314,7 +325,8 @@ def _unit_cycles(raw: np.ndarray, n: int, p: PerfParams
     from its start and the cycles from its start to its push, under `perf_estimate`'s rules:
 
     - GEMM / DW / ALU: one iteration per cycle, `compute_extra` more; the push `compute_push`
-      after the last (an empty loop: one cycle);
+      after the last (an empty loop: one cycle); XALU likewise with isa.XALU_CYCLES per
+      iteration;
     - LOAD: `load_start`, then the later of its scratchpad writes (one row per cycle) and its
       memory data: bursts of at most MAX_BURST_BEATS beats per memory row, MAX_OUTSTANDING in
       flight, `read_latency` to the first beat of each, one beat per cycle; then `load_end`;
@@ -327,15 +339,20 @@ def _unit_cycles(raw: np.ndarray, n: int, p: PerfParams
     flags = ((lo >> np.uint64(4)) & np.uint64(0xF)).astype(np.int64)
     occ = np.zeros(op.size, np.int64)
     push = np.zeros(op.size, np.int64)
-    comp = (op == Opcode.GEMM) | (op == Opcode.ALU) | (op == Opcode.DW)
+    comp = (op == Opcode.GEMM) | (op == Opcode.ALU) | (op == Opcode.DW) | (op == Opcode.XALU)
     if comp.any():
         it = np.zeros(op.size, np.int64)
-        for code in (Opcode.GEMM, Opcode.ALU, Opcode.DW):
+        for code in (Opcode.GEMM, Opcode.ALU, Opcode.DW, Opcode.XALU):
             sel = op == code
             if sel.any():
                 pos = _positions(code)
                 it[sel] = _field(lo[sel], hi[sel], *pos["outer"]) \
                     * _field(lo[sel], hi[sel], *pos["inner"])
+                if code == Opcode.XALU:            # cycles, not iterations
+                    per = np.ones(8, np.int64)
+                    for x, cyc in isa.XALU_CYCLES.items():
+                        per[int(x)] = cyc
+                    it[sel] *= per[_field(lo[sel], hi[sel], *pos["alu_op"])]
         c_occ = np.where(it > 0, it + p.compute_extra, 1)
         occ[comp] = c_occ[comp]
         push[comp] = np.where(it > 0, c_occ + p.compute_push, 1)[comp]

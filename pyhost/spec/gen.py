@@ -125,6 +125,9 @@ def accel_isa() -> str:
     lines += [f"`define BUF_{b.name} 2'd{int(b)}" for b in isa.Buffer]
     lines += ["", "// ALU operations"]
     lines += [f"`define ALU_{a.name} 3'd{int(a)}" for a in isa.AluOp]
+    lines += ["", "// XALU operations and the cycles each row takes"]
+    lines += [f"`define XALU_{a.name} 3'd{int(a)}" for a in isa.XAluOp]
+    lines += [f"`define XALU_{a.name}_CYCLES {isa.XALU_CYCLES[a]}" for a in isa.XAluOp]
     lines += ["", "// Error codes (ACC_STATUS.ERR_CODE)"]
     lines += [f"`define ACC_ERR_{e.name} 8'd{int(e)}" for e in isa.AccelError]
     lines += ["", "// Instruction fields: `F_<FORMAT>_<FIELD>_LSB and _W; LOAD and STORE share MEM"]
@@ -216,13 +219,14 @@ def isa_md() -> str:
                    f"{doc_of(o.name)} |")
     for title, enum in (("Buffers (LOAD/STORE `buf`)", isa.Buffer),
                         ("ALU operations (`alu_op`)", isa.AluOp),
+                        ("XALU operations (`alu_op`)", isa.XAluOp),
                         ("Error codes (ACC_STATUS.ERR_CODE)", isa.AccelError)):
         out += ["", f"## {title}", "", "| code | name | meaning |", "|---|---|---|"]
         out += [f"| {int(e)} | {e.name} | {doc_of(e.name)} |" for e in enum]
     out += ["", "## Formats", ""]
     for op, fmt in isa.FORMATS.items():
-        title = "LOAD, STORE" if op == isa.Opcode.LOAD else op.name
-        if op == isa.Opcode.STORE:
+        title = {isa.Opcode.LOAD: "LOAD, STORE", isa.Opcode.ALU: "ALU, XALU"}.get(op, op.name)
+        if op in (isa.Opcode.STORE, isa.Opcode.XALU):
             continue
         out += [f"### {title}", "", "| bits | field | description |", "|---|---|---|"]
         lsb = 0

@@ -13,8 +13,9 @@ import re
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-#: 2: DW (depthwise) added; a version-1 program runs unchanged.
-ISA_VERSION = 2
+#: 2: DW (depthwise) added; 3: XALU (DIV, SQRT) added. A program of an earlier version runs
+#: unchanged.
+ISA_VERSION = 3
 INSN_BITS = 128
 INSN_BYTES = INSN_BITS // 8
 
@@ -36,6 +37,8 @@ class Opcode(IntEnum):
     END = 5     # end of the stream: finish when every unit is idle, raise the done interrupt
     DW = 6      # depthwise: per lane, a dot product over up to N taps (N input rows at once) on
                 # the N x N array (compute unit)
+    XALU = 7    # ALU operations of several cycles per row (XAluOp: DIV, SQRT), in the ALU's
+                # format and loops (compute unit)
 
 
 class Buffer(IntEnum):
@@ -60,6 +63,20 @@ class AluOp(IntEnum):
                 # src+1; zp, lo, hi are int8 fields of the immediate (USE_IMM must be 0)
 
 
+class XAluOp(IntEnum):
+    """XALU operations (the ALU's format; ``alu_op`` holds one of these): several cycles per row
+    (XALU_CYCLES), operands and result int32 per lane."""
+
+    DIV = 0     # A / B truncated toward zero (-2**31 / -1 wraps to -2**31); a lane with B = 0 is
+                # DIV_ZERO
+    SQRT = 1    # floor(sqrt(B)); A is not read; a lane with B < 0 is NEG_SQRT
+
+
+#: Cycles one XALU iteration (row) occupies the compute unit: a radix-2 divider (one quotient
+#: bit per cycle) and a digit-by-digit square root (one result bit per cycle).
+XALU_CYCLES = {XAluOp.DIV: 32, XAluOp.SQRT: 16}
+
+
 class Unit(IntEnum):
     LOAD = 0
     COMPUTE = 1
@@ -67,7 +84,7 @@ class Unit(IntEnum):
 
 
 UNIT_OF = {Opcode.LOAD: Unit.LOAD, Opcode.STORE: Unit.STORE, Opcode.GEMM: Unit.COMPUTE,
-           Opcode.ALU: Unit.COMPUTE, Opcode.DW: Unit.COMPUTE}
+           Opcode.ALU: Unit.COMPUTE, Opcode.DW: Unit.COMPUTE, Opcode.XALU: Unit.COMPUTE}
 
 # --- dependency tokens ---------------------------------------------------------------------------
 #: The four token counters (docs/isa.md "Execution model"), by index: (producer, consumer).
@@ -103,8 +120,8 @@ class AccelError(IntEnum):
     """Error codes in ACC_STATUS.ERR_CODE. The accelerator stops at the first error."""
 
     NONE = 0
-    ILLEGAL_OPCODE = 1   # opcode 0 or above DW (7..15)
-    ILLEGAL_FIELD = 2    # a dependency flag the unit has no queue for, bad buffer or ALU op,
+    ILLEGAL_OPCODE = 1   # opcode 0 or above XALU (8..15)
+    ILLEGAL_FIELD = 2    # a dependency flag the unit has no queue for, bad buffer or ALU/XALU op,
                          # STORE from INP/WGT or with padding, REQ with USE_IMM, END with flags,
                          # DW with taps 0 or above N, tap_w 0, or taps off the banks' rotation
     SP_RANGE = 3         # the instruction would touch a scratchpad row beyond the depth
@@ -117,6 +134,8 @@ class AccelError(IntEnum):
     TOKEN_OVERFLOW = 10  # a push beyond TOKEN_MAX tokens in one queue
     ABORTED = 11         # software wrote ACC_CTRL.ABORT
     BAD_CONFIG = 12      # INSN_BASE not 16-byte aligned, or INSN_COUNT is 0
+    DIV_ZERO = 13        # XALU.DIV with B = 0 in a lane
+    NEG_SQRT = 14        # XALU.SQRT with B < 0 in a lane
 
 
 @dataclass(frozen=True)
@@ -167,7 +186,7 @@ FORMATS: dict[Opcode, tuple[FieldSpec, ...]] = {
         FieldSpec("inp_si", 8, doc="input row stride of the inner loop"),
     ),
     Opcode.ALU: HEADER + (
-        FieldSpec("alu_op", 3, doc="AluOp"),
+        FieldSpec("alu_op", 3, doc="AluOp (XALU: XAluOp)"),
         FieldSpec("use_imm", 1, doc="B is the immediate instead of the source row"),
         FieldSpec("dst_base", 14, doc="first destination (and A operand) accumulator row"),
         FieldSpec("src_base", 14, doc="first source accumulator row"),
@@ -198,6 +217,9 @@ FORMATS: dict[Opcode, tuple[FieldSpec, ...]] = {
         FieldSpec("tap_pitch", 10, doc="input rows from one kernel row to the next"),
     ),
 }
+
+#: XALU has the ALU's format (alu_op holds an XAluOp)
+FORMATS[Opcode.XALU] = FORMATS[Opcode.ALU]
 
 for _op, _fmt in FORMATS.items():
     assert sum(f.width for f in _fmt) <= INSN_BITS, _op
@@ -367,9 +389,9 @@ def disassemble_one(insn: Insn) -> str:
     if op in (Opcode.LOAD, Opcode.STORE):
         mnem += "." + Buffer(insn.buf).name
         skip.add("buf")
-    elif op == Opcode.ALU:
+    elif op in (Opcode.ALU, Opcode.XALU):
         try:
-            mnem += "." + AluOp(insn.alu_op).name
+            mnem += "." + (AluOp if op == Opcode.ALU else XAluOp)(insn.alu_op).name
             skip.add("alu_op")
         except ValueError:
             pass
@@ -377,7 +399,8 @@ def disassemble_one(insn: Insn) -> str:
     if op in (Opcode.GEMM, Opcode.DW) and insn.reset:
         parts.append("reset")
         skip.add("reset")
-    if op == Opcode.ALU and insn.use_imm and insn.alu_op != AluOp.REQ:
+    if (op == Opcode.ALU and insn.use_imm and insn.alu_op != AluOp.REQ) or (
+            op == Opcode.XALU and insn.use_imm):
         skip.add("use_imm")
     for f in FORMATS[op]:
         if f.name in skip:
@@ -387,13 +410,14 @@ def disassemble_one(insn: Insn) -> str:
             zp, lo, hi = req_fields(v)
             parts.append(f"zp={zp} lo={lo} hi={hi}")
             continue
-        if op == Opcode.ALU and f.name == "imm" and not insn.use_imm:
+        if op in (Opcode.ALU, Opcode.XALU) and f.name == "imm" and not insn.use_imm:
             if v:
                 parts.append(f"raw_imm={v}")
             continue
         if v:
             parts.append(f"{f.name}={hex(v) if f.name == 'offset' else v}")
-    if op == Opcode.ALU and insn.use_imm and insn.alu_op != AluOp.REQ and not insn.imm:
+    if ((op == Opcode.ALU and insn.alu_op != AluOp.REQ) or op == Opcode.XALU) \
+            and insn.use_imm and not insn.imm:
         parts.append("imm=0")
     flags = [f for f in _FLAGS if insn.fields.get(f)]
     return " ".join(parts) + (" | " + " ".join(flags) if flags else "")
@@ -426,11 +450,12 @@ def assemble_one(line: str) -> Insn:
         except KeyError:
             raise IsaError(f"{base} needs a buffer suffix ({', '.join(b.name for b in Buffer)}),"
                            f" got {suffix!r}") from None
-    elif op == Opcode.ALU:
+    elif op in (Opcode.ALU, Opcode.XALU):
+        ops = AluOp if op == Opcode.ALU else XAluOp
         try:
-            vals["alu_op"] = AluOp[suffix]
+            vals["alu_op"] = ops[suffix]
         except KeyError:
-            raise IsaError(f"ALU needs an operation suffix ({', '.join(a.name for a in AluOp)}),"
+            raise IsaError(f"{base} needs an operation suffix ({', '.join(a.name for a in ops)}),"
                            f" got {suffix!r}") from None
     elif suffix:
         raise IsaError(f"{base} takes no suffix")
@@ -448,15 +473,15 @@ def assemble_one(line: str) -> Insn:
             raise IsaError(f"{k}: {v!r} is not a number") from None
         if op == Opcode.ALU and k in ("zp", "lo", "hi"):
             req[k] = num
-        elif op == Opcode.ALU and k == "imm":
+        elif op in (Opcode.ALU, Opcode.XALU) and k == "imm":
             vals["imm"] = num
             vals["use_imm"] = 1
-        elif op == Opcode.ALU and k == "raw_imm":
+        elif op in (Opcode.ALU, Opcode.XALU) and k == "raw_imm":
             vals["imm"] = num
         else:
             vals[k] = num
     if req:
-        if vals.get("alu_op") != AluOp.REQ:
+        if op != Opcode.ALU or vals.get("alu_op") != AluOp.REQ:
             raise IsaError("zp/lo/hi belong to ALU.REQ")
         vals["imm"] = req_imm(req.get("zp", 0), req.get("lo", -128), req.get("hi", 127))
     for fl in flag_text.split():
@@ -506,6 +531,14 @@ def alu(op: AluOp, imm: int | None = None, **f: int) -> Insn:
     return Insn(Opcode.ALU, d)
 
 
+def xalu(op: XAluOp, imm: int | None = None, **f: int) -> Insn:
+    d = {"alu_op": int(op), **f}
+    if imm is not None:
+        d["imm"] = imm
+        d["use_imm"] = 1
+    return Insn(Opcode.XALU, d)
+
+
 def req(zp: int = 0, lo: int = -128, hi: int = 127, **f: int) -> Insn:
     return Insn(Opcode.ALU, {"alu_op": int(AluOp.REQ), "imm": req_imm(zp, lo, hi), **f})
 
@@ -550,6 +583,8 @@ def check_static(insn: Insn, n: int) -> AccelError:
     if insn.op == Opcode.ALU:
         if insn.alu_op > max(AluOp) or (insn.alu_op == AluOp.REQ and insn.use_imm):
             return AccelError.ILLEGAL_FIELD
+    if insn.op == Opcode.XALU and insn.alu_op > max(XAluOp):
+        return AccelError.ILLEGAL_FIELD
     if insn.op == Opcode.DW:
         taps, tap_w = insn.taps, insn.tap_w
         if not 1 <= taps <= n or tap_w == 0 or not dw_banks_ok(taps, tap_w, insn.tap_pitch, n):
@@ -567,11 +602,12 @@ it). It blocks while that queue is full. END stops fetching; the accelerator is 
 queue is empty and every unit idle. Reaching INSN_COUNT without END is NO_END, reported (with
 ERR_PC = INSN_COUNT) once the dispatched instructions have run, as for END.
 
-The three units run in parallel, each in its own program order: LOAD on the load unit, GEMM, DW
-and ALU on the compute unit, STORE on the store unit. Four token counters order them: load->compute,
-compute->load, compute->store and store->compute. Before an instruction starts, its unit takes a
-token from each queue its pop flags name, waiting until one is there; after it finishes (for
-STORE: after every write response), it pushes a token into each queue its push flags name.
+The three units run in parallel, each in its own program order: LOAD on the load unit, GEMM, DW,
+ALU and XALU on the compute unit, STORE on the store unit. Four token counters order them:
+load->compute, compute->load, compute->store and store->compute. Before an instruction starts,
+its unit takes a token from each queue its pop flags name, waiting until one is there; after it
+finishes (for STORE: after every write response), it pushes a token into each queue its push
+flags name.
 "prev" and "next" are relative to the unit: the load unit has only "next" (compute), the store
 unit only "prev" (compute). A program is race-free when every pair of instructions on
 different units that touch the same scratchpad rows or memory bytes is ordered by tokens; the
@@ -649,4 +685,20 @@ exact: A = M = -2**31 with shift 63 needs a 65-bit sum), adds zp, and clamps wit
 min(max(y, lo), hi): the requantization of
 compiler/quantize/requant.py, per lane, so per-channel parameters are rows of M and shifts.
 Iterations take effect in order, as for GEMM.
+
+## XALU
+
+The ALU's loops and operands (A = ACC[d], B = ACC[s] or the immediate), with operations that
+take several cycles per row: each iteration occupies the compute unit for XALU_CYCLES cycles
+(DIV 32, SQRT 16: a radix-2 divider and a digit-by-digit square root per lane, one result bit
+per cycle), and the next iteration or instruction starts after them.
+
+    DIV:  ACC[d] = A / B, truncated toward zero, per lane (int32; -2**31 / -1 = -2**31)
+    SQRT: ACC[d] = floor(sqrt(B)), per lane (A is not read)
+
+A lane with B = 0 (DIV) or B < 0 (SQRT) stops the accelerator with DIV_ZERO or NEG_SQRT and
+the instruction's index in ERR_PC (the scratchpads are then unspecified, as after any error).
+These are the primitives integer-only inference (after I-BERT) needs besides the ALU's
+ADD/MUL/SHR/MAX/MIN: a reciprocal for Softmax's normalization and LayerNorm's 1/std, and the
+square root of LayerNorm's variance.
 """

@@ -5,10 +5,15 @@
 `include "accel_isa.vh"
 `include "accel_cfg.vh"
 
-// The compute unit: runs GEMM, DW and ALU instructions (docs/isa.md) one after the other, in
-// program order, one loop iteration per cycle. DW is a GEMM whose iteration reads up to N input
-// rows (its taps) at once and puts the array in depthwise mode; below, "GEMM" covers both where
-// they do not differ.
+// The compute unit: runs GEMM, DW, ALU and XALU instructions (docs/isa.md) one after the other,
+// in program order, one loop iteration per cycle. DW is a GEMM whose iteration reads up to N
+// input rows (its taps) at once and puts the array in depthwise mode; below, "GEMM" covers both
+// where they do not differ. XALU is an ALU instruction whose operation (DIV, SQRT) takes
+// `XALU_*_CYCLES per row: after each of its iterations nothing issues for that many cycles less
+// one, so the next iteration, or the next instruction (which starts in the last of them), issues
+// `XALU_*_CYCLES after it. A DIV row with B = 0 in a lane, or a SQRT row with B < 0, is found in
+// the R stage: that row is not written and err pulses in the next cycle with DIV_ZERO /
+// NEG_SQRT and err_pc = the instruction's (no later instruction has started by then).
 //
 // Instruction flow. The queue head is taken into the held register (Q) whenever Q is empty or
 // its instruction starts in this cycle, and stop is low; the scratchpad range of the instruction
@@ -137,7 +142,8 @@ end
 wire [3:0]  d_opcode = insn[`F_HDR_OPCODE_LSB +: `F_HDR_OPCODE_W];
 wire        d_dw = d_opcode == `OP_DW;
 wire        d_gemm = d_opcode == `OP_GEMM || d_dw;     // uses the array
-wire        d_alu = d_opcode == `OP_ALU;
+wire        d_xalu = d_opcode == `OP_XALU;
+wire        d_alu = d_opcode == `OP_ALU || d_xalu;       // XALU: the ALU's format and loops
 
 reg  [11:0] d_outer, d_inner, d_a_so, d_b_so;
 reg  [15:0] d_a_base, d_b_base, d_wgt;
@@ -185,7 +191,7 @@ always @* begin
         d_tap_pitch = insn[`F_DW_TAP_PITCH_LSB +: `F_DW_TAP_PITCH_W];
     end
 end
-wire [2:0]  d_op = insn[`F_ALU_ALU_OP_LSB +: `F_ALU_ALU_OP_W];
+wire [3:0]  d_op = {d_xalu, insn[`F_ALU_ALU_OP_LSB +: `F_ALU_ALU_OP_W]};
 wire        d_use_imm = insn[`F_ALU_USE_IMM_LSB +: `F_ALU_USE_IMM_W];
 wire [23:0] d_imm = insn[`F_ALU_IMM_LSB +: `F_ALU_IMM_W];
 wire [3:0]  d_flags = {insn[`F_HDR_PUSH_NEXT_LSB], insn[`F_HDR_PUSH_PREV_LSB],
@@ -246,7 +252,7 @@ endfunction
 
 wire [31:0] d_a_last = last_row(d_a_base, d_outer, d_inner, d_a_so, d_a_si);
 wire [31:0] d_b_last = last_row(d_b_base, d_outer, d_inner, d_b_so, d_b_si)
-                     + {31'd0, d_alu && d_op == `ALU_REQ}      // REQ also reads s+1
+                     + {31'd0, d_op == {1'b0, `ALU_REQ} && d_alu}  // REQ also reads s+1
                      + (d_dw ? tap_last(d_taps, d_tap_w, d_tap_pitch) : 32'd0);
 wire        d_a_oor = d_a_last >= ACC_DEPTH;
 wire        d_b_oor = d_gemm ? d_b_last >= INP_DEPTH : !d_use_imm && d_b_last >= ACC_DEPTH;
@@ -264,7 +270,7 @@ reg [3:0]   q_flags_reg;                  // {push_next, push_prev, pop_next, po
 reg [11:0]  q_outer_reg, q_inner_reg, q_a_so_reg, q_b_so_reg;
 reg [7:0]   q_a_si_reg, q_b_si_reg;
 reg [15:0]  q_a_base_reg, q_b_base_reg, q_wgt_reg;
-reg [2:0]   q_op_reg;
+reg [3:0]   q_op_reg;                     // {XALU, alu_op}
 reg [23:0]  q_imm_reg;
 
 // --- loop registers (the instruction issuing iterations) -----------------------------------------
@@ -275,7 +281,8 @@ reg [6:0]   run_taps_reg;
 reg [3:0]   run_tap_w_reg;
 reg [9:0]   run_tap_pitch_reg;
 reg         run_push_prev_reg, run_push_next_reg;
-reg [2:0]   run_op_reg;
+reg [3:0]   run_op_reg;
+reg [31:0]  run_pc_reg;
 reg [23:0]  run_imm_reg;
 reg [11:0]  run_outer_reg, run_inner_reg, run_o_reg, run_i_reg;
 reg [11:0]  run_a_so_reg, run_b_so_reg;
@@ -287,7 +294,8 @@ reg                 s1_valid_reg, s1_wr_reg, s1_gemm_reg, s1_dw_reg, s1_wload_re
 reg [N-1:0]         s1_mask_reg;
 reg [7:0]           s1_rows_reg, s2_rows_reg;
 reg                 s1_use_imm_reg, s1_push_prev_reg, s1_push_next_reg;
-reg [2:0]           s1_op_reg;
+reg [3:0]           s1_op_reg;
+reg [31:0]          s1_pc_reg;
 reg [23:0]          s1_imm_reg;
 reg [ACC_AW-1:0]    s1_a_reg, s1_b_reg, s1_b1_reg;
 reg                 s2_valid_reg, s2_wr_reg, s2_gemm_reg, s2_push_prev_reg, s2_push_next_reg;
@@ -298,14 +306,26 @@ reg [ACC_AW-1:0]    w1_addr_reg;
 reg [32*N-1:0]      w1_data_reg;
 
 reg                 err_reg;
+reg [7:0]           err_code_reg;
 reg [31:0]          err_pc_reg;
+// XALU: cycles left before the next issue or start
+reg [5:0]           xalu_wait_reg;
+wire                xalu_free = xalu_wait_reg == 6'd0;
+localparam [5:0]    DIV_WAIT = `XALU_DIV_CYCLES - 1;
+localparam [5:0]    SQRT_WAIT = `XALU_SQRT_CYCLES - 1;
+wire                vec_div_zero, vec_neg_sqrt;
+wire                data_err;
 
 // --- start and issue -----------------------------------------------------------------------------
 wire tok_ok = (!q_flags_reg[0] || tok_prev_avail) && (!q_flags_reg[1] || tok_next_avail);
-wire issue = run_valid_reg && !stop;
+wire issue = run_valid_reg && !stop && xalu_free;
 wire run_i_last = run_i_reg == run_inner_reg - 12'd1;
 wire run_last = run_null_reg || (run_i_last && run_o_reg == run_outer_reg - 12'd1);
-wire start = q_valid_reg && tok_ok && !stop && !err_reg && (!run_valid_reg || run_last);
+// (after an XALU, the next instruction starts in its last row's last cycle, so that it issues
+// XALU_*_CYCLES after that row, and never before that row's operand check)
+wire run_xalu = !run_gemm_reg && run_op_reg[3];
+wire start = q_valid_reg && tok_ok && !stop && !err_reg && xalu_wait_reg[5:1] == 5'd0
+           && (!run_valid_reg || (run_last && xalu_free && !run_xalu));
 wire start_ok = start && !q_range_err_reg;
 wire take = insn_valid && insn_ready;
 
@@ -348,7 +368,7 @@ assign acc_re0 = issue_rd && !(run_gemm_reg && run_reset_reg);
 assign acc_raddr0 = run_a_cur_reg[ACC_AW-1:0];
 assign acc_re1 = issue_rd && !run_gemm_reg && !run_use_imm_reg;
 assign acc_raddr1 = run_b_cur_reg[ACC_AW-1:0];
-assign acc_re2 = issue_rd && !run_gemm_reg && !run_use_imm_reg && run_op_reg == `ALU_REQ;
+assign acc_re2 = issue_rd && !run_gemm_reg && !run_use_imm_reg && run_op_reg == {1'b0, `ALU_REQ};
 assign acc_raddr2 = b_plus1[ACC_AW-1:0];
 
 always @(posedge clk) begin
@@ -396,6 +416,7 @@ always @(posedge clk) begin
         run_push_prev_reg <= q_flags_reg[2];
         run_push_next_reg <= q_flags_reg[3];
         run_op_reg <= q_op_reg;
+        run_pc_reg <= q_pc_reg;
         run_imm_reg <= q_imm_reg;
         run_outer_reg <= q_outer_reg;
         run_inner_reg <= q_inner_reg;
@@ -430,16 +451,29 @@ always @(posedge clk) begin
         run_valid_reg <= 1'b0;
     end
 
-    // range error: one-cycle pulse after the failing start
-    err_reg <= start && q_range_err_reg;
-    if (start)
+    // XALU: an iteration holds the issue for its cycles
+    if (issue_rd && run_xalu)
+        xalu_wait_reg <= run_op_reg == {1'b1, `XALU_DIV} ? DIV_WAIT : SQRT_WAIT;
+    else if (!xalu_free)
+        xalu_wait_reg <= xalu_wait_reg - 6'd1;
+
+    // range error: one-cycle pulse after the failing start; XALU operand error: after its R
+    // stage (no start can coincide: starts wait for the XALU's cycles)
+    err_reg <= (start && q_range_err_reg) || data_err;
+    err_code_reg <= data_err ? (vec_div_zero ? `ACC_ERR_DIV_ZERO : `ACC_ERR_NEG_SQRT)
+                             : `ACC_ERR_SP_RANGE;
+    if (data_err)
+        err_pc_reg <= s1_pc_reg;
+    else if (start)
         err_pc_reg <= q_pc_reg;
 
     if (rst) begin
         q_valid_reg <= 1'b0;
         run_valid_reg <= 1'b0;
         err_reg <= 1'b0;
+        err_code_reg <= `ACC_ERR_NONE;
         err_pc_reg <= 32'd0;
+        xalu_wait_reg <= 6'd0;
     end
 end
 
@@ -509,8 +543,11 @@ accel_vector #(.N(N)) vector (
     .b(s1_use_imm_reg ? imm_row : opnd_s),
     .s_row(opnd_s1),
     .imm(s1_imm_reg),
-    .result(vec_result)
+    .result(vec_result),
+    .div_zero(vec_div_zero),
+    .neg_sqrt(vec_neg_sqrt)
 );
+assign data_err = s1_valid_reg && s1_wr_reg && !s1_gemm_reg && (vec_div_zero || vec_neg_sqrt);
 
 always @(posedge clk) begin
     // I -> R
@@ -524,6 +561,7 @@ always @(posedge clk) begin
     s1_reset_reg <= run_reset_reg;
     s1_use_imm_reg <= run_use_imm_reg;
     s1_op_reg <= run_op_reg;
+    s1_pc_reg <= run_pc_reg;
     s1_imm_reg <= run_imm_reg;
     s1_a_reg <= run_a_cur_reg[ACC_AW-1:0];
     s1_b_reg <= run_b_cur_reg[ACC_AW-1:0];
@@ -533,7 +571,7 @@ always @(posedge clk) begin
 
     // R -> W
     s2_valid_reg <= s1_valid_reg;
-    s2_wr_reg <= s1_wr_reg;
+    s2_wr_reg <= s1_wr_reg && !data_err;          // an XALU row with a bad operand: no write
     s2_gemm_reg <= s1_gemm_reg;
     s2_rows_reg <= s1_rows_reg;
     s2_a_reg <= s1_a_reg;
@@ -561,11 +599,11 @@ assign acc_wdata = s2_gemm_reg ? arr_acc_out : s2_alu_reg;
 assign tok_push_prev = s2_valid_reg && s2_push_prev_reg;
 assign tok_push_next = s2_valid_reg && s2_push_next_reg;
 
-assign busy = run_valid_reg || s1_valid_reg || s2_valid_reg;
+assign busy = run_valid_reg || s1_valid_reg || s2_valid_reg || !xalu_free;
 assign idle = !q_valid_reg && !busy;
 assign waiting = q_valid_reg && !busy && !tok_ok;
 assign err = err_reg;
-assign err_code = err_reg ? `ACC_ERR_SP_RANGE : `ACC_ERR_NONE;
+assign err_code = err_reg ? err_code_reg : `ACC_ERR_NONE;
 assign err_pc = err_pc_reg;
 assign mac_pulse = acc_we && s2_gemm_reg;
 assign mac_rows = s2_rows_reg;

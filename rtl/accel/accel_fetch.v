@@ -165,6 +165,10 @@ always @* begin
             if (alu_op > `ALU_REQ || (alu_op == `ALU_REQ && alu_imm))
                 check = `ACC_ERR_ILLEGAL_FIELD;
         end
+        `OP_XALU: begin
+            to_compute = 1'b1;
+            if (alu_op > `XALU_SQRT) check = `ACC_ERR_ILLEGAL_FIELD;   // the last XAluOp
+        end
         `OP_END: begin
             is_end = 1'b1;
             if (f_pop_prev || f_pop_next || f_push_prev || f_push_next)

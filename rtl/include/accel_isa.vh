@@ -2,7 +2,7 @@
 `ifndef ACCEL_ISA_VH
 `define ACCEL_ISA_VH
 
-`define ISA_VERSION 2
+`define ISA_VERSION 3
 `define INSN_BITS 128
 `define ISA_NUM_SLOTS 16
 `define ISA_TOKEN_MAX 255
@@ -14,6 +14,7 @@
 `define OP_ALU 4'd4
 `define OP_END 4'd5
 `define OP_DW 4'd6
+`define OP_XALU 4'd7
 
 // LOAD/STORE buffers
 `define BUF_INP 2'd0
@@ -30,6 +31,12 @@
 `define ALU_MOV 3'd5
 `define ALU_REQ 3'd6
 
+// XALU operations and the cycles each row takes
+`define XALU_DIV 3'd0
+`define XALU_SQRT 3'd1
+`define XALU_DIV_CYCLES 32
+`define XALU_SQRT_CYCLES 16
+
 // Error codes (ACC_STATUS.ERR_CODE)
 `define ACC_ERR_NONE 8'd0
 `define ACC_ERR_ILLEGAL_OPCODE 8'd1
@@ -44,6 +51,8 @@
 `define ACC_ERR_TOKEN_OVERFLOW 8'd10
 `define ACC_ERR_ABORTED 8'd11
 `define ACC_ERR_BAD_CONFIG 8'd12
+`define ACC_ERR_DIV_ZERO 8'd13
+`define ACC_ERR_NEG_SQRT 8'd14
 
 // Instruction fields: `F_<FORMAT>_<FIELD>_LSB and _W; LOAD and STORE share MEM
 `define F_MEM_BUF_LSB 8

@@ -77,7 +77,8 @@ def footprint(insn: Insn, n: int, slots: Sequence[int] | None = None) -> list[_A
             return []
         return [_Access("ACC", f.sp_base, f.sp_base + y * x - 1, False),
                 *_mem_access(insn, n, slots, True)]
-    if insn.op not in (Opcode.GEMM, Opcode.DW, Opcode.ALU) or not (f.outer and f.inner):
+    if insn.op not in (Opcode.GEMM, Opcode.DW, Opcode.ALU, Opcode.XALU) \
+            or not (f.outer and f.inner):
         return []
     if insn.op in (Opcode.GEMM, Opcode.DW):
         taps = _taps(insn)
@@ -90,7 +91,8 @@ def footprint(insn: Insn, n: int, slots: Sequence[int] | None = None) -> list[_A
                                                  f.dst_si), True)]
     if not f.use_imm:
         last = _loop_last(f.src_base, f.outer, f.inner, f.src_so, f.src_si)
-        out.append(_Access("ACC", f.src_base, last + (1 if f.alu_op == AluOp.REQ else 0), False))
+        req = insn.op == Opcode.ALU and f.alu_op == AluOp.REQ
+        out.append(_Access("ACC", f.src_base, last + (1 if req else 0), False))
     return out
 
 
@@ -127,7 +129,7 @@ def _exact_rows(insn: Insn, res: str, write: bool) -> np.ndarray:
     if write:
         return np.unique(dst)
     src = _loop_rows(f.src_base, f.outer, f.inner, f.src_so, f.src_si)
-    if f.alu_op == AluOp.REQ:
+    if insn.op == Opcode.ALU and f.alu_op == AluOp.REQ:
         src = np.concatenate([src, src + 1])
     return np.unique(src)
 

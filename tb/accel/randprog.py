@@ -23,7 +23,7 @@ from pyhost.accel.model import AccelModel
 from pyhost.fixedpoint import quantize_multiplier, quantize_multipliers
 from pyhost.spec import isa
 from pyhost.spec.accel import AccelConfig
-from pyhost.spec.isa import AccelError, AluOp, Buffer, Insn, Opcode, Unit
+from pyhost.spec.isa import AccelError, AluOp, Buffer, Insn, Opcode, Unit, XAluOp
 from tb.accel.races import ProgramCheckError, check_races, check_token_order, footprint
 
 _MASK32 = (1 << 32) - 1
@@ -356,6 +356,15 @@ class _Gen:
             dst = dst_w.start + r.randrange(dst_w.size - d_span)
             f = {"dst_base": dst, "outer": outer, "inner": inner, "dst_so": dst_so,
                  "dst_si": dst_si}
+            if r.random() < 0.1:
+                # XALU on an immediate operand (a row could hold a zero or negative lane: its
+                # operand errors are generate_error's DIV_ZERO / NEG_SQRT)
+                if r.random() < 0.5:
+                    return isa.xalu(XAluOp.DIV, r.choice([1, -1, 3, -7, (1 << 23) - 1,
+                                                          -(1 << 23), r.randrange(1, 1000)]),
+                                    **f)
+                return isa.xalu(XAluOp.SQRT, r.choice([0, 1, 2, (1 << 23) - 1,
+                                                       r.randrange(1 << 23)]), **f)
             if op == AluOp.REQ:
                 zp, lo, hi = r.randrange(-128, 128), r.randrange(-128, 128), r.randrange(-128, 128)
                 if r.random() < 0.75:
@@ -563,7 +572,8 @@ def _run_once(rp: RandomProgram, cfg: AccelConfig) -> tuple[AccelError, int]:
 
 ERROR_KINDS = (AccelError.ILLEGAL_OPCODE, AccelError.ILLEGAL_FIELD, AccelError.SP_RANGE,
                AccelError.MISALIGNED, AccelError.LOAD_BUS, AccelError.STORE_BUS,
-               AccelError.NO_END, AccelError.DEADLOCK)
+               AccelError.NO_END, AccelError.DEADLOCK, AccelError.DIV_ZERO,
+               AccelError.NEG_SQRT)
 
 
 def _bad_insn(g: _Gen, kind: AccelError) -> Insn | bytes:
@@ -581,6 +591,8 @@ def _bad_insn(g: _Gen, kind: AccelError) -> Insn | bytes:
             lambda: isa.store(Buffer.ACC8, **{r.choice(["pad_top", "pad_bottom", "pad_left",
                                                         "pad_right"]): r.randrange(1, 16)}),
             lambda: Insn(Opcode.ALU, {"alu_op": 7, "outer": 1, "inner": 1}),
+            lambda: Insn(Opcode.XALU, {"alu_op": r.randrange(len(XAluOp), 8), "outer": 1,
+                                       "inner": 1}),
             lambda: Insn(Opcode.ALU, {"alu_op": int(AluOp.REQ), "use_imm": 1, "outer": 1,
                                       "inner": 1}),
             lambda: Insn(Opcode.END, {r.choice(["pop_prev", "pop_next", "push_prev",
@@ -625,6 +637,12 @@ def _bad_insn(g: _Gen, kind: AccelError) -> Insn | bytes:
                             else 0, y_size=r.randrange(0, 2), x_size=1, **g.address(a))
         a = g.regions[0][0] + r.randrange(1, e)
         return isa.store(buf, sp_base=0, y_size=1, x_size=1, **g.address(a))
+    if kind == AccelError.DIV_ZERO:          # B = 0 in every lane
+        return isa.xalu(XAluOp.DIV, 0, dst_base=g.w_work[0].start, outer=1,
+                        inner=r.randrange(1, 3))
+    if kind == AccelError.NEG_SQRT:
+        return isa.xalu(XAluOp.SQRT, -r.randrange(1, 1 << 23), dst_base=g.w_work[0].start,
+                        outer=1, inner=1)
     if kind in (AccelError.LOAD_BUS, AccelError.STORE_BUS):
         buf = r.choice([Buffer.ACC, Buffer.ACC8]) if kind == AccelError.STORE_BUS \
             else r.choice(list(Buffer))
@@ -738,6 +756,8 @@ def coverage(rp: RandomProgram, cfg: AccelConfig) -> set[str]:
                 out.add("DW all N taps")
             if g("acc_si", 0) == 0 and g("inner", 0) > 1:
                 out.add("DW acc_si = 0 (accumulate into one row)")
+        elif insn.op == Opcode.XALU:
+            out.add(f"XALU.{XAluOp(g('alu_op', 0)).name}")
         elif insn.op == Opcode.ALU:
             op = AluOp(g("alu_op", 0))
             out.add(f"ALU.{op.name}" + (".imm" if g("use_imm", 0) else ""))

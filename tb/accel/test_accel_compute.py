@@ -1,4 +1,5 @@
-"""cocotb bench for accel_compute, the accelerator's compute unit (GEMM, DW and ALU instructions).
+"""cocotb bench for accel_compute, the accelerator's compute unit (GEMM, DW, ALU and XALU
+instructions).
 
 The bench stands in for the accelerator top: it models the three scratchpads (synchronous reads,
 data the cycle after *_re; a read and a write of one row in the same cycle read the old data; the
@@ -22,8 +23,8 @@ import numpy as np
 from cocotb.triggers import Event, FallingEdge, RisingEdge
 
 from pyhost.spec import isa
-from pyhost.spec.isa import AccelError, AluOp, Insn, Opcode
-from tb.accel.test_accel_vector import alu_ref
+from pyhost.spec.isa import AccelError, AluOp, Insn, Opcode, XAluOp
+from tb.accel.test_accel_vector import XDIV, XSQRT, alu_ref
 from tb.common.clocking import reset, start_clock
 
 PC0 = 0x40          # insn_pc of a program's first instruction (the unit must pass pcs through)
@@ -80,7 +81,7 @@ def range_ok(ins: Insn, mem: Memories) -> bool:
     o, i = ins.outer, ins.inner
     ok = last_row(ins.dst_base, o, i, ins.dst_so, ins.dst_si) < acc_d
     if not ins.use_imm:
-        extra = 1 if ins.alu_op == AluOp.REQ else 0
+        extra = 1 if ins.op == Opcode.ALU and ins.alu_op == AluOp.REQ else 0
         ok = ok and last_row(ins.src_base, o, i, ins.src_so, ins.src_si) + extra < acc_d
     return ok
 
@@ -92,18 +93,22 @@ def dw_taps(ins: Insn) -> list[int]:
     return [0]
 
 
-def reference(program: list[Insn], mem: Memories) -> tuple[list[tuple[int, int, int]], int | None]:
+COMPUTE_OPS = (Opcode.GEMM, Opcode.DW, Opcode.ALU, Opcode.XALU)
+
+
+def reference(program: list[Insn], mem: Memories
+              ) -> tuple[list[tuple[int, int, int]], int | None, AccelError]:
     """Run ``program`` sequentially on ``mem`` (in place). Returns every accumulator write as
-    (instruction index, row, data) and the index of the instruction that fails the range check
-    (the program stops there), or None. Opcodes other than GEMM/DW/ALU do nothing here."""
+    (instruction index, row, data), the index of the instruction that fails (the range check,
+    or an XALU row with a bad operand: that row is not written; the program stops there) or
+    None, and the error. Opcodes other than GEMM/DW/ALU/XALU do nothing here."""
     n = mem.n
     writes: list[tuple[int, int, int]] = []
     for idx, ins in enumerate(program):
-        if ins.op not in (Opcode.GEMM, Opcode.DW, Opcode.ALU) or ins.outer == 0 \
-                or ins.inner == 0:
+        if ins.op not in COMPUTE_OPS or ins.outer == 0 or ins.inner == 0:
             continue
         if not range_ok(ins, mem):
-            return writes, idx
+            return writes, idx, AccelError.SP_RANGE
         if ins.op == Opcode.DW:
             w = lanes8(mem.wgt[ins.wgt_base], n * n).reshape(n, n)
             offs = dw_taps(ins)
@@ -125,7 +130,7 @@ def reference(program: list[Insn], mem: Memories) -> tuple[list[tuple[int, int, 
                     mem.acc[a] = pack32(old + x @ w)
                     writes.append((idx, a, mem.acc[a]))
         else:
-            op = ins.alu_op
+            op = ins.alu_op + (8 if ins.op == Opcode.XALU else 0)     # the vector unit's op
             for o in range(ins.outer):
                 for i in range(ins.inner):
                     d = ins.dst_base + o * ins.dst_so + i * ins.dst_si
@@ -133,14 +138,18 @@ def reference(program: list[Insn], mem: Memories) -> tuple[list[tuple[int, int, 
                     a = lanes32(mem.acc[d], n)
                     b = [ins.imm] * n if ins.use_imm else lanes32(mem.acc[s], n)
                     sh = lanes32(mem.acc[s + 1], n) if op == AluOp.REQ else [0] * n
+                    if op == XDIV and 0 in b:
+                        return writes, idx, AccelError.DIV_ZERO
+                    if op == XSQRT and min(b) < 0:
+                        return writes, idx, AccelError.NEG_SQRT
                     mem.acc[d] = pack32([alu_ref(op, a[k], b[k], sh[k], ins.imm)
                                          for k in range(n)])
                     writes.append((idx, d, mem.acc[d]))
-    return writes, None
+    return writes, None, AccelError.NONE
 
 
 def iterations(ins: Insn) -> int:
-    return ins.outer * ins.inner if ins.op in (Opcode.GEMM, Opcode.DW, Opcode.ALU) else 0
+    return ins.outer * ins.inner if ins.op in COMPUTE_OPS else 0
 
 
 # --- the bench -----------------------------------------------------------------------------------
@@ -368,7 +377,7 @@ class TB:
         assert not log.violations, f"protocol violations: {log.violations[:5]}"
         assert not log.bank_errors, f"INP bank rule broken: {log.bank_errors[:5]}"
         ref = self.init.copy()
-        exp_writes, err_idx = reference(self.program, ref)
+        exp_writes, err_idx, err_code = reference(self.program, ref)
         got = [(r, v) for _, r, v in log.writes]
         for k, (g, (idx, row, data)) in enumerate(zip(got, exp_writes, strict=False)):
             assert g == (row, data), (
@@ -379,7 +388,7 @@ class TB:
         assert self.mem.acc == ref.acc, "accumulator contents differ from the reference"
 
         ran = self.program if err_idx is None else self.program[:err_idx + 1]
-        exp_errs = [] if err_idx is None else [(AccelError.SP_RANGE, PC0 + err_idx)]
+        exp_errs = [] if err_idx is None else [(err_code, PC0 + err_idx)]
         assert [(c, p) for _, c, p in log.errs] == exp_errs, \
             f"errors (code, pc) {[(c, p) for _, c, p in log.errs]}, expected {exp_errs}"
         assert [p for _, p in log.takes[:len(ran)]] == [PC0 + i for i in range(len(ran))], \
@@ -478,6 +487,78 @@ def rand_program(rng: random.Random, count: int, p_flags: float = 0.0,
 
 
 # --- tests ---------------------------------------------------------------------------------------
+
+@cocotb.test(timeout_time=4, timeout_unit="ms")
+async def test_xalu(dut) -> None:
+    """XALU DIV and SQRT through the unit: rows and immediates, results read by the next
+    instruction at once and by the same instruction (src == dst), back to back with ALU and
+    GEMM; each row takes XALU_CYCLES (its write that many cycles after the previous one, the
+    next instruction's first write no sooner). Then the operand errors: a DIV row with a zero
+    lane (the third row of the instruction) and a SQRT row with a negative lane pulse err once
+    with DIV_ZERO / NEG_SQRT and the instruction's pc; the rows before it are written, that
+    one and nothing after it."""
+    tb = TB(dut, seed=12)
+    n = tb.n
+    rng = tb.rng
+    div_c, sqrt_c = isa.XALU_CYCLES[XAluOp.DIV], isa.XALU_CYCLES[XAluOp.SQRT]
+    for r in range(100, 140):           # SQRT operands >= 0, DIV divisors of every size
+        tb.mem.acc[r] = pack32([rng.randint(0, (1 << 31) - 1) >> rng.randrange(31)
+                                for _ in range(n)])
+    for r in range(140, 160):
+        tb.mem.acc[r] = pack32([(rng.randint(1, 1 << rng.randrange(1, 31)))
+                                * rng.choice((1, -1)) for _ in range(n)])
+    await tb.reset()
+    prog = [
+        isa.xalu(XAluOp.DIV, dst_base=0, src_base=140, outer=2, inner=3, dst_so=3, dst_si=1,
+                 src_so=4, src_si=1),
+        isa.alu(AluOp.ADD, dst_base=20, src_base=5, outer=1, inner=1),      # reads the last row
+        isa.xalu(XAluOp.SQRT, dst_base=30, src_base=100, outer=1, inner=5, dst_si=1, src_si=2),
+        isa.xalu(XAluOp.SQRT, dst_base=104, src_base=104, outer=1, inner=2, dst_si=1,
+                 src_si=1),                                                  # in place
+        isa.xalu(XAluOp.DIV, imm=-7, dst_base=40, outer=1, inner=2, dst_si=1),
+        isa.gemm(reset=1, acc_base=50, inp_base=3, wgt_base=1, outer=1, inner=2, acc_si=1),
+        isa.xalu(XAluOp.DIV, dst_base=50, src_base=150, outer=1, inner=2, dst_si=1,
+                 src_si=1, push_next=1),                                     # GEMM's rows
+        isa.alu(AluOp.MUL, dst_base=51, src_base=50, outer=1, inner=1),
+    ]
+    await tb.run(prog)
+    tb.check()
+    wc = [c for c, _, _ in tb.log.writes]
+    per = [div_c] * 6 + [None] + [sqrt_c] * 5 + [sqrt_c] * 2 + [div_c] * 2
+    for k in range(1, len(per)):
+        if per[k] is not None and per[k - 1] is not None:
+            assert wc[k] - wc[k - 1] == per[k - 1], \
+                f"write {k} {wc[k] - wc[k - 1]} cycles after the previous, expected {per[k - 1]}"
+    assert wc[6] - wc[5] >= div_c, f"the ALU wrote {wc[6] - wc[5]} cycles after the DIV's row"
+    total = wc[-1] - tb.log.takes[0][0]
+    dut._log.info("XALU: %d rows in %d cycles (DIV %d, SQRT %d per row)", 15, total, div_c,
+                  sqrt_c)
+
+    for label, bad_row, ins in (
+            ("DIV_ZERO", 142, isa.xalu(XAluOp.DIV, dst_base=0, src_base=140, outer=1, inner=4,
+                                       dst_si=1, src_si=1, pop_prev=1, push_prev=1)),
+            ("NEG_SQRT", 102, isa.xalu(XAluOp.SQRT, dst_base=10, src_base=100, outer=1,
+                                       inner=4, dst_si=1, src_si=1, pop_prev=1, push_prev=1))):
+        await tb.restart(seed=13)
+        for r in range(100, 104):
+            tb.mem.acc[r] = pack32([tb.rng.randint(0, 1 << 30) for _ in range(n)])
+        for r in range(140, 144):
+            tb.mem.acc[r] = pack32([tb.rng.randint(1, 1000) for _ in range(n)])
+        lanes = lanes32(tb.mem.acc[bad_row], n)
+        lanes[tb.rng.randrange(n)] = 0 if label == "DIV_ZERO" else -tb.rng.randint(1, 1 << 31)
+        tb.mem.acc[bad_row] = pack32(lanes)
+        await tb.reset()
+        tb.tokens["prev"] = 1
+        await tb.run([isa.alu(AluOp.ADD, imm=1, dst_base=60, outer=1, inner=2, dst_si=1),
+                      ins,
+                      isa.alu(AluOp.ADD, imm=1, dst_base=60, outer=1, inner=2, dst_si=1,
+                              push_prev=1)])
+        errs = tb.log.errs
+        assert [(c, p) for _, c, p in errs] == [(AccelError[label], PC0 + 1)], \
+            f"{label}: err pulses {errs}"
+        tb.check()
+        assert len(tb.log.writes) == 2 + 2, f"{label}: writes {len(tb.log.writes)}"
+
 
 @cocotb.test(timeout_time=2, timeout_unit="ms")
 async def test_gemm_loops(dut) -> None:
@@ -806,7 +887,7 @@ async def test_stop_while_running(dut) -> None:
     assert last <= c_stop + 2, f"writes until cycle {last}, stop was raised in {c_stop + 1}"
     assert log.status[c_stop + 3] == (1, 0, 0), f"status {log.status[c_stop + 3]}, expected idle"
     assert not log.pushes, f"pushes {log.pushes} for an instruction cut short"
-    exp, _ = reference(tb.program[:1], tb.init.copy())
+    exp, _, _ = reference(tb.program[:1], tb.init.copy())
     got = [(r, v) for _, r, v in log.writes]
     assert got == [(r, v) for _, r, v in exp[:len(got)]], "writes before the stop are wrong"
     assert all(r >= 10 for r, _ in got), "the second instruction wrote"

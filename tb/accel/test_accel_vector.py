@@ -1,19 +1,24 @@
 """cocotb bench for accel_vector, the accelerator's N-lane ALU (combinational).
 
-Every operation with random and edge values against :func:`alu_ref`, a per-lane reference written
-from the ISA text (docs/isa.md, pyhost/spec/isa.py) with Python integers, so it is exact where
-fixed-width arithmetic could overflow. The compute-unit bench reuses it.
+Every operation (ALU and XALU) with random and edge values against :func:`alu_ref`, a per-lane
+reference written from the ISA text (docs/isa.md, pyhost/spec/isa.py) with Python integers, so
+it is exact where fixed-width arithmetic could overflow; and the XALU operand errors
+(div_zero, neg_sqrt). The compute-unit bench reuses it.
 """
 
 from __future__ import annotations
 
+import math
 import random
 
 import cocotb
 from cocotb.triggers import Timer
 
 from pyhost.spec import isa
-from pyhost.spec.isa import AluOp
+from pyhost.spec.isa import AluOp, XAluOp
+
+#: The vector unit's 4-bit operation of each XALU operation ({1, alu_op})
+XDIV, XSQRT = 8 + XAluOp.DIV, 8 + XAluOp.SQRT
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 EDGE32 = [0, 1, -1, 2, -2, 127, -128, 255, 256, 1 << 30, -(1 << 30), INT32_MAX, INT32_MIN,
@@ -28,8 +33,16 @@ def s32(v: int) -> int:
 
 def alu_ref(op: int, a: int, b: int, s: int = 0, imm: int = 0) -> int:
     """One lane of ALU ``op``: A, B (or the REQ multiplier M), the REQ shift lane ``s``, the
-    instruction immediate; signed int32 in, signed int32 out. Op 7 is not an ALU operation: the
-    RTL documents that it returns A."""
+    instruction immediate; signed int32 in, signed int32 out. XALU operations are 8 + XAluOp
+    (XDIV, XSQRT). Op 7 and 10..15 are no operation: the RTL documents that they return A; a
+    lane with an operand error (B = 0 for DIV, B < 0 for SQRT) returns 0."""
+    if op == XDIV:
+        if b == 0:
+            return 0
+        q = abs(a) // abs(b)
+        return s32(q if (a < 0) == (b < 0) else -q)
+    if op == XSQRT:
+        return math.isqrt(b) if b >= 0 else 0
     if op == AluOp.ADD:
         return s32(a + b)
     if op == AluOp.MAX:
@@ -79,6 +92,9 @@ class TB:
         await Timer(1, "ns")
         got = unpack32(int(d.result.value), self.n)
         exp = [alu_ref(op, a[i], b[i], s[i], imm) for i in range(self.n)]
+        flags = (int(d.div_zero.value), int(d.neg_sqrt.value))
+        want = (int(op == XDIV and 0 in b), int(op == XSQRT and min(b) < 0))
+        assert flags == want, f"op {op} a={a} b={b}: (div_zero, neg_sqrt) {flags}, expected {want}"
         for i in range(self.n):
             assert got[i] == exp[i], (
                 f"op {op} lane {i}: a={a[i]} b={b[i]} s={s[i]:#x} imm={imm & 0xFFFFFF:#x}: "
@@ -162,3 +178,52 @@ async def test_req(dut) -> None:
         zp, lo, hi = (rng.randint(-128, 127) for _ in range(3))
         await tb.check(AluOp.REQ, a, m, s, isa.req_imm(zp, lo, hi))
     dut._log.info("REQ: %d rows checked", tb.checked)
+
+
+@cocotb.test(timeout_time=4, timeout_unit="ms")
+async def test_xalu(dut) -> None:
+    """XALU DIV: truncation toward zero for every sign combination, -2^31 / -1 (wraps), B = +-1,
+    random and edge lanes; SQRT: 0, 1, every k^2 - 1, k^2 around the powers of two, 2^31 - 1 and
+    random values; the operand errors flag only their own operation (B = 0 lanes for DIV, B < 0
+    for SQRT), and the unused XALU operations 10..15 return A."""
+    tb = TB(dut)
+    rng = random.Random(14)
+    n = tb.n
+    nonzero = [v for v in EDGE32 if v]
+    for ea in EDGE32:
+        await tb.check(XDIV, [ea] * n, [rng.choice(nonzero) for _ in range(n)])
+    await tb.check(XDIV, [INT32_MIN] * n, [-1] * n)
+    signs_a, signs_b = [7, -7, 7, -7, 6, -6, 1, -1], [2, 2, -2, -2, 4, 4, 3, 3]
+    for k in (0, 4):                          # every sign combination, with and without rest
+        await tb.check(XDIV, [signs_a[(i + k) % 8] for i in range(n)],
+                       [signs_b[(i + k) % 8] for i in range(n)])
+    for _ in range(300):
+        b = [rand32(rng) or 1 for _ in range(n)]
+        if rng.random() < 0.3:
+            b = [rng.randint(1, 4000) * rng.choice((1, -1)) for _ in range(n)]
+        await tb.check(XDIV, [rand32(rng) for _ in range(n)], b)
+    roots = [0, 1, 2, 3, 4, INT32_MAX, INT32_MAX - 1]
+    for k in range(1, 46341, 997):
+        roots += [k * k - 1, k * k, k * k + 1]
+    for p in range(1, 16):
+        k = 1 << p
+        roots += [k * k - 1, k * k, k * k + 1]
+    roots = [r for r in roots if 0 <= r <= INT32_MAX]
+    for i in range(0, len(roots), n):
+        b = (roots[i:i + n] + roots[:n])[:n]
+        await tb.check(XSQRT, [rand32(rng) for _ in range(n)], b)
+    for _ in range(200):
+        await tb.check(XSQRT, [rand32(rng) for _ in range(n)],
+                       [rng.randint(0, INT32_MAX) for _ in range(n)])
+    # operand errors: one bad lane flags the row; the other operation ignores it
+    for lane in range(n):
+        b = [rng.randint(1, 1000) for _ in range(n)]
+        b[lane] = 0
+        await tb.check(XDIV, [rand32(rng) for _ in range(n)], b)
+        await tb.check(XSQRT, [rand32(rng) for _ in range(n)], b)
+        b[lane] = rng.choice([-1, INT32_MIN, -12345])
+        await tb.check(XSQRT, [rand32(rng) for _ in range(n)], b)
+        await tb.check(XDIV, [rand32(rng) for _ in range(n)], b)
+    for op in range(10, 16):
+        await tb.check(op, [rand32(rng) for _ in range(n)], [0] * n)
+    dut._log.info("XALU: %d rows checked", tb.checked)

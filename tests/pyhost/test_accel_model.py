@@ -675,7 +675,7 @@ def raw_insn(opcode: int, payload: int = 0) -> bytes:
     return ((payload << 4) | opcode).to_bytes(16, "little")
 
 
-@pytest.mark.parametrize("opcode", [0, 7, 8, 15])
+@pytest.mark.parametrize("opcode", [0, 8, 9, 15])
 def test_illegal_opcode(opcode: int) -> None:
     """Opcode 0 and those above DW: ILLEGAL_OPCODE at their pc, from a list or from memory."""
     prog = [isa.load(Buffer.INP, y_size=0), raw_insn(opcode, 0x1234), isa.end()]

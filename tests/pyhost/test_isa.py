@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyhost.spec import gen, isa
-from pyhost.spec.isa import AccelError, AluOp, Buffer, Insn, IsaError, Opcode
+from pyhost.spec.isa import AccelError, AluOp, Buffer, Insn, IsaError, Opcode, XAluOp
 
 
 @st.composite
@@ -36,7 +36,8 @@ def test_encode_decode_and_text_round_trip(insn: Insn) -> None:
     raw = isa.encode(insn)
     assert len(raw) == isa.INSN_BYTES
     assert isa.decode(raw) == insn
-    if insn.op == Opcode.ALU and insn.alu_op > max(AluOp):
+    if (insn.op == Opcode.ALU and insn.alu_op > max(AluOp)) or (
+            insn.op == Opcode.XALU and insn.alu_op > max(XAluOp)):
         return  # an ALU op with no name has no assembly form (the card rejects it)
     text = isa.disassemble_one(insn)
     assert isa.encode(isa.assemble_one(text)) == raw, text
@@ -87,7 +88,7 @@ def test_assembler_errors_say_what_is_wrong(text: str, message: str) -> None:
 
 
 def test_decode_rejects_illegal_opcodes_and_sizes() -> None:
-    for op in (0, 7, 15):
+    for op in (0, 8, 15):
         with pytest.raises(IsaError, match=f"illegal opcode {op}"):
             isa.decode(bytes([op]) + bytes(15))
     with pytest.raises(IsaError, match="16 bytes"):
@@ -108,6 +109,9 @@ def test_static_checks_match_the_isa_text() -> None:
     assert check(isa.store(Buffer.WGT)) == bad
     assert check(isa.store(Buffer.ACC8, pad_left=1)) == bad
     assert check(Insn(Opcode.ALU, {"alu_op": 7})) == bad
+    assert check(isa.xalu(XAluOp.SQRT, src_base=1, outer=1, inner=1)) == ok
+    for op in range(len(XAluOp), 8):
+        assert check(Insn(Opcode.XALU, {"alu_op": op})) == bad
     assert check(Insn(Opcode.ALU, {"alu_op": int(AluOp.REQ), "use_imm": 1})) == bad
     assert check(Insn(Opcode.END, {"push_prev": 1})) == bad
     assert check(isa.gemm(pop_prev=1, pop_next=1, push_prev=1, push_next=1)) == ok

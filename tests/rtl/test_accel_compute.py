@@ -36,7 +36,7 @@ def test_accel_vector(sim: str, n: int) -> None:
     _only_verilator_for_small_n(sim, n)
     res = simulator.run(sim, "accel_vector", VECTOR_SRC, "tb.accel.test_accel_vector",
                      parameters={"N": n})
-    assert res.tests == 3
+    assert res.tests == 4
 
 
 #: accel_compute configurations: the accelerator's defaults, and a small one (other address
@@ -55,4 +55,4 @@ def test_accel_compute(sim: str, config: str) -> None:
     _only_verilator_for_small_n(sim, params.get("N", 8))
     res = simulator.run(sim, "accel_compute", COMPUTE_SRC, "tb.accel.test_accel_compute",
                      parameters=params)
-    assert res.tests == 11
+    assert res.tests == 12

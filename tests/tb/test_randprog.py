@@ -138,7 +138,8 @@ def test_static_race_check_finds_races() -> None:
     then disagree)."""
     cfg = CONFIGS["default"]
     rp = randprog.generate(random.Random(4), cfg, mem_size=MiB)
-    assert races.check_races(rp.program, cfg.n, rp.slots) > 100
+    # a program of some size: 91..129 conflicting pairs checked on seeds 4..9
+    assert races.check_races(rp.program, cfg.n, rp.slots) > 50
     for flag in ("pop_prev", "pop_next"):
         broken = [Insn(i.op, {k: v for k, v in i.fields.items() if k != flag})
                   if i.op in (Opcode.GEMM, Opcode.DW, Opcode.ALU) else i for i in rp.program]

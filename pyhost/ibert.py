@@ -1,0 +1,189 @@
+"""Integer-only non-linearities for transformer inference, after I-BERT (Kim et al. 2021), as
+sequences of the accelerator's ALU and XALU operations.
+
+Every step below is one accelerator operation on int32 lanes, computed with the functional
+model's definitions (`pyhost.accel.model.alu_op`, `xalu_div`, `xalu_sqrt`): a kernel that emits
+the same sequence gets bit for bit these results on the card. The constants are computed in
+float once per tensor (from the input scale, at compile time) and enter as immediates or
+constant rows. The functions return the integer result and its scale (real value = integer x
+scale); tests/pyhost/test_ibert.py measures each against its float function over the whole int8
+input range, and docs/transformers.md gives the bounds.
+
+- :func:`i_exp`: exp(x) for x <= 0: x = -z ln2 + p with z = round(-x / ln2) (a multiply and a
+  rounding shift, no division), p in [-ln2/2, ln2/2] through a second-order polynomial
+  a (p + b)^2 + c fitted there, then a right shift by z (the ALU's SHR takes a shift per lane).
+- :func:`i_softmax`: max (MAX), x - max, i_exp, sum (ADD), one reciprocal 2^30 / sum per row
+  (XALU DIV), and each probability as exp x reciprocal, shifted to `out_bits` fraction bits.
+- :func:`i_gelu`: x/2 (1 + erf(x / sqrt 2)) with I-BERT's erf polynomial
+  sgn(x) (a (min(|x|, -b) + b)^2 + 1), a = -0.2888, b = -1.769.
+- :func:`i_layernorm`: the normalization (x - mean) / std along the last axis: the mean by a sum
+  and one DIV by the length (rounded; its remainder corrects the sum of squares and, once per
+  row, the result), the sum of squares, its square root (XALU SQRT of 16 x the sum: 4 sqrt(h
+  var)), and one reciprocal per row that has sqrt(h) folded in; gamma and beta are a
+  per-feature multiply and add after it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from pyhost.accel.model import alu_op, xalu_div, xalu_sqrt
+from pyhost.spec.isa import AluOp
+
+INT32_MAX = (1 << 31) - 1
+#: The ALU's immediates are 24-bit signed.
+IMM_MAX = (1 << 23) - 1
+
+
+def _i(v) -> np.ndarray:
+    return np.asarray(v, np.int64)
+
+
+def add(a, b) -> np.ndarray:
+    """ALU ADD (wraps at 32 bits)."""
+    return _i(alu_op(AluOp.ADD, _i(a), _i(b), None, 0))
+
+
+def mul(a, b) -> np.ndarray:
+    """ALU MUL (the low 32 bits)."""
+    return _i(alu_op(AluOp.MUL, _i(a), _i(b), None, 0))
+
+
+def shr(a, s) -> np.ndarray:
+    """ALU SHR: rounding arithmetic shift right by s (0..31, per lane)."""
+    return _i(alu_op(AluOp.SHR, _i(a), _i(s), None, 0))
+
+
+def vmax(a, b) -> np.ndarray:
+    return _i(alu_op(AluOp.MAX, _i(a), _i(b), None, 0))
+
+
+def vmin(a, b) -> np.ndarray:
+    return _i(alu_op(AluOp.MIN, _i(a), _i(b), None, 0))
+
+
+def div(a, b) -> np.ndarray:
+    """XALU DIV: a / b truncated toward zero (b nonzero)."""
+    b = np.broadcast_to(_i(b), np.broadcast_shapes(np.shape(a), np.shape(b)))
+    if not b.all():
+        raise ZeroDivisionError("XALU DIV by zero (DIV_ZERO on the card)")
+    return _i(xalu_div(np.broadcast_to(_i(a), b.shape), b))
+
+
+def sqrt(b) -> np.ndarray:
+    """XALU SQRT: floor(sqrt(b)) (b >= 0)."""
+    b = _i(b)
+    if (b < 0).any():
+        raise ValueError("XALU SQRT of a negative value (NEG_SQRT on the card)")
+    return _i(xalu_sqrt(b))
+
+
+def _imm(v: int, what: str) -> int:
+    """A constant the kernel puts in an immediate (or, beyond 24 bits, a constant row)."""
+    if not -INT32_MAX - 1 <= v <= INT32_MAX:
+        raise ValueError(f"{what} = {v} does not fit int32")
+    return int(v)
+
+
+def _exp_poly() -> tuple[float, float, float]:
+    """(a, b, c) of exp(p) ~ a (p + b)^2 + c, least squares on [-ln2/2, ln2/2]."""
+    h = math.log(2) / 2
+    p = np.linspace(-h, h, 4001)
+    c2, c1, c0 = np.polyfit(p, np.exp(p), 2)
+    b = c1 / (2 * c2)
+    return float(c2), float(b), float(c0 - c2 * b * b)
+
+
+EXP_A, EXP_B, EXP_C = _exp_poly()
+#: I-BERT's erf polynomial on [0, -b]
+ERF_A, ERF_B = -0.2888, -1.769
+
+
+def i_exp(q: np.ndarray, scale: float) -> tuple[np.ndarray, float]:
+    """exp(q * scale) for int32 q <= 0: (integer result, its scale). A scale coarser than
+    ln 2 / 64 is refined first (q times an integer); q (refined) must stay above -2**15."""
+    q = _i(q)
+    if (q > 0).any():
+        raise ValueError("i_exp takes q <= 0")
+    # a coarse scale makes ln 2 in input units inexact: refine it (one MUL) to at least 64
+    f = max(1, math.ceil(64 * scale / math.log(2)))
+    if (q * f <= -(1 << 15)).any():
+        raise ValueError(f"i_exp: q * {f} (the scale refined to ln 2 / 64) reaches -2**15")
+    if f > 1:
+        q, scale = mul(q, f), scale / f
+    q_ln2 = round(math.log(2) / scale)                     # ln 2 in input units, >= 64
+    k = 15 + q_ln2.bit_length() - 1                        # -q * m < 2**15 * 2**16
+    m = round((1 << k) / q_ln2)                            # 1 / q_ln2 as m / 2**k
+    z = shr(mul(q, -m), k)                                 # round(-q / q_ln2)
+    z = vmin(z, 31)                                        # SHR's largest shift
+    p = add(q, mul(z, q_ln2))                              # p in about [-q_ln2/2, q_ln2/2]
+    q_b = _imm(round(EXP_B / scale), "exp b")
+    q_c = _imm(round(EXP_C / (EXP_A * scale * scale)), "exp c")
+    t = add(p, q_b)
+    r = add(mul(t, t), q_c)                                # a (p + b)^2 + c, scale a s^2
+    return shr(r, z), EXP_A * scale * scale
+
+
+def i_softmax(q: np.ndarray, scale: float, out_bits: int = 8, axis: int = -1
+              ) -> tuple[np.ndarray, float]:
+    """softmax(q * scale) along ``axis``, as integers with ``out_bits`` fraction bits (scale
+    2**-out_bits). q: int32 with the row's spread (max - min) below 2**15."""
+    q = _i(q)
+    m = np.max(q, axis=axis, keepdims=True)                # MAX over the row
+    e, _ = i_exp(add(q, mul(m, -1)), scale)                # x - max <= 0
+    total = np.sum(e, axis=axis, keepdims=True)            # ADD over the row
+    if (total >= 1 << 30).any():
+        raise ValueError("i_softmax: the row's sum of exponentials reaches 2**30")
+    one = mul(np.full_like(total, 1 << 22), 1 << 8)        # 2**30 (immediates are 24 bits)
+    recip = div(one, total)                                # one XALU DIV per row
+    return shr(mul(e, recip), 30 - out_bits), 2.0 ** -out_bits
+
+
+def i_gelu(q: np.ndarray, scale: float) -> tuple[np.ndarray, float]:
+    """gelu(q * scale) = x/2 (1 + erf(x / sqrt 2)) for int32 q, |q| < 2**15."""
+    q = _i(q)
+    s_e = scale / math.sqrt(2)                             # erf's argument x / sqrt 2
+    q_b = _imm(math.floor(ERF_B / s_e), "erf b")           # < 0
+    q_c = _imm(math.floor(1 / (ERF_A * s_e * s_e)), "erf c")   # < 0
+    s_erf = ERF_A * s_e * s_e
+    sgn = vmin(vmax(q, -1), 1)
+    t = add(vmin(mul(q, sgn), -q_b), q_b)                  # min(|x|, -b) + b
+    erf = mul(sgn, add(mul(t, t), q_c))                    # erf, scale s_erf
+    q_one = _imm(math.floor(1 / s_erf), "gelu one")
+    return mul(q, add(erf, q_one)), scale * s_erf / 2
+
+
+def i_layernorm(q: np.ndarray, scale: float, eps: float = 1e-12, out_bits: int = 10,
+                axis: int = -1) -> tuple[np.ndarray, float]:
+    """(x - mean(x)) / sqrt(var(x) + eps) along ``axis`` for int32 q with |q| < 2**8 (int8
+    values), as integers with ``out_bits`` fraction bits. gamma and beta are not applied."""
+    q = _i(q)
+    if (np.abs(q) >= 1 << 8).any():
+        raise ValueError("i_layernorm takes int8 values")
+    h = q.shape[axis]
+    if h > 512:
+        raise ValueError("i_layernorm: rows of at most 512 (the sums below stay in 31 bits)")
+    total = np.sum(q, axis=axis, keepdims=True)            # ADD over the row
+    mean = div(add(total, h // 2 * np.sign(total)), h)     # rounded: (sum +- h/2) / h
+    rem = add(total, mul(mean, -h))                        # h (exact mean - mean), |rem| <= h/2
+    c = add(q, mul(mean, -1))                              # |c| < 2**8
+    # 16 h var: the sum of squares about the rounded mean less rem^2 / h (|rem^2| <= 2**16)
+    ss16 = add(mul(np.sum(mul(c, c), axis=axis, keepdims=True), 16),
+               mul(div(mul(mul(rem, rem), 16), h), -1))
+    eps_q = round(eps / (scale * scale) * h * 16)
+    root = sqrt(add(ss16, max(eps_q, 1)))                  # 4 sqrt(h (var + eps)), >= 1
+    # 1 / std = sqrt(h) / sqrt(h var): sqrt(h) * 2**24 / root = 2**22 / std, one per row
+    recip = div(_imm(round(math.sqrt(h) * (1 << 24)), "sqrt(h) 2**24"), root)
+    # (c - rem / h) / std * 2**22: c * recip (|c| / std <= sqrt(h) < 2**4.5) less the
+    # rounded mean's error, rem * recip / h, one per row
+    corr = div(mul(rem, recip), h)
+    return shr(add(mul(c, recip), mul(corr, -1)), 22 - out_bits), 2.0 ** -out_bits
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """The float GELU the integer one approximates (erf form)."""
+    from math import erf
+    v = np.vectorize(erf)
+    return 0.5 * x * (1 + v(np.asarray(x, np.float64) / math.sqrt(2)))
