@@ -536,7 +536,12 @@ class AccelModel:
             data = data.reshape(y, x, e)
         if total:
             pad = f["pad_value"]
-            if data is not None and not (pt or pb or pl or pr) and buf != Buffer.ACC:
+            if data is not None and f["transpose"]:
+                # each block of N memory rows x one element transposed (INP, no padding, y a
+                # multiple of N: the fetch check): [Y, r, x, c] -> rows (Y, x, c), lanes r
+                d8 = data.view(np.int8).reshape(y // n, n, x, n)
+                self.inp[base:base + total] = d8.transpose(0, 2, 3, 1).reshape(total, n)
+            elif data is not None and not (pt or pb or pl or pr) and buf != Buffer.ACC:
                 # no padding: the rows go straight in
                 d8 = data.view(np.int8).reshape(total, e)
                 if buf == Buffer.INP:

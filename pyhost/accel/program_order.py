@@ -200,6 +200,9 @@ class ProgramOrder:
                        | (c["pad_bottom"] != 0) | (c["pad_left"] != 0) | (c["pad_right"] != 0))
         alu_op = c["alu_op"]
         bad |= is_a & ((alu_op > 6) | ((alu_op == 6) & (c["use_imm"] != 0)))
+        bad |= is_m & (c["transpose"] != 0) & (is_s | (c["buf"] != 0) | (c["y_size"] % n != 0)
+                                               | (c["pad_top"] != 0) | (c["pad_bottom"] != 0)
+                                               | (c["pad_left"] != 0) | (c["pad_right"] != 0))
         # --- the units' checks: SP_RANGE, MISALIGNED, bus errors (or a STORE onto the program)
         it = c["outer"] * c["inner"]
         e = self.elem[c["buf"]]
@@ -366,7 +369,8 @@ class ProgramOrder:
         if self.arr is not None:
             simple = (eop == _LOAD) & (c["y_size"][ev] > 0) & (c["x_size"][ev] > 0) \
                 & (c["pad_top"][ev] == 0) & (c["pad_bottom"][ev] == 0) \
-                & (c["pad_left"][ev] == 0) & (c["pad_right"][ev] == 0)
+                & (c["pad_left"][ev] == 0) & (c["pad_right"][ev] == 0) \
+                & (c["transpose"][ev] == 0)                # (transposed: the unit's _load)
             if not _LITTLE:
                 simple &= buf < 2
         contig = (c["y_size"][ev] == 1) | (c["y_stride"][ev] == c["x_size"][ev])

@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-#: 2: DW (depthwise) added; 3: XALU (DIV, SQRT) added. A program of an earlier version runs
-#: unchanged.
+#: 2: DW (depthwise) added; 3: XALU (DIV, SQRT) and the transposed LOAD added. A program of an
+#: earlier version runs unchanged.
 ISA_VERSION = 3
 INSN_BITS = 128
 INSN_BYTES = INSN_BITS // 8
@@ -122,7 +122,9 @@ class AccelError(IntEnum):
     NONE = 0
     ILLEGAL_OPCODE = 1   # opcode 0 or above XALU (8..15)
     ILLEGAL_FIELD = 2    # a dependency flag the unit has no queue for, bad buffer or ALU/XALU op,
-                         # STORE from INP/WGT or with padding, REQ with USE_IMM, END with flags,
+                         # STORE from INP/WGT or with padding or transpose, a transposed LOAD
+                         # not to INP, with padding, or y_size not a multiple of N, REQ with
+                         # USE_IMM, END with flags,
                          # DW with taps 0 or above N, tap_w 0, or taps off the banks' rotation
     SP_RANGE = 3         # the instruction would touch a scratchpad row beyond the depth
     MISALIGNED = 4       # LOAD/STORE address not a multiple of the element size
@@ -168,6 +170,8 @@ _MEM = (
     FieldSpec("pad_left", 4, doc="padding elements before each row (LOAD only)"),
     FieldSpec("pad_right", 4, doc="padding elements after each row (LOAD only)"),
     FieldSpec("pad_value", 8, signed=True, doc="int8 value of every padding byte / lane"),
+    FieldSpec("transpose", 1, doc="LOAD INP only: write each N x N block of N memory rows "
+                                  "transposed"),
 )
 
 FORMATS: dict[Opcode, tuple[FieldSpec, ...]] = {
@@ -578,7 +582,11 @@ def check_static(insn: Insn, n: int) -> AccelError:
     if insn.op == Opcode.STORE:
         if insn.buf not in (Buffer.ACC, Buffer.ACC8):
             return AccelError.ILLEGAL_FIELD
-        if insn.pad_top or insn.pad_bottom or insn.pad_left or insn.pad_right:
+        if insn.pad_top or insn.pad_bottom or insn.pad_left or insn.pad_right or insn.transpose:
+            return AccelError.ILLEGAL_FIELD
+    if insn.op == Opcode.LOAD and insn.transpose:
+        if insn.buf != Buffer.INP or insn.y_size % n or insn.pad_top or insn.pad_bottom \
+                or insn.pad_left or insn.pad_right:
             return AccelError.ILLEGAL_FIELD
     if insn.op == Opcode.ALU:
         if insn.alu_op > max(AluOp) or (insn.alu_op == AluOp.REQ and insn.use_imm):
@@ -637,6 +645,15 @@ ACC8 sign-extends each byte to an int32 lane. STORE (ACC or ACC8 only, no paddin
 scratchpad row `sp_base + y * x_size + x` to memory element (y, x); ACC8 writes the low byte of
 each lane. y_size or x_size 0 reads and writes no card memory; a LOAD still writes its padding
 rows and elements (a way to fill scratchpad rows with a constant).
+
+A transposed LOAD (`transpose`; INP only, no padding, y_size a multiple of N) writes each N x N
+byte block transposed: memory rows `N*Y .. N*Y + N-1` at element x are the block M[r][c] (row r,
+byte c), and scratchpad row `sp_base + (Y * x_size + x) * N + c` gets the bytes M[0..N-1][c]:
+byte r of that row is byte c of memory row N*Y + r. So a matrix stored as rows of features
+(each N bytes: N tokens) loads as rows of tokens (each N bytes: N features). It writes the same
+rows as the plain LOAD of that tile (y_size * x_size from sp_base) at the same cost, one
+element per cycle: the element's N bytes go to N consecutive rows, which lie in N different INP
+banks (docs/accel.md), at byte r.
 
 ## GEMM
 

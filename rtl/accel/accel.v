@@ -68,6 +68,7 @@ module accel #(
 );
 
 localparam integer INP_AW = $clog2(INP_DEPTH);
+localparam integer LNW = N > 1 ? $clog2(N) : 1;     // a byte lane of an INP row
 localparam integer WGT_AW = $clog2(WGT_DEPTH);
 localparam integer ACC_AW = $clog2(ACC_DEPTH);
 localparam integer QW = 128 + 32;                  // queue entry: {pc, instruction}
@@ -150,6 +151,8 @@ wire [WGT_AW-1:0] ld_wgt_waddr, cp_wgt_raddr;
 wire [ACC_AW-1:0] ld_acc_waddr, cp_acc_raddr0, cp_acc_raddr1, cp_acc_raddr2, cp_acc_waddr,
                   st_acc_raddr;
 wire [8*N-1:0]    ld_inp_wdata;
+wire              ld_inp_wtr;                        // a transposed LOAD's write (one column)
+wire [LNW-1:0]    ld_inp_wlane;
 wire [8*N*N-1:0]  ld_wgt_wdata;
 wire [32*N-1:0]   ld_acc_wdata, cp_acc_wdata;
 wire              cp_inp_re, cp_wgt_re, cp_acc_re0, cp_acc_re1, cp_acc_re2, cp_acc_we, st_acc_re;
@@ -410,10 +413,15 @@ reg [32*N-1:0]  acc_mem [0:ACC_DEPTH-1] /* verilator public_flat_rd */;
 // INP is read N rows at a time (a DW iteration's taps; a GEMM reads row 0 only). In hardware it
 // is N single-ported banks, row r in bank r mod N: the fetch unit lets a DW through only when
 // its taps fall in distinct banks (docs/isa.md), so the N reads of a cycle never collide. A row
-// not read keeps its old data, which the compute unit ignores.
-integer k_inp;
+// not read keeps its old data, which the compute unit ignores. A transposed LOAD writes one byte
+// lane of N consecutive rows, one per bank.
+integer k_inp, k_tr;
 always @(posedge clk) begin
-    if (ld_inp_we) inp_mem[ld_inp_waddr] <= ld_inp_wdata;
+    if (ld_inp_we && !ld_inp_wtr) inp_mem[ld_inp_waddr] <= ld_inp_wdata;
+    if (ld_inp_we && ld_inp_wtr)
+        for (k_tr = 0; k_tr < N; k_tr = k_tr + 1)
+            inp_mem[ld_inp_waddr + k_tr[INP_AW-1:0]][8*ld_inp_wlane +: 8]
+                <= ld_inp_wdata[8*k_tr +: 8];
     if (cp_inp_re)
         for (k_inp = 0; k_inp < N; k_inp = k_inp + 1)
             if (cp_inp_rmask[k_inp])
@@ -505,6 +513,7 @@ accel_load #(
     .m_axi_arready(l_arready), .m_axi_rdata(m_axi_rdata), .m_axi_rresp(m_axi_rresp),
     .m_axi_rlast(m_axi_rlast), .m_axi_rvalid(l_rvalid), .m_axi_rready(l_rready),
     .inp_we(ld_inp_we), .inp_waddr(ld_inp_waddr), .inp_wdata(ld_inp_wdata),
+    .inp_wtr(ld_inp_wtr), .inp_wlane(ld_inp_wlane),
     .wgt_we(ld_wgt_we), .wgt_waddr(ld_wgt_waddr), .wgt_wdata(ld_wgt_wdata),
     .acc_we(ld_acc_we), .acc_waddr(ld_acc_waddr), .acc_wdata(ld_acc_wdata)
 );

@@ -123,6 +123,12 @@ wire mem_pads = |{insn[`F_MEM_PAD_TOP_LSB +: `F_MEM_PAD_TOP_W],
                   insn[`F_MEM_PAD_BOTTOM_LSB +: `F_MEM_PAD_BOTTOM_W],
                   insn[`F_MEM_PAD_LEFT_LSB +: `F_MEM_PAD_LEFT_W],
                   insn[`F_MEM_PAD_RIGHT_LSB +: `F_MEM_PAD_RIGHT_W]};
+// a transposed LOAD: INP only, no padding, y_size a multiple of N (N is a power of two)
+wire mem_tr = insn[`F_MEM_TRANSPOSE_LSB];
+localparam integer NM1 = N - 1;
+localparam [`F_MEM_Y_SIZE_W-1:0] N_MASK = NM1[`F_MEM_Y_SIZE_W-1:0];
+wire tr_bad = mem_tr && (mem_buf != `BUF_INP || mem_pads
+                         || (insn[`F_MEM_Y_SIZE_LSB +: `F_MEM_Y_SIZE_W] & N_MASK) != 0);
 wire [2:0] alu_op = insn[`F_ALU_ALU_OP_LSB +: `F_ALU_ALU_OP_W];
 wire alu_imm = insn[`F_ALU_USE_IMM_LSB];
 // DW: taps 1..N, tap_w >= 1, and the taps in distinct INP banks (pyhost.spec.isa.dw_banks_ok:
@@ -147,11 +153,11 @@ always @* begin
     case (op)
         `OP_LOAD: begin
             to_load = 1'b1;
-            if (f_pop_prev || f_push_prev) check = `ACC_ERR_ILLEGAL_FIELD;
+            if (f_pop_prev || f_push_prev || tr_bad) check = `ACC_ERR_ILLEGAL_FIELD;
         end
         `OP_STORE: begin
             to_store = 1'b1;
-            if (f_pop_next || f_push_next || mem_pads
+            if (f_pop_next || f_push_next || mem_pads || mem_tr
                 || (mem_buf != `BUF_ACC && mem_buf != `BUF_ACC8))
                 check = `ACC_ERR_ILLEGAL_FIELD;
         end

@@ -6,6 +6,10 @@
 `include "accel_cfg.vh"
 
 // Load unit: LOAD instructions, card memory -> INP, WGT or ACC scratchpad (docs/isa.md).
+// A transposed LOAD (INP, no padding, y_size a multiple of N: the fetch unit checks) walks the
+// memory the same way and writes each element as one column of the N rows its N x N block
+// transposes to: its bytes go to rows (Y * x_size + x) * N + k from sp_base, k = 0..N-1, at
+// byte y mod N (inp_wtr, inp_wlane).
 //
 // An instruction is taken from the queue head when the unit is idle, waits for its pop token,
 // and in its start cycle pops the token and checks the scratchpad range (SP_RANGE) and the
@@ -27,7 +31,8 @@ module accel_load #(
     parameter integer DATA_WIDTH = `ACCEL_DATA_WIDTH,               // card AXI data width
     parameter integer ADDR_WIDTH = 32,                              // AXI address width (>= 32)
     parameter integer MAX_BURST = `ACCEL_MEM_MAX_BURST,             // longest read burst (beats)
-    parameter integer MAX_OUTSTANDING = `ACCEL_MEM_MAX_OUTSTANDING  // read bursts in flight
+    parameter integer MAX_OUTSTANDING = `ACCEL_MEM_MAX_OUTSTANDING, // read bursts in flight
+    parameter integer LNW = N > 1 ? $clog2(N) : 1                   // (a byte lane of a row)
 ) (
     input  wire                     clk,
     input  wire                     rst,
@@ -71,6 +76,10 @@ module accel_load #(
     output wire                     inp_we,
     output wire [$clog2(INP_DEPTH)-1:0] inp_waddr,
     output wire [8*N-1:0]           inp_wdata,
+    // a transposed LOAD's write: byte k of inp_wdata goes to byte inp_wlane of row
+    // inp_waddr + k, k = 0..N-1 (N rows in N different banks)
+    output wire                     inp_wtr,
+    output wire [LNW-1:0]           inp_wlane,
     output wire                     wgt_we,
     output wire [$clog2(WGT_DEPTH)-1:0] wgt_waddr,
     output wire [8*N*N-1:0]         wgt_wdata,
@@ -143,6 +152,7 @@ accel_mem_decode #(
 );
 
 wire c_inp = c_buf == `BUF_INP;
+wire c_tr = cur_reg[`F_MEM_TRANSPOSE_LSB];
 wire c_wgt = c_buf == `BUF_WGT;
 wire c_acc8 = c_buf == `BUF_ACC8;
 wire c_multi = c_wgt && WGT_BPE > 1;
@@ -170,6 +180,7 @@ reg [SPW-1:0]  wr_sp_reg, wr_sp_next;              // its scratchpad row
 reg [BSH-1:0]  wr_boff_reg, wr_boff_next;          // byte of the next memory element in a beat
 reg [BSH-1:0]  wr_lo_reg, wr_lo_next;              // byte of the current memory row's start
 reg [7:0]      wr_sub_reg, wr_sub_next;            // beats of a multi-beat element collected
+reg [SPW-1:0]  tr_base_reg, tr_base_next;          // transposed: the row group's first row
 
 wire drain = drain_reg || stop;
 wire [DATA_WIDTH-1:0] head = rb_mem[rb_rd_reg];
@@ -192,6 +203,12 @@ accel_burst_walker #(
 );
 
 wire mem_row = wr_r_reg >= mem_r0 && wr_r_reg < mem_r1;
+localparam integer N_I = N;
+localparam [SPW-1:0] N_SP = N_I[SPW-1:0];
+localparam [RW-1:0] N_R = N_I[RW-1:0];
+// transposed (no padding: the tile row is the memory row y): y mod N, and the group's last row
+wire [RW-1:0]  tr_lane_r = wr_r_reg & (N_R - {{(RW-1){1'b0}}, 1'b1});
+wire           tr_group_end = tr_lane_r == N_R - {{(RW-1){1'b0}}, 1'b1};
 wire is_mem = mem_row && wr_c_reg >= mem_c0 && wr_c_reg < mem_c1;
 wire row_end = wr_c_reg == cols - {{(CLW-1){1'b0}}, 1'b1};
 wire tile_end = row_end && wr_r_reg == rows - {{(RW-1){1'b0}}, 1'b1};
@@ -233,6 +250,8 @@ end endgenerate
 
 // --- registered outputs ---------------------------------------------------------------------
 reg                inp_we_reg, wgt_we_reg, acc_we_reg;
+reg                inp_tr_reg;
+reg [LNW-1:0]      inp_lane_reg;
 reg [SPW-1:0]      waddr_reg;
 reg [8*N-1:0]      inp_wd_reg;
 reg [8*N*N-1:0]    wgt_wd_reg;
@@ -255,6 +274,7 @@ always @* begin
     wr_boff_next = wr_boff_reg;
     wr_lo_next = wr_lo_reg;
     wr_sub_next = wr_sub_reg;
+    tr_base_next = tr_base_reg;
     push_next = 1'b0;
     bytes_valid_next = 1'b0;
     bytes_next = bytes_reg;
@@ -278,6 +298,15 @@ always @* begin
         wr_boff_next = boff_sum[BSH-1:0];
     if (w_fire) begin
         wr_sp_next = wr_sp_reg + {{(SPW-1){1'b0}}, 1'b1};
+        if (c_tr) begin
+            // element (y, x) -> rows from tr_base + x * N; the next row group starts after
+            // the last element of its N-th memory row
+            wr_sp_next = wr_sp_reg + N_SP;
+            if (row_end && !tr_group_end)
+                wr_sp_next = tr_base_reg;
+            if (row_end && tr_group_end)
+                tr_base_next = wr_sp_reg + N_SP;
+        end
         wr_c_next = wr_c_reg + {{(CLW-1){1'b0}}, 1'b1};
         if (row_end) begin
             wr_c_next = {CLW{1'b0}};
@@ -315,6 +344,7 @@ always @* begin
                     wr_boff_next = addr0[BSH-1:0];
                     wr_lo_next = addr0[BSH-1:0];
                     wr_sub_next = 8'd0;
+                    tr_base_next = c_sp[SPW-1:0];
                 end
             end
         end
@@ -356,6 +386,8 @@ always @(posedge clk) begin
     end
 
     inp_we_reg <= w_fire && c_inp;
+    inp_tr_reg <= c_tr;
+    inp_lane_reg <= tr_lane_r[LNW-1:0];
     wgt_we_reg <= w_fire && c_wgt;
     acc_we_reg <= w_fire && !c_inp && !c_wgt;
     waddr_reg <= wr_sp_reg;
@@ -374,6 +406,7 @@ always @(posedge clk) begin
     wr_boff_reg <= wr_boff_next;
     wr_lo_reg <= wr_lo_next;
     wr_sub_reg <= wr_sub_next;
+    tr_base_reg <= tr_base_next;
     push_reg <= push_next;
     bytes_valid_reg <= bytes_valid_next;
     bytes_reg <= bytes_next;
@@ -420,6 +453,8 @@ assign bytes = bytes_reg;
 assign inp_we = inp_we_reg;
 assign inp_waddr = waddr_reg[INP_AW-1:0];
 assign inp_wdata = inp_wd_reg;
+assign inp_wtr = inp_tr_reg;
+assign inp_wlane = inp_lane_reg;
 assign wgt_we = wgt_we_reg;
 assign wgt_waddr = waddr_reg[WGT_AW-1:0];
 assign wgt_wdata = wgt_wd_reg;

@@ -79,6 +79,8 @@
 `define F_MEM_PAD_RIGHT_W 4
 `define F_MEM_PAD_VALUE_LSB 118
 `define F_MEM_PAD_VALUE_W 8
+`define F_MEM_TRANSPOSE_LSB 126
+`define F_MEM_TRANSPOSE_W 1
 `define F_GEMM_RESET_LSB 8
 `define F_GEMM_RESET_W 1
 `define F_GEMM_ACC_BASE_LSB 9

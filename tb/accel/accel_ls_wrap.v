@@ -47,6 +47,8 @@ module accel_ls_wrap #(
     output wire                     inp_we,
     output wire [$clog2(INP_DEPTH)-1:0] inp_waddr,
     output wire [8*N-1:0]           inp_wdata,
+    output wire                     inp_wtr,
+    output wire [(N > 1 ? $clog2(N) : 1)-1:0] inp_wlane,
     output wire                     wgt_we,
     output wire [$clog2(WGT_DEPTH)-1:0] wgt_waddr,
     output wire [8*N*N-1:0]         wgt_wdata,
@@ -153,6 +155,7 @@ accel_load #(
     .m_axi_arready(m_axi_arready), .m_axi_rdata(m_axi_rdata), .m_axi_rresp(m_axi_rresp),
     .m_axi_rlast(m_axi_rlast), .m_axi_rvalid(m_axi_rvalid), .m_axi_rready(m_axi_rready),
     .inp_we(inp_we), .inp_waddr(inp_waddr), .inp_wdata(inp_wdata),
+    .inp_wtr(inp_wtr), .inp_wlane(inp_wlane),
     .wgt_we(wgt_we), .wgt_waddr(wgt_waddr), .wgt_wdata(wgt_wdata),
     .acc_we(acc_we), .acc_waddr(acc_waddr), .acc_wdata(acc_wdata)
 );

@@ -256,6 +256,21 @@ class _Gen:
         """A random LOAD of `buf` into window `win` from the memory `source` region."""
         r = self.rng
         e = isa.element_bytes(buf, self.n)
+        if buf == Buffer.INP and r.random() < 0.2:
+            # transposed: N memory rows per block, no padding
+            for _ in range(50):
+                y = self.n * r.choice([1, 1, 2])
+                x = r.choice([1, 1, 2, 3])
+                if not y * x <= min(win.size, max_rows):
+                    continue
+                stride = r.choice([x, x + r.randrange(1, 5), r.randrange(0, x + 1)])
+                try:
+                    src = self.pick_source(source, e, y, x, stride)
+                except _Retry:
+                    continue
+                return isa.load(buf, sp_base=win.start + r.randrange(0, win.size - y * x + 1),
+                                y_size=y, x_size=x, y_stride=stride, transpose=1,
+                                **self.address(src))
         for _ in range(50):
             pt, pb, pl, pr = ((r.choice([0, 0, 1, 2]) for _ in range(4)) if r.random() < 0.5
                               else (0, 0, 0, 0))
@@ -588,6 +603,11 @@ def _bad_insn(g: _Gen, kind: AccelError) -> Insn | bytes:
                              **{r.choice(["pop_prev", "push_prev"]): 1}),
             lambda: isa.store(Buffer.ACC, **{r.choice(["pop_next", "push_next"]): 1}),
             lambda: isa.store(r.choice([Buffer.INP, Buffer.WGT]), y_size=1, x_size=1),
+            lambda: isa.store(Buffer.ACC, y_size=1, x_size=1, transpose=1),
+            lambda: isa.load(r.choice([Buffer.WGT, Buffer.ACC, Buffer.ACC8]), y_size=n,
+                             x_size=1, transpose=1),
+            lambda: isa.load(Buffer.INP, y_size=n + r.randrange(1, n) if n > 1 else 0,
+                             x_size=1, transpose=1, pad_left=int(n == 1)),
             lambda: isa.store(Buffer.ACC8, **{r.choice(["pad_top", "pad_bottom", "pad_left",
                                                         "pad_right"]): r.randrange(1, 16)}),
             lambda: Insn(Opcode.ALU, {"alu_op": 7, "outer": 1, "inner": 1}),
@@ -718,7 +738,7 @@ def coverage(rp: RandomProgram, cfg: AccelConfig) -> set[str]:
         out.add(f"op:{insn.op.name}")
         if insn.op in (Opcode.LOAD, Opcode.STORE):
             buf = Buffer(g("buf", 0))
-            out.add(f"{insn.op.name}.{buf.name}")
+            out.add(f"{insn.op.name}.{buf.name}" + (".transposed" if g("transpose", 0) else ""))
             e = isa.element_bytes(buf, n)
             y, x, stride = g("y_size", 0), g("x_size", 0), g("y_stride", 0)
             addr = rp.slots[g("slot", 0)] + g("offset", 0)

@@ -537,6 +537,34 @@ def test_load_inp_padding_and_strides() -> None:
     assert (m.inp[:2] == 0).all() and (m.inp[20:] == 0).all(), "rows outside the tile written"
 
 
+def test_transposed_load_writes_blocks_transposed() -> None:
+    """LOAD.INP transpose: memory rows N*Y + r at element x land as byte r of rows
+    sp_base + (Y * x_size + x) * N + c (byte c of the memory element), rows outside untouched;
+    a GEMM on the result is the product with the transposed matrix (features x tokens in
+    memory, tokens x features as input rows)."""
+    m = AccelModel(SMALL)
+    n = SMALL.n
+    rng = np.random.default_rng(3)
+    mem = bytearray(rng.integers(0, 256, 8192, dtype=np.uint8).tobytes())
+    base, y, x, stride = 4096 - 2 * n, 2 * n, 3, 5        # rows cross 4 KiB
+    r = run1(m, isa.load(Buffer.INP, sp_base=3, offset=base, y_size=y, x_size=x,
+                         y_stride=stride, transpose=1), mem)
+    assert r.error == AccelError.NONE and r.counters["bytes_loaded"] == y * x * n
+    arr = np.frombuffer(bytes(mem), np.int8)
+    for yy in range(y):
+        for xx in range(x):
+            el = arr[base + (yy * stride + xx) * n:][:n]
+            for c in range(n):
+                assert m.inp[3 + (yy // n * x + xx) * n + c][yy % n] == el[c]
+    assert (m.inp[:3] == 0).all() and (m.inp[3 + y * x:] == 0).all()
+    # the same result from the round-robin scheduler as from the program-order path
+    m2 = AccelModel(SMALL)
+    m2.fast = False
+    run1(m2, isa.load(Buffer.INP, sp_base=3, offset=base, y_size=y, x_size=x,
+                      y_stride=stride, transpose=1), mem)
+    assert np.array_equal(m.inp, m2.inp)
+
+
 def test_load_wgt_layout_feeds_gemm() -> None:
     """LOAD.WGT puts byte k*N+n of the tile at W[k][n]; GEMM computes x @ W with it."""
     rng = np.random.default_rng(3)

@@ -170,3 +170,20 @@ def test_generated_include_has_every_field_position() -> None:
                 assert raw >> int(defs[f"{key}_LSB"]) & 1 == 1, key
     for o in Opcode:
         assert defs[f"OP_{o.name}"] == f"4'd{int(o)}"
+
+
+def test_transposed_load_check() -> None:
+    """A transposed LOAD: INP only, no padding, y_size a multiple of N; never a STORE."""
+    def check(**f: int) -> AccelError:
+        buf = f.pop("buf", Buffer.INP)
+        return isa.check_static(isa.load(buf, transpose=1, x_size=2, **f), 8)
+
+    assert check(y_size=16) == AccelError.NONE
+    assert check(y_size=0) == AccelError.NONE
+    assert check(y_size=12) == AccelError.ILLEGAL_FIELD
+    assert check(y_size=8, pad_top=1) == AccelError.ILLEGAL_FIELD
+    assert check(y_size=8, pad_right=1) == AccelError.ILLEGAL_FIELD
+    for buf in (Buffer.WGT, Buffer.ACC, Buffer.ACC8):
+        assert check(y_size=8, buf=buf) == AccelError.ILLEGAL_FIELD
+    assert isa.check_static(isa.load(Buffer.INP, transpose=1, y_size=12), 4) == AccelError.NONE
+    assert isa.check_static(isa.store(Buffer.ACC, transpose=1), 8) == AccelError.ILLEGAL_FIELD

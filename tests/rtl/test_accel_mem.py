@@ -45,4 +45,4 @@ def test_accel_load_store(sim: str, n: int) -> None:
     params: dict[str, object] = {"N": n, **LS_CONFIGS[n]}
     res = simulator.run(sim, "accel_ls_wrap", LS_SOURCES, "tb.accel.test_accel_load_store",
                      parameters=params)
-    assert res.tests == 7
+    assert res.tests == 8
