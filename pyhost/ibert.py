@@ -108,22 +108,62 @@ def i_exp(q: np.ndarray, scale: float) -> tuple[np.ndarray, float]:
     if (q > 0).any():
         raise ValueError("i_exp takes q <= 0")
     # a coarse scale makes ln 2 in input units inexact: refine it (one MUL) to at least 64
-    f = max(1, math.ceil(64 * scale / math.log(2)))
+    p = i_exp_params(scale)
+    f = p["f"]
     if (q * f <= -(1 << 15)).any():
         raise ValueError(f"i_exp: q * {f} (the scale refined to ln 2 / 64) reaches -2**15")
     if f > 1:
-        q, scale = mul(q, f), scale / f
-    q_ln2 = round(math.log(2) / scale)                     # ln 2 in input units, >= 64
-    k = 15 + q_ln2.bit_length() - 1                        # -q * m < 2**15 * 2**16
-    m = round((1 << k) / q_ln2)                            # 1 / q_ln2 as m / 2**k
-    z = shr(mul(q, -m), k)                                 # round(-q / q_ln2)
+        q = mul(q, f)
+    q_ln2 = p["q_ln2"]                                     # ln 2 in input units, >= 64
+    z = shr(mul(q, -p["m"]), p["k"])                       # round(-q / q_ln2): m / 2**k
     z = vmin(z, 31)                                        # SHR's largest shift
-    p = add(q, mul(z, q_ln2))                              # p in about [-q_ln2/2, q_ln2/2]
-    q_b = _imm(round(EXP_B / scale), "exp b")
-    q_c = _imm(round(EXP_C / (EXP_A * scale * scale)), "exp c")
-    t = add(p, q_b)
-    r = add(mul(t, t), q_c)                                # a (p + b)^2 + c, scale a s^2
-    return shr(r, z), EXP_A * scale * scale
+    r = add(q, mul(z, q_ln2))                              # p in about [-q_ln2/2, q_ln2/2]
+    t = add(r, _imm(p["q_b"], "exp b"))
+    r = add(mul(t, t), _imm(p["q_c"], "exp c"))            # a (p + b)^2 + c, scale a s^2
+    return shr(r, z), p["scale_out"]
+
+
+def i_exp_params(scale: float) -> dict[str, int | float]:
+    """The constants of :func:`i_exp` at input scale ``scale``: the refinement factor f, ln 2
+    in refined input units, the multiplier and shift of round(-q / q_ln2), the polynomial's
+    b and c, and the output scale."""
+    f = max(1, math.ceil(64 * scale / math.log(2)))
+    s = scale / f
+    q_ln2 = round(math.log(2) / s)
+    k = 15 + q_ln2.bit_length() - 1
+    return {"f": f, "q_ln2": q_ln2, "k": k, "m": round((1 << k) / q_ln2),
+            "q_b": round(EXP_B / s), "q_c": round(EXP_C / (EXP_A * s * s)),
+            "scale_out": EXP_A * s * s}
+
+
+def i_exp_insns(q_row: int, rows: int, tmp: int, out: int, scale: float) -> list:
+    """:func:`i_exp` as ALU instructions over ``rows`` accumulator rows from ``q_row`` (each
+    q <= 0, refined q above -2**15): rows tmp.. hold z, rows out.. get the result (scale
+    ``i_exp_params(scale)["scale_out"]``); q's rows are refined in place when f > 1."""
+    from pyhost.spec import isa
+
+    p = i_exp_params(scale)
+
+    def alu(op: AluOp, dst: int, src: int | None = None, imm: int | None = None):
+        f = dict(dst_base=dst, outer=1, inner=rows, dst_si=1)
+        if src is not None:
+            f.update(src_base=src, src_si=1)
+        return isa.alu(op, imm, **f)
+
+    prog = [alu(AluOp.MUL, q_row, imm=p["f"])] if p["f"] > 1 else []
+    return prog + [
+        alu(AluOp.MOV, tmp, src=q_row),                  # z = round(-q / q_ln2)
+        alu(AluOp.MUL, tmp, imm=-p["m"]),
+        alu(AluOp.SHR, tmp, imm=p["k"]),
+        alu(AluOp.MIN, tmp, imm=31),
+        alu(AluOp.MOV, out, src=tmp),                    # p = q + z q_ln2
+        alu(AluOp.MUL, out, imm=p["q_ln2"]),
+        alu(AluOp.ADD, out, src=q_row),
+        alu(AluOp.ADD, out, imm=p["q_b"]),               # (p + b)^2 + c
+        alu(AluOp.MUL, out, src=out),
+        alu(AluOp.ADD, out, imm=p["q_c"]),
+        alu(AluOp.SHR, out, src=tmp),                    # >> z, per lane
+    ]
 
 
 def i_softmax(q: np.ndarray, scale: float, out_bits: int = 8, axis: int = -1

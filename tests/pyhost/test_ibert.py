@@ -103,32 +103,6 @@ def _run(model: AccelModel, prog: list[isa.Insn]) -> None:
     assert res.ok, res.error
 
 
-def i_exp_program(q_row: int, rows: int, tmp: int, out: int, scale: float) -> list[isa.Insn]:
-    """ibert.i_exp as ALU instructions on ``rows`` accumulator rows from ``q_row`` (rows tmp..
-    and out.. are scratch and result)."""
-    f = max(1, math.ceil(64 * scale / math.log(2)))
-    s = scale / f
-    q_ln2 = round(math.log(2) / s)
-    k = 15 + q_ln2.bit_length() - 1
-    m = round((1 << k) / q_ln2)
-    q_b = round(ibert.EXP_B / s)
-    q_c = round(ibert.EXP_C / (ibert.EXP_A * s * s))
-    prog = [_alu(AluOp.MUL, q_row, rows, imm=f)] if f > 1 else []
-    return prog + [
-        _alu(AluOp.MOV, tmp, rows, src=q_row),                  # z = round(-q / q_ln2)
-        _alu(AluOp.MUL, tmp, rows, imm=-m),
-        _alu(AluOp.SHR, tmp, rows, imm=k),
-        _alu(AluOp.MIN, tmp, rows, imm=31),
-        _alu(AluOp.MOV, out, rows, src=tmp),                    # p = q + z q_ln2
-        _alu(AluOp.MUL, out, rows, imm=q_ln2),
-        _alu(AluOp.ADD, out, rows, src=q_row),
-        _alu(AluOp.ADD, out, rows, imm=q_b),                    # (p + b)^2 + c
-        _alu(AluOp.MUL, out, rows, src=out),
-        _alu(AluOp.ADD, out, rows, imm=q_c),
-        _alu(AluOp.SHR, out, rows, src=tmp),                    # >> z, per lane
-    ]
-
-
 def i_gelu_program(q_row: int, rows: int, tmp: int, out: int, scale: float) -> list[isa.Insn]:
     """ibert.i_gelu as ALU instructions (rows tmp.. hold sgn, then the erf polynomial)."""
     s_e = scale / math.sqrt(2)
@@ -162,7 +136,7 @@ def test_i_exp_and_i_gelu_programs_are_bit_exact(scale: float) -> None:
     q = np.concatenate([q, np.zeros(-len(q) % n, np.int64)])
     rows = len(q) // n
     model.acc[0:rows] = q.reshape(rows, n)
-    _run(model, i_exp_program(0, rows, 100, 200, scale))
+    _run(model, ibert.i_exp_insns(0, rows, 100, 200, scale))
     assert np.array_equal(model.acc[200:200 + rows].reshape(-1), ibert.i_exp(q, scale)[0])
     rows = len(INT8) // n
     model.acc[0:rows] = INT8.reshape(rows, n)

@@ -1,0 +1,151 @@
+"""One attention head on the accelerator, in the transposed activation layout of
+docs/transformers.md: the building block of the transformer kernels (issue 16; not yet wired
+into the plugin's partitioner, which will hand it its tensors as `Ref`s).
+
+Layout in card memory (int8, "tile-major transposed"): a matrix X^T of H features by L tokens
+is stored as elements of N bytes, element (J, e) = tokens J*N .. J*N + N-1 of feature e, at
+byte (J * H + e) * N. An ACC8 STORE of accumulator rows ordered (J, e) writes exactly this, and
+its N x N tiles (N features of N tokens) are contiguous, so they load as WGT tiles directly.
+
+The program (`attention_head`), for one head of ``d`` features over ``seq`` tokens:
+1. loads Q^T's tiles as weights, K as input rows through the transposed LOAD (token j's N
+   features of block D), V^T's rows as input rows;
+2. S^T[j][i] = sum_d K[j][d] Q^T[d][i] by GEMMs (rows: keys j of query block I; lanes:
+   queries);
+3. Softmax over the keys, lane-wise over rows (pyhost/ibert.py's sequence: MAX, subtract,
+   i_exp, ADD, one XALU DIV reciprocal per query block, MUL and SHR to 7 fraction bits, MIN
+   127), P^T as int8;
+4. stores P^T (ACC8) and loads it back as weight tiles (P^T's N keys x N queries);
+5. out^T[e][i] = sum_j V^T[e][j] P^T[j][i] by GEMMs, stored as int32 rows (I, e): real value
+   x 2**-7 x V's scale.
+The score scale (Q's x K's / sqrt(d)) decides the exp constants; scores far below the row's
+maximum are clamped where their exponential is 0 at the output's precision.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from pyhost import ibert
+from pyhost.spec import isa
+from pyhost.spec.accel import AccelConfig
+from pyhost.spec.isa import AluOp, Buffer, XAluOp
+
+#: Fraction bits of the probabilities (P^T as int8: 0 .. 127 = 0 .. 127/128)
+P_BITS = 7
+
+
+class AttentionError(ValueError):
+    """A head the program cannot be made for (shapes, scratchpad, constants)."""
+
+
+@dataclass(frozen=True)
+class AttentionHead:
+    """The program and where its results are: out^T as int32 rows at ``out`` (byte offset from
+    slot 0), element (I, e) = N lanes (queries of block I) of feature e, scale 2**-P_BITS x
+    V's scale."""
+
+    program: list[isa.Insn]
+    out_scale_factor: float = 2.0 ** -P_BITS
+
+
+def attention_head(cfg: AccelConfig, seq: int, d: int, score_scale: float, *, q: int, k: int,
+                   v: int, p: int, out: int) -> AttentionHead:
+    """The program of one attention head (module doc). ``q``, ``k``, ``v``: byte offsets (slot
+    0) of Q^T, K^T, V^T (d x seq, tile-major transposed int8); ``p``: seq * seq bytes of
+    scratch memory for P^T; ``out``: seq * d * 4 bytes for out^T (int32). ``score_scale``: the
+    real value of one unit of Q.K (Q's scale x K's scale / sqrt(d))."""
+    n = cfg.n
+    if seq % n or d % n or seq <= 0 or d <= 0:
+        raise AttentionError(f"seq {seq} and d {d} must be positive multiples of N = {n}")
+    nb, db = seq // n, d // n
+    rows = nb * seq                                   # S^T's accumulator rows
+    if rows > 4095:
+        raise AttentionError(f"{rows} score rows exceed one ALU loop (4095)")
+    # scratchpad plan
+    kin, vin = 0, nb * d                              # INP: K rows, V^T rows
+    wq, wp = 0, nb * db                               # WGT: Q^T tiles, P^T tiles
+    s_, z_, e_ = 0, rows, 2 * rows                    # ACC: scores, z, exp / P
+    m_, sum_, r_ = 3 * rows, 3 * rows + nb, 3 * rows + 2 * nb
+    o_ = 3 * rows + 3 * nb                            # ACC: out^T
+    need = {"INP": (vin + nb * d, cfg.inp_depth), "WGT": (wp + nb * nb, cfg.wgt_depth),
+            "ACC": (o_ + nb * d, cfg.acc_depth)}
+    for name, (used, depth) in need.items():
+        if used > depth:
+            raise AttentionError(f"{name}: {used} rows needed, the scratchpad has {depth}")
+
+    # scores: coarsen a very fine scale (so that 2**15 units reach exp's zero), clamp to what
+    # i_exp takes after its own refinement
+    shift = max(0, math.ceil(math.log2(6e-4 / score_scale))) if score_scale < 6e-4 else 0
+    s_scale = score_scale * (1 << shift)
+    ep = ibert.i_exp_params(s_scale)
+    clamp = ((1 << 15) - 1) // ep["f"]
+    e_max = ep["q_b"] ** 2 + ep["q_c"]                # exp(0) in output units
+    if seq * e_max * 1.2 >= 1 << 30:
+        raise AttentionError(f"the sum of {seq} exponentials may reach 2**30 at scale "
+                             f"{score_scale}")
+
+    def alu(op: AluOp, dst: int, outer: int = 1, inner: int = 1, *, src: int | None = None,
+            imm: int | None = None, **f: int) -> isa.Insn:
+        fields = dict(dst_base=dst, outer=outer, inner=inner, **f)
+        if src is not None:
+            fields["src_base"] = src
+        return isa.alu(op, imm, **fields)
+
+    prog: list[isa.Insn] = [
+        # 1. loads
+        isa.load(Buffer.WGT, sp_base=wq, offset=q, y_size=nb, x_size=db, y_stride=db),
+        isa.load(Buffer.INP, sp_base=kin, offset=k, y_size=nb * d, x_size=1, y_stride=1,
+                 transpose=1),
+        isa.load(Buffer.INP, sp_base=vin, offset=v, y_size=nb, x_size=d, y_stride=d,
+                 push_next=1),
+    ]
+    # 2. S^T: for query block I and feature block D, every key j (J, c)
+    for i in range(nb):
+        for dd in range(db):
+            prog.append(isa.gemm(reset=int(dd == 0), acc_base=s_ + i * seq,
+                                 inp_base=kin + dd * n, wgt_base=wq + i * db + dd, outer=nb,
+                                 inner=n, acc_so=n, acc_si=1, inp_so=d, inp_si=1,
+                                 pop_prev=int(i == 0 and dd == 0)))
+    # 3. softmax over the keys (rows) of each query block
+    prog += [
+        alu(AluOp.MOV, m_, inner=nb, src=s_, dst_si=1, src_si=seq),
+        alu(AluOp.MAX, m_, nb, seq, src=s_, dst_so=1, src_so=seq, src_si=1),
+        alu(AluOp.MUL, m_, inner=nb, dst_si=1, imm=-1),
+        alu(AluOp.ADD, s_, nb, seq, src=m_, dst_so=seq, dst_si=1, src_so=1),
+    ]
+    if shift:
+        prog.append(alu(AluOp.SHR, s_, inner=rows, dst_si=1, imm=shift))
+    prog.append(alu(AluOp.MAX, s_, inner=rows, dst_si=1, imm=-clamp))
+    prog += ibert.i_exp_insns(s_, rows, z_, e_, s_scale)
+    prog += [
+        alu(AluOp.MOV, sum_, inner=nb, dst_si=1, imm=0),
+        alu(AluOp.ADD, sum_, nb, seq, src=e_, dst_so=1, src_so=seq, src_si=1),
+        alu(AluOp.MOV, r_, inner=nb, dst_si=1, imm=1 << 22),
+        alu(AluOp.MUL, r_, inner=nb, dst_si=1, imm=1 << 8),          # 2**30
+        isa.xalu(XAluOp.DIV, dst_base=r_, src_base=sum_, outer=1, inner=nb, dst_si=1,
+                 src_si=1),                                          # 2**30 / sum
+        alu(AluOp.MUL, e_, nb, seq, src=r_, dst_so=seq, dst_si=1, src_so=1),
+        alu(AluOp.SHR, e_, inner=rows, dst_si=1, imm=30 - P_BITS),
+        alu(AluOp.MIN, e_, inner=rows, dst_si=1, imm=127, push_next=1),
+    ]
+    # 4. P^T to memory and back as weight tiles (tile (Jb, I) = rows I*seq + Jb*N ..)
+    prog += [
+        isa.store(Buffer.ACC8, sp_base=e_, offset=p, y_size=1, x_size=rows, y_stride=rows,
+                  pop_prev=1, push_prev=1),
+        alu(AluOp.ADD, 0, outer=0, inner=0, pop_next=1, push_prev=1),   # store -> load
+        isa.load(Buffer.WGT, sp_base=wp, offset=p, y_size=nb, x_size=nb, y_stride=nb,
+                 pop_next=1, push_next=1),
+    ]
+    # 5. out^T[e][i] = sum over key blocks of V^T's rows x P^T's tiles
+    for i in range(nb):
+        for jb in range(nb):
+            prog.append(isa.gemm(reset=int(jb == 0), acc_base=o_ + i * d, inp_base=vin + jb * d,
+                                 wgt_base=wp + i * nb + jb, outer=1, inner=d, acc_si=1,
+                                 inp_si=1, pop_prev=int(i == 0 and jb == 0),
+                                 push_next=int(i == nb - 1 and jb == nb - 1)))
+    prog += [isa.store(Buffer.ACC, sp_base=o_, offset=out, y_size=1, x_size=nb * d,
+                       y_stride=nb * d, pop_prev=1),
+             isa.end()]
+    return AttentionHead(prog)
