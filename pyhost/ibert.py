@@ -21,6 +21,11 @@ input range, and docs/transformers.md gives the bounds.
   row, the result), the sum of squares, its square root (XALU SQRT of 16 x the sum: 4 sqrt(h
   var)), and one reciprocal per row that has sqrt(h) folded in; gamma and beta are a
   per-feature multiply and add after it.
+
+`i_exp_insns`, `i_gelu_insns` and `i_layernorm_insns` emit the same sequences as instructions
+(the last in the transposed layout of docs/transformers.md: features as rows, tokens as
+lanes); tests/pyhost/test_ibert.py runs them on the functional model bit-exact with the
+functions here.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import math
 import numpy as np
 
 from pyhost.accel.model import alu_op, xalu_div, xalu_sqrt
-from pyhost.spec.isa import AluOp
+from pyhost.spec.isa import AluOp, XAluOp
 
 INT32_MAX = (1 << 31) - 1
 #: The ALU's immediates are 24-bit signed.
@@ -220,6 +225,121 @@ def i_layernorm(q: np.ndarray, scale: float, eps: float = 1e-12, out_bits: int =
     # rounded mean's error, rem * recip / h, one per row
     corr = div(mul(rem, recip), h)
     return shr(add(mul(c, recip), mul(corr, -1)), 22 - out_bits), 2.0 ** -out_bits
+
+
+def i_gelu_insns(q_row: int, rows: int, tmp: int, out: int, scale: float) -> list:
+    """:func:`i_gelu` as ALU instructions over ``rows`` accumulator rows from ``q_row``: rows
+    tmp.. hold sgn(q), rows out.. get the result (scale as i_gelu's)."""
+    from pyhost.spec import isa
+
+    s_e = scale / math.sqrt(2)
+    q_b = _imm(math.floor(ERF_B / s_e), "erf b")
+    q_c = _imm(math.floor(1 / (ERF_A * s_e * s_e)), "erf c")     # also i_gelu's q_one
+
+    def alu(op: AluOp, dst: int, src: int | None = None, imm: int | None = None):
+        f = dict(dst_base=dst, outer=1, inner=rows, dst_si=1)
+        if src is not None:
+            f.update(src_base=src, src_si=1)
+        return isa.alu(op, imm, **f)
+
+    return [
+        alu(AluOp.MOV, tmp, src=q_row),                  # sgn(q)
+        alu(AluOp.MAX, tmp, imm=-1),
+        alu(AluOp.MIN, tmp, imm=1),
+        alu(AluOp.MOV, out, src=q_row),                  # min(|q|, -b) + b
+        alu(AluOp.MUL, out, src=tmp),
+        alu(AluOp.MIN, out, imm=-q_b),
+        alu(AluOp.ADD, out, imm=q_b),
+        alu(AluOp.MUL, out, src=out),                    # sgn (t^2 + c)
+        alu(AluOp.ADD, out, imm=q_c),
+        alu(AluOp.MUL, out, src=tmp),
+        alu(AluOp.ADD, out, imm=q_c),                    # q (erf + 1/s_erf)
+        alu(AluOp.MUL, out, src=q_row),
+    ]
+
+
+def i_layernorm_insns(x: int, h: int, blocks: int, tmp: int, scale: float, eps: float = 1e-12,
+                      out_bits: int = 10) -> list:
+    """:func:`i_layernorm` as ALU/XALU instructions in the transposed layout: ``blocks`` blocks
+    of ``h`` accumulator rows from ``x`` (block J's row e = feature e of N tokens, one per
+    lane), normalized in place over the features of each token. Rows tmp .. tmp + h * blocks
+    + 9 * blocks - 1 are scratch."""
+    from pyhost.spec import isa
+
+    if h > 512:
+        raise ValueError("i_layernorm_insns: rows of at most 512")
+    nb = blocks
+    sq = tmp                                           # h * nb rows: c^2
+    total, sgn, mean, rem, rem2, ss, root, recip, corr = (tmp + h * nb + k * nb
+                                                           for k in range(9))
+
+    def alu(op: AluOp, dst: int, outer: int = 1, inner: int = 1, *, src: int | None = None,
+            imm: int | None = None, **f: int):
+        fields = dict(dst_base=dst, outer=outer, inner=inner, **f)
+        if src is not None:
+            fields["src_base"] = src
+        return isa.alu(op, imm, **fields)
+
+    def per_block(op: AluOp, dst: int, src: int | None = None, imm: int | None = None):
+        return alu(op, dst, inner=nb, dst_si=1, src=src, imm=imm,
+                   **({"src_si": 1} if src is not None else {}))
+
+    def xalu(op: XAluOp, dst: int, src: int | None = None, imm: int | None = None):
+        f = dict(dst_base=dst, outer=1, inner=nb, dst_si=1)
+        if src is not None:
+            f.update(src_base=src, src_si=1)
+        return isa.xalu(op, imm, **f)
+
+    def reduce_into(dst: int, src: int):              # dst[J] = sum over the block's rows
+        return [per_block(AluOp.MOV, dst, imm=0),
+                alu(AluOp.ADD, dst, nb, h, src=src, dst_so=1, src_so=h, src_si=1)]
+
+    def each_row(op: AluOp, dst: int, src: int):      # rows of block J op= the block's src row
+        return alu(op, dst, nb, h, src=src, dst_so=h, dst_si=1, src_so=1)
+
+    eps_q = max(round(eps / (scale * scale) * h * 16), 1)
+    c_num = _imm(round(math.sqrt(h) * (1 << 24)), "sqrt(h) 2**24")
+    prog = reduce_into(total, x)
+    prog += [                                          # mean = (total +- h/2) / h
+        per_block(AluOp.MOV, sgn, src=total),
+        per_block(AluOp.MAX, sgn, imm=-1),
+        per_block(AluOp.MIN, sgn, imm=1),
+        per_block(AluOp.MUL, sgn, imm=h // 2),
+        per_block(AluOp.ADD, sgn, src=total),
+        per_block(AluOp.MOV, mean, src=sgn),
+        xalu(XAluOp.DIV, mean, imm=h),
+        per_block(AluOp.MOV, rem, src=mean),           # rem = total - mean h
+        per_block(AluOp.MUL, rem, imm=-h),
+        per_block(AluOp.ADD, rem, src=total),
+        per_block(AluOp.MUL, mean, imm=-1),            # c = q - mean, in place
+        each_row(AluOp.ADD, x, mean),
+        alu(AluOp.MOV, sq, inner=h * nb, src=x, dst_si=1, src_si=1),
+        alu(AluOp.MUL, sq, inner=h * nb, src=x, dst_si=1, src_si=1),
+    ]
+    prog += reduce_into(ss, sq)
+    prog += [                                          # 16 ss - 16 rem^2 / h
+        per_block(AluOp.MUL, ss, imm=16),
+        per_block(AluOp.MOV, rem2, src=rem),
+        per_block(AluOp.MUL, rem2, src=rem),
+        per_block(AluOp.MUL, rem2, imm=16),
+        xalu(XAluOp.DIV, rem2, imm=h),
+        per_block(AluOp.MUL, rem2, imm=-1),
+        per_block(AluOp.ADD, ss, src=rem2),
+        per_block(AluOp.ADD, ss, imm=eps_q),           # root = sqrt(16 h (var + eps))
+        xalu(XAluOp.SQRT, root, src=ss),
+        per_block(AluOp.MOV, recip, imm=c_num >> 12),  # sqrt(h) 2**24 / root
+        per_block(AluOp.MUL, recip, imm=1 << 12),
+        per_block(AluOp.ADD, recip, imm=c_num & 0xFFF),
+        xalu(XAluOp.DIV, recip, src=root),
+        per_block(AluOp.MOV, corr, src=rem),           # corr = rem recip / h
+        per_block(AluOp.MUL, corr, src=recip),
+        xalu(XAluOp.DIV, corr, imm=h),
+        per_block(AluOp.MUL, corr, imm=-1),
+        each_row(AluOp.MUL, x, recip),                 # (c recip - corr) >> (22 - out_bits)
+        each_row(AluOp.ADD, x, corr),
+        alu(AluOp.SHR, x, inner=h * nb, dst_si=1, imm=22 - out_bits),
+    ]
+    return prog
 
 
 def gelu(x: np.ndarray) -> np.ndarray:

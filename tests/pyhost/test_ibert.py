@@ -4,8 +4,6 @@ run as accelerator programs on the functional model, bit-exact with the numpy se
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
@@ -103,28 +101,6 @@ def _run(model: AccelModel, prog: list[isa.Insn]) -> None:
     assert res.ok, res.error
 
 
-def i_gelu_program(q_row: int, rows: int, tmp: int, out: int, scale: float) -> list[isa.Insn]:
-    """ibert.i_gelu as ALU instructions (rows tmp.. hold sgn, then the erf polynomial)."""
-    s_e = scale / math.sqrt(2)
-    q_b = math.floor(ibert.ERF_B / s_e)
-    q_c = math.floor(1 / (ibert.ERF_A * s_e * s_e))
-    q_one = math.floor(1 / (ibert.ERF_A * s_e * s_e))
-    return [
-        _alu(AluOp.MOV, tmp, rows, src=q_row),                  # sgn(q)
-        _alu(AluOp.MAX, tmp, rows, imm=-1),
-        _alu(AluOp.MIN, tmp, rows, imm=1),
-        _alu(AluOp.MOV, out, rows, src=q_row),                  # min(|q|, -b) + b
-        _alu(AluOp.MUL, out, rows, src=tmp),
-        _alu(AluOp.MIN, out, rows, imm=-q_b),
-        _alu(AluOp.ADD, out, rows, imm=q_b),
-        _alu(AluOp.MUL, out, rows, src=out),                    # sgn (t^2 + c)
-        _alu(AluOp.ADD, out, rows, imm=q_c),
-        _alu(AluOp.MUL, out, rows, src=tmp),
-        _alu(AluOp.ADD, out, rows, imm=q_one),                  # q (erf + 1)
-        _alu(AluOp.MUL, out, rows, src=q_row),
-    ]
-
-
 @pytest.mark.parametrize("scale", [0.004, 0.03, 0.2])
 def test_i_exp_and_i_gelu_programs_are_bit_exact(scale: float) -> None:
     """The i_exp and i_gelu sequences as ALU programs on the functional model (which the RTL
@@ -140,5 +116,26 @@ def test_i_exp_and_i_gelu_programs_are_bit_exact(scale: float) -> None:
     assert np.array_equal(model.acc[200:200 + rows].reshape(-1), ibert.i_exp(q, scale)[0])
     rows = len(INT8) // n
     model.acc[0:rows] = INT8.reshape(rows, n)
-    _run(model, i_gelu_program(0, rows, 100, 200, scale))
+    _run(model, ibert.i_gelu_insns(0, rows, 100, 200, scale))
     assert np.array_equal(model.acc[200:200 + rows].reshape(-1), ibert.i_gelu(INT8, scale)[0])
+
+
+@pytest.mark.parametrize("h, blocks", [(32, 2), (384, 1), (64, 3)])
+def test_i_layernorm_program_is_bit_exact(h: int, blocks: int) -> None:
+    """i_layernorm as a program in the transposed layout (features as rows, tokens as lanes)
+    on the functional model gives exactly the numpy sequence's integers, for rows spread over
+    the int8 range, narrow rows and a constant one."""
+    cfg = AccelConfig()
+    n = cfg.n
+    rng = np.random.default_rng(h)
+    tokens = np.concatenate([rng.integers(-128, 128, (blocks * n - 2, h)),
+                             np.clip(np.round(rng.normal(0, 3, (1, h))), -128, 127),
+                             np.full((1, h), 9)]).astype(np.int64)       # (tokens, features)
+    model = AccelModel(cfg)
+    x, tmp = 0, blocks * h
+    # block J's row e: feature e of tokens J*n .. J*n + n-1
+    model.acc[x:x + blocks * h] = tokens.reshape(blocks, n, h).transpose(0, 2, 1).reshape(-1, n)
+    _run(model, ibert.i_layernorm_insns(x, h, blocks, tmp, 0.05))
+    got = model.acc[x:x + blocks * h].reshape(blocks, h, n).transpose(0, 2, 1).reshape(-1, h)
+    want, _ = ibert.i_layernorm(tokens, 0.05)
+    assert np.array_equal(got, want)
