@@ -275,6 +275,49 @@ async def test_attention_head(dut) -> None:
 
 
 @cocotb.test(timeout_time=4, timeout_unit="sec")
+async def test_layernorm_and_gelu_programs(dut) -> None:
+    """LayerNorm's normalization (pyhost/ibert.py i_layernorm_insns: features as rows, five
+    XALU rows per token block) and GELU (i_gelu_insns) over accumulator rows loaded from card
+    memory, stored back: RTL and model bit for bit, and the model's result the numpy
+    sequence's."""
+    from pyhost import ibert
+
+    tb = TB(dut, "ideal")
+    await tb.reset()
+    await tb.clear_scratchpads()
+    n = tb.cfg.n
+    h, blocks = (16, 1) if ICARUS else (32, 2)
+    rng = np.random.default_rng(8)
+    tokens = rng.integers(-128, 128, (blocks * n, h)).astype(np.int64)
+    rows = tokens.reshape(blocks, n, h).transpose(0, 2, 1).reshape(-1, n).astype("<i4")
+    src, dst = 0x2000, 0x8000
+    tb.write_both(src, rows.tobytes())
+    count = blocks * h
+    x, tmp, g_in, g_tmp, g_out = 0, count, 2 * count + 9 * blocks, 3 * count + 9 * blocks, \
+        4 * count + 9 * blocks
+    prog = [isa.load(Buffer.ACC, sp_base=x, offset=src, y_size=1, x_size=count,
+                     y_stride=count),
+            isa.load(Buffer.ACC, sp_base=g_in, offset=src, y_size=1, x_size=count,
+                     y_stride=count, push_next=1),
+            isa.alu(isa.AluOp.ADD, outer=0, inner=0, pop_prev=1)]       # (tokens)
+    prog += ibert.i_layernorm_insns(x, h, blocks, tmp, 0.05)
+    prog += ibert.i_gelu_insns(g_in, count, g_tmp, g_out, 0.05)
+    prog[-1] = isa.Insn(prog[-1].op, {**prog[-1].fields, "push_next": 1})
+    prog += [isa.store(Buffer.ACC, sp_base=x, offset=dst, y_size=1, x_size=count,
+                       y_stride=count, pop_prev=1, push_prev=1),
+             isa.alu(isa.AluOp.ADD, outer=0, inner=0, pop_next=1, push_next=1),
+             isa.store(Buffer.ACC, sp_base=g_out, offset=dst + count * 4 * n, y_size=1,
+                       x_size=count, y_stride=count, pop_prev=1),
+             isa.end()]
+    await tb.run_both(isa.encode_program(prog), PROGRAM_BASE, len(prog), [0] * isa.NUM_SLOTS,
+                      f"LayerNorm and GELU, {blocks} x {h} rows")
+    out = np.frombuffer(bytes(tb.model_mem[dst:dst + 2 * count * 4 * n]), "<i4")
+    ln = out[:count * n].reshape(blocks, h, n).transpose(0, 2, 1).reshape(-1, h)
+    assert np.array_equal(ln, ibert.i_layernorm(tokens, 0.05)[0])
+    assert np.array_equal(out[count * n:], ibert.i_gelu(rows.reshape(-1), 0.05)[0])
+
+
+@cocotb.test(timeout_time=4, timeout_unit="sec")
 async def test_random_programs_ideal(dut) -> None:
     """Constrained-random programs, memory without back-pressure: RTL == model bit for bit."""
     await _random_programs(dut, "ideal", _seeds(100))
