@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from compiler.plugins.accel.kernels import depthwise
+from compiler.plugins.accel.kernels import words as W
 from compiler.plugins.accel.kernels.base import (
     _LOOP,
     _PAD,
@@ -56,9 +57,12 @@ from pyhost.accel import layout
 from pyhost.accel.timing import RTL_MEM_LATENCY, mem_cycles
 from pyhost.spec import isa
 from pyhost.spec.accel import AccelConfig
-from pyhost.spec.isa import AluOp, Buffer, Insn
+from pyhost.spec.isa import AluOp, Buffer, Opcode
 
 # --- Conv2d and Gemm: implicit GEMM -------------------------------------------------------------
+
+#: What one more accumulator row, input row and weight tile add to a GEMM word.
+ACC_1, INP_1, WGT_1 = (W.step(Opcode.GEMM, f) for f in ("acc_base", "inp_base", "wgt_base"))
 
 @dataclass(frozen=True)
 class _Geom:
@@ -344,6 +348,10 @@ def conv2d(in_shape: Sequence[int], q: Quant, *, inp: Ref, out: Ref, consts: Ref
           "one multiplier and shift per output channel")
 
     region = g.rows_in(plan.rows) * pitch         # INP rows of one input block of a tile
+    # per tap (ky, kx): its first INP row and weight tile after the pair's, and what they add
+    # to a GEMM word
+    tap_rows = [ky * g.dh * g.wp + kx * g.dw for ky in range(g.kh) for kx in range(g.kw)]
+    tap_steps = [r * INP_1 + t * WGT_1 for t, r in enumerate(tap_rows)]
     xl, xr = (0, 0) if dwp is None else (dwp.extra_left, dwp.extra_right)
     rtiles = [(b, oy0, min(plan.rows, g.oh - oy0)) for b in range(g.b)
               for oy0 in range(0, g.oh, plan.rows)]
@@ -353,7 +361,7 @@ def conv2d(in_shape: Sequence[int], q: Quant, *, inp: Ref, out: Ref, consts: Ref
         b, oy0, rr = rtiles[rt]
         gr, pa = groups[gi], passes[pi]
         p = rr * g.ow
-        loads: list[Insn] = []
+        loads: list[int] = []
         if si == 0:
             if plan.resident:
                 loads += _load_contig(Buffer.WGT, 0, consts.slot, w_off, n_live * taps, n * n)
@@ -377,55 +385,58 @@ def conv2d(in_shape: Sequence[int], q: Quant, *, inp: Ref, out: Ref, consts: Ref
             for j, ob in enumerate(gr):
                 loads += _bias_loads(consts.slot, bias_off + bias_rel[ob], acc_base + j * p, p,
                                      1)
-        compute: list[Insn] = []
+        compute: list[int] = []
         index = tile_index[0] if plan.resident else tile_index[gi * len(passes) + pi]
+        # one GEMM per (output block, input block, tap): the step's first GEMM word plus the
+        # pair's ACC rows, INP rows and first tile, plus the tap's (words.step)
+        gemm0 = W.gemm(acc_base=acc_base, inp_base=inp_base, outer=rr, inner=g.ow,
+                       acc_so=g.ow, acc_si=1, inp_so=g.sh * g.wp, inp_si=g.sw)
+        top_acc = top_inp = top_wt = -1
         for j, ob in enumerate(gr):
             for k, cb in enumerate(pa):
                 if live is not None and not live[ob, cb]:
                     continue
+                first = index[(ob, cb)] + (0 if plan.resident else wgt_base)
                 if dwp is not None:
-                    first = index[(ob, cb)] + (0 if plan.resident else wgt_base)
                     for t, dpass in enumerate(dwp.passes):
                         f = dwp.insn_fields(dpass, g.dh)
-                        compute.append(isa.dw(
+                        compute.append(W.dw(
                             acc_base=acc_base + j * p, inp_base=inp_base + k * region
                             + f["offset"], wgt_base=first + t, outer=rr, inner=g.ow,
                             acc_so=g.ow, acc_si=1, inp_so=g.sh * pitch, inp_si=g.sw,
                             taps=f["taps"], tap_w=f["tap_w"], tap_pitch=f["tap_pitch"]))
                     continue
-                for ky in range(g.kh):
-                    for kx in range(g.kw):
-                        tap = ky * g.kw + kx
-                        if plan.resident:
-                            wt = index[(ob, cb)] + tap
-                        else:
-                            wt = wgt_base + index[(ob, cb)] + tap
-                        compute.append(isa.gemm(
-                            acc_base=acc_base + j * p,
-                            inp_base=inp_base + k * region + ky * g.dh * g.wp + kx * g.dw,
-                            wgt_base=wt, outer=rr, inner=g.ow, acc_so=g.ow, acc_si=1,
-                            inp_so=g.sh * g.wp, inp_si=g.sw))
-        stores: list[Insn] = []
+                top_acc, top_inp, top_wt = max(top_acc, j * p), max(top_inp, k * region), \
+                    max(top_wt, first)
+                pair = gemm0 + j * p * ACC_1 + k * region * INP_1 + first * WGT_1
+                compute += [pair + d for d in tap_steps]
+        if top_wt >= 0:
+            # every field of those GEMMs lies between the first word's and these, so each sum
+            # above is the encoding: the range check of the whole step
+            W.gemm(acc_base=acc_base + top_acc, inp_base=inp_base + top_inp + tap_rows[-1],
+                   wgt_base=top_wt + len(tap_rows) - 1, outer=rr, inner=g.ow, acc_so=g.ow,
+                   acc_si=1, inp_so=g.sh * g.wp, inp_si=g.sw)
+        stores: list[int] = []
         if not compute and pi != len(passes) - 1:
             # a grouped conv's step whose pass meets none of its group's inputs: the pipeline
             # still needs one compute instruction to carry the step's tokens (no iterations)
-            compute.append(isa.alu(AluOp.ADD, imm=0, outer=0, inner=0))
+            compute.append(W.alu(AluOp.ADD, imm=0, outer=0, inner=0))
         if pi == len(passes) - 1:
-            compute.append(isa.req(zout, lo, hi, dst_base=acc_base, src_base=2 * gr.start,
-                                   outer=len(gr), inner=p, dst_so=p, dst_si=1, src_so=2))
+            compute.append(W.req(zout, lo, hi, dst_base=acc_base, src_base=2 * gr.start,
+                                 outer=len(gr), inner=p, dst_so=p, dst_si=1, src_so=2))
             obase = out.offset + ((b * g.nbo + gr.start) * g.oh + oy0) * g.ow * n
             if g.oh * g.ow <= _YSTRIDE:
                 stores += _store(Buffer.ACC8, n, slot=out.slot, sp_base=acc_base, offset=obase,
                                  y_size=len(gr), x_size=p, y_stride=g.oh * g.ow)
             else:
                 for j in range(len(gr)):
-                    stores.append(isa.store(Buffer.ACC8, slot=out.slot, sp_base=acc_base + j * p,
-                                            offset=obase + j * g.oh * g.ow * n, y_size=1,
-                                            x_size=p, y_stride=p))
+                    stores.append(W.store(Buffer.ACC8, slot=out.slot, sp_base=acc_base + j * p,
+                                          offset=obase + j * g.oh * g.ow * n, y_size=1,
+                                          x_size=p, y_stride=p))
         steps.append(_Step(loads, compute, stores, new["acc"]))
     insns = _pipeline(steps)
     return Kernel(
-        name, tuple(insns),
+        name, isa.Stream.from_words(insns),
         inputs=(TensorInfo("input", inp, (g.b, g.c, g.h, g.w), "int8",
                            layout.act_bytes(g.c, g.h, g.w, n, g.b), zin),),
         outputs=(TensorInfo("output", out, (g.b, g.co, g.oh, g.ow), "int8",
@@ -552,7 +563,7 @@ def _gemm_kernel(m: int, w_kn: np.ndarray, bias: np.ndarray, requant: tuple | No
         m0, mt = mtiles[t]
         gr, pa = groups[gi], passes[pi]
         obg, kbp = len(gr), len(pa)
-        loads: list[Insn] = []
+        loads: list[int] = []
         if si == 0:
             if plan.resident:
                 loads += _load_contig(Buffer.WGT, 0, consts.slot, w_off, kb * nbo, n * n)
@@ -567,18 +578,23 @@ def _gemm_kernel(m: int, w_kn: np.ndarray, bias: np.ndarray, requant: tuple | No
                                   obg * kbp, n * n)
         if new["acc"]:
             loads += _bias_loads(consts.slot, bias_off + bias_rel[gi], acc_base, mt, obg)
-        compute: list[Insn] = []
-        for j, ob in enumerate(gr):
-            for kk, cb in enumerate(pa):
-                wt = (ob * kb + cb) if plan.resident else wgt_base + j * kbp + kk
-                compute.append(isa.gemm(acc_base=acc_base + j, inp_base=inp_base + kk,
-                                        wgt_base=wt, outer=mt, inner=1, acc_so=obg,
-                                        inp_so=kbp))
-        stores: list[Insn] = []
+        # GEMM (j, kk): output block j (ACC row), input block kk (INP row), weight tile
+        # w0 + j * per_ob + kk; as words, the first one plus j columns and kk rows (words.step)
+        w0, per_ob = (gr.start * kb + pa.start, kb) if plan.resident else (wgt_base, kbp)
+        col, row = ACC_1 + per_ob * WGT_1, INP_1 + WGT_1
+        first = W.gemm(acc_base=acc_base, inp_base=inp_base, wgt_base=w0, outer=mt, inner=1,
+                       acc_so=obg, inp_so=kbp)
+        # the last GEMM has the largest fields: checked, every sum below is the encoding
+        W.gemm(acc_base=acc_base + obg - 1, inp_base=inp_base + kbp - 1,
+               wgt_base=w0 + (obg - 1) * per_ob + kbp - 1, outer=mt, inner=1, acc_so=obg,
+               inp_so=kbp)
+        rows = [kk * row for kk in range(kbp)]
+        compute = [first + j * col + r for j in range(obg) for r in rows]
+        stores: list[int] = []
         if pi == len(passes) - 1:
             if requant:
-                compute.append(isa.req(zout, lo, hi, dst_base=acc_base, src_base=2 * gr.start,
-                                       outer=mt, inner=obg, dst_so=obg, dst_si=1, src_si=2))
+                compute.append(W.req(zout, lo, hi, dst_base=acc_base, src_base=2 * gr.start,
+                                     outer=mt, inner=obg, dst_so=obg, dst_si=1, src_si=2))
             stores += _store(Buffer.ACC8 if requant else Buffer.ACC, elem_out, slot=out.slot,
                              sp_base=acc_base,
                              offset=out.offset + (m0 * nbo + gr.start) * elem_out,
@@ -589,7 +605,7 @@ def _gemm_kernel(m: int, w_kn: np.ndarray, bias: np.ndarray, requant: tuple | No
     if requant:
         zfill = min(max(requant[2], requant[3]), requant[4])
     return Kernel(
-        name, tuple(insns),
+        name, isa.Stream.from_words(insns),
         inputs=(TensorInfo("input", inp, (m, k, 1, 1), "int8", layout.act_bytes(k, 1, 1, n, m),
                            zin),),
         outputs=(TensorInfo("output", out, (m, nout, 1, 1), "int8" if requant else "int32",
