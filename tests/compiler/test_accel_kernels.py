@@ -1053,3 +1053,35 @@ def test_benchmark_layer_estimates() -> None:
         assert res.ok, res
         model = res.counters["cycles"]
         assert abs(model - est.cycles) <= 0.02 * model, (model, est.cycles)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["rt", "og"]), st.integers(1, 5), st.integers(1, 5), st.integers(1, 5),
+       st.data())
+def test_sparse_pipe_cost_is_the_step_by_step_sum(order: str, nrt: int, groups: int,
+                                                  passes: int, data: st.DataObject) -> None:
+    """The grouped conv's tiling cost (conv._sparse_pipe_cost, from a histogram of the live
+    pair counts) equals the sum over the nest's steps of max(the step's compute, the next
+    step's loads)."""
+    from compiler.plugins.accel.kernels import conv
+
+    cnt = np.array(data.draw(st.lists(st.lists(st.integers(0, 9), min_size=passes,
+                                               max_size=passes), min_size=groups,
+                                      max_size=groups)))
+    g_pair, q_tile, li, lw, lb = data.draw(st.lists(st.integers(0, 99), min_size=5,
+                                                    max_size=5))
+    seq = [(t, gi, pi) for t in range(nrt) for gi in range(groups) for pi in range(passes)]
+    if order == "og":
+        seq = sorted(seq, key=lambda s: (s[1], s[0], s[2]))
+    want = 0
+    for s, (t, gi, pi) in enumerate(seq):
+        comp = int(cnt[gi, pi]) * g_pair + (q_tile if pi == passes - 1 else 0) + 1
+        load = 0
+        if s + 1 < len(seq):
+            t2, g2, p2 = seq[s + 1]
+            load = li * ((t2, p2) != (t, pi)) + lw * ((g2, p2) != (gi, pi)) \
+                + lb * ((t2, g2) != (t, gi))
+        want += max(comp, load)
+    got = conv._sparse_pipe_cost(order, nrt, groups, passes, conv._sparse_profile(cnt), g_pair,
+                                 q_tile, li, lw, lb)
+    assert got == want

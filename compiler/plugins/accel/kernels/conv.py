@@ -133,23 +133,45 @@ def _live_counts(live: np.ndarray, obg: int, cbp: int) -> np.ndarray:
     return np.add.reduceat(a, np.arange(0, live.shape[1], cbp), axis=1)
 
 
-def _sparse_pipe_cost(order: str, nrt: int, cnt: np.ndarray, g_pair: int, q_tile: int,
-                      li: int, lw: int, lb: int) -> int:
+#: `_sparse_profile`: (count, steps) histograms and the last step's count
+_Profile = tuple[list[tuple[int, int]], list[tuple[int, int]], int]
+
+
+def _sparse_profile(cnt: np.ndarray) -> _Profile:
+    """What `_sparse_pipe_cost` needs of the live pair counts (group, pass): (value, how many)
+    over the passes before the last, the same over the last pass of every group but the last,
+    and the last group's last pass."""
+    def hist(a: np.ndarray) -> list[tuple[int, int]]:
+        v, k = np.unique(a, return_counts=True)
+        return list(zip(v.tolist(), k.tolist(), strict=True))
+
+    return hist(cnt[:, :-1]), hist(cnt[:-1, -1]), int(cnt[-1, -1])
+
+
+def _sparse_pipe_cost(order: str, nrt: int, groups: int, passes: int,
+                      profile: _Profile,
+                      g_pair: int, q_tile: int, li: int, lw: int, lb: int) -> int:
     """`_pipe_cost` of a grouped conv, step by step: a (group, pass) step computes only its
-    live tile pairs (cnt), so steps are uneven and max(compute, next loads) is taken per step.
-    """
-    groups, passes = cnt.shape
+    live tile pairs (`_sparse_profile` of their counts), so steps are uneven and max(compute,
+    next step's loads) is taken per step. The loads that follow a step depend only on where it
+    is in the nest: a step before its group's last pass is followed by a new input tile and
+    weight chunk; after a group's last pass come, depending on the order, the next row tile's
+    or group's loads; nothing after the last step."""
+    inner, last_pass, last = profile
+
+    def steps(hist: list[tuple[int, int]], q: int, load: int) -> int:
+        return sum(k * max(v * g_pair + q + 1, load) for v, k in hist)
+
+    c_last = last * g_pair + q_tile + 1
+    cost = nrt * steps(inner, 0, li + lw)
     if order == "rt":
-        t, gi, pi = np.indices((nrt, groups, passes)).reshape(3, -1)
-    else:
-        gi, t, pi = np.indices((groups, nrt, passes)).reshape(3, -1)
-    comp = cnt[gi, pi].astype(np.int64) * g_pair + np.where(pi == passes - 1, q_tile, 0) + 1
-
-    def new(key: np.ndarray) -> np.ndarray:
-        return np.r_[True, key[1:] != key[:-1]]
-
-    load = li * new(t * passes + pi) + lw * new(gi * passes + pi) + lb * new(t * groups + gi)
-    return int(np.maximum(comp, np.r_[load[1:], 0]).sum())
+        # after (t, group, last pass): (t, next group, pass 0), or (t + 1, 0, 0)
+        return (cost + nrt * steps(last_pass, q_tile, li * (passes > 1) + lw + lb)
+                + (nrt - 1) * max(c_last, li + lw * (groups * passes > 1) + lb) + c_last)
+    # "og": after (group, t, last pass): (group, t + 1, 0), or (next group, 0, 0)
+    next_tile = li + lw * (passes > 1) + lb
+    return (cost + (nrt - 1) * (steps(last_pass, q_tile, next_tile) + max(c_last, next_tile))
+            + steps(last_pass, q_tile, li * (nrt * passes > 1) + lw + lb) + c_last)
 
 
 def _conv_plans(g: _Geom, cfg: AccelConfig, params: int, live: np.ndarray | None = None,
@@ -168,7 +190,7 @@ def _conv_plans(g: _Geom, cfg: AccelConfig, params: int, live: np.ndarray | None
     out = []
     for cbp in _balanced(g.nbi):
         passes = _cdiv(g.nbi, cbp)
-        counts = {}
+        counts: dict[int, tuple[int, _Profile]] = {}   # per obg: most live pairs, profile
         for r in _balanced(g.oh):
             rin = g.rows_in(r)
             p = r * g.ow
@@ -182,10 +204,11 @@ def _conv_plans(g: _Geom, cfg: AccelConfig, params: int, live: np.ndarray | None
                 if live is None:
                     chunk, pairs = obg * cbp, obg * cbp
                 else:
-                    if (obg, cbp) not in counts:
-                        counts[(obg, cbp)] = _live_counts(live, obg, cbp)
-                    cnt = counts[(obg, cbp)]
-                    chunk, pairs = int(cnt.max()), 0
+                    if obg not in counts:
+                        cnt = _live_counts(live, obg, cbp)
+                        counts[obg] = int(cnt.max()), _sparse_profile(cnt)
+                    chunk, profile = counts[obg]
+                    pairs = 0
                 for order in ("rt", "og"):
                     inp_v, wgt_v, acc_v = _versions(order, nrt, groups, passes)
                     if resident:
@@ -210,8 +233,9 @@ def _conv_plans(g: _Geom, cfg: AccelConfig, params: int, live: np.ndarray | None
                                           pairs * taps * (p + _INSN_COST), obg * p + _INSN_COST,
                                           0 if inp_v == 1 else li, 0 if wgt_v == 1 else lw, lb)
                     else:
-                        cost = _sparse_pipe_cost(order, nrt, cnt, taps * (p + _INSN_COST),
-                                                 obg * p + _INSN_COST, 0 if inp_v == 1 else li,
+                        cost = _sparse_pipe_cost(order, nrt, groups, passes, profile,
+                                                 taps * (p + _INSN_COST), obg * p + _INSN_COST,
+                                                 0 if inp_v == 1 else li,
                                                  0 if wgt_v == 1 else lw, lb)
                     cost = max(cost, acc_v * st) + first + st
                     cost += nrt * groups * passes * _STEP_COST
