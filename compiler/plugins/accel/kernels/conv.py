@@ -3,6 +3,7 @@ order and the per-step instruction streams."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -175,15 +176,25 @@ def _sparse_pipe_cost(order: str, nrt: int, groups: int, passes: int,
 
 
 def _conv_plans(g: _Geom, cfg: AccelConfig, params: int, live: np.ndarray | None = None,
-                wp: int | None = None, taps: int | None = None) -> list[_Plan]:
+                wp: int | None = None, taps: int | None = None) -> tuple[_Plan, ...]:
     """Candidate tilings. `live` (grouped convolutions): which (output block, input block)
     weight tiles are not structurally zero; only those are stored and multiplied. `wp`: the
     input tile's row pitch (default the padded width); `taps`: weight tiles and compute
     instructions per tile pair (default the kernel's taps; a depthwise Conv on DW: its
-    passes)."""
+    passes). The search depends on nothing else, so layers of the same geometry (a network's
+    repeated blocks) share one (`_conv_plans_of`, memoized)."""
+    return _conv_plans_of(g, cfg, params,
+                          None if live is None else (live.shape, live.astype(bool).tobytes()),
+                          g.wp if wp is None else wp, g.kh * g.kw if taps is None else taps)
+
+
+@functools.lru_cache(maxsize=1024)
+def _conv_plans_of(g: _Geom, cfg: AccelConfig, params: int,
+                   live_key: tuple[tuple[int, ...], bytes] | None, wp: int, taps: int
+                   ) -> tuple[_Plan, ...]:
+    """`_conv_plans` with `live` as (shape, bytes)."""
+    live = None if live_key is None else np.frombuffer(live_key[1], bool).reshape(live_key[0])
     n = cfg.n
-    wp = g.wp if wp is None else wp
-    taps = g.kh * g.kw if taps is None else taps
     total_tiles = (g.nbo * g.nbi if live is None else int(live.sum())) * taps
     resident = total_tiles <= cfg.wgt_depth
     acc_rows = cfg.acc_depth - params
@@ -241,7 +252,7 @@ def _conv_plans(g: _Geom, cfg: AccelConfig, params: int, live: np.ndarray | None
                     cost += nrt * groups * passes * _STEP_COST
                     out.append(_Plan(r, obg, cbp, order, inp_v, wgt_v, acc_v, resident,
                                      int(cost)))
-    return out
+    return tuple(out)
 
 
 def grouped_weight(w: np.ndarray, c_in: int, group: int, n: int

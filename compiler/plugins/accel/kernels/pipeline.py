@@ -337,7 +337,7 @@ class _Plan:
     cost: int
 
 
-def _choose(candidates: list[_Plan], what: str, hint: str) -> _Plan:
+def _choose(candidates: Sequence[_Plan], what: str, hint: str) -> _Plan:
     if not candidates:
         raise AccelKernelError(f"{what} does not fit the scratchpads even with one output row, "
                                f"one output-channel block and one input-channel block per tile; "
