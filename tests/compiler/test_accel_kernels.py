@@ -161,6 +161,19 @@ def test_weight_tiles_order() -> None:
     assert sum(len(c) for c in chunks) == t.size == 3 * 2 * 6 * tile
 
 
+
+def test_gemm_weight_tiles_are_the_1x1_conv_tiles() -> None:
+    """A GEMM's (K, Nout) weight tiles as the 1x1 conv weight w_kn.T does, for any split into
+    groups and passes (and a weight that is itself a transposed view)."""
+    rng = np.random.default_rng(3)
+    w_kn = rng.integers(-128, 128, (37, 21)).astype(np.int8)
+    for groups, passes in (([range(0, 3)], [range(0, 5)]),
+                           ([range(0, 2), range(2, 3)], [range(0, 3), range(3, 5)])):
+        want = layout.conv_weight_tiles(w_kn.T[:, :, None, None], N, groups, passes)
+        assert layout.gemm_weight_tiles(w_kn, N, groups, passes) == want
+        assert layout.gemm_weight_tiles(np.ascontiguousarray(w_kn.T).T, N, groups, passes) == want
+
+
 # --- Conv2d -------------------------------------------------------------------------------------
 
 CONV_CASES = {

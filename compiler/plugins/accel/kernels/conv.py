@@ -574,11 +574,10 @@ def _gemm_kernel(m: int, w_kn: np.ndarray, bias: np.ndarray, requant: tuple | No
                    "the weight or the accumulators are too large")
     groups = _ranges(nbo, plan.obg)
     passes = _ranges(kb, plan.cbp)
-    w4 = np.ascontiguousarray(w_kn.T)[:, :, None, None]
     blob = _Blob(consts, n)
     gl = groups if not plan.resident else [range(0, nbo)]
     pl = passes if not plan.resident else [range(0, kb)]
-    w_off = blob.add("weights", b"".join(layout.conv_weight_tiles(w4, n, gl, pl)))
+    w_off = blob.add("weights", b"".join(layout.gemm_weight_tiles(w_kn, n, gl, pl)))
     chunk_off = {}
     o = w_off
     for gi, gr in enumerate(gl):
