@@ -198,6 +198,12 @@ def _conv_plans_of(g: _Geom, cfg: AccelConfig, params: int,
     total_tiles = (g.nbo * g.nbi if live is None else int(live.sum())) * taps
     resident = total_tiles <= cfg.wgt_depth
     acc_rows = cfg.acc_depth - params
+    # the loads' cycles: the constants' once, an input tile's per (pass size, rows), the rest
+    # per output group size
+    lat = RTL_MEM_LATENCY
+    padded = bool(g.pt or g.pb or g.pl or g.pr or wp != g.wp)
+    params_load = mem_cycles(1, params * 4 * n, params, lat)
+    resident_load = mem_cycles(1, total_tiles * n * n, total_tiles, lat)
     out = []
     for cbp in _balanced(g.nbi):
         passes = _cdiv(g.nbi, cbp)
@@ -208,6 +214,10 @@ def _conv_plans_of(g: _Geom, cfg: AccelConfig, params: int,
             if rin > _XY or p > _XY or r > _LOOP or cbp * rin * wp > cfg.inp_depth:
                 continue
             nrt = g.b * _cdiv(g.oh, r)
+            if padded:
+                li = cbp * mem_cycles(rin, g.w * n, rin * wp, lat)
+            else:
+                li = cbp * mem_cycles(1, rin * g.w * n, rin * wp, lat)
             for obg in _balanced(g.nbo):
                 if obg * p > acc_rows or obg > _LOOP:
                     continue
@@ -220,6 +230,10 @@ def _conv_plans_of(g: _Geom, cfg: AccelConfig, params: int,
                         counts[obg] = int(cnt.max()), _sparse_profile(cnt)
                     chunk, profile = counts[obg]
                     pairs = 0
+                lw = mem_cycles(1, chunk * taps * n * n, chunk * taps, lat)
+                lb = obg * mem_cycles(_cdiv(p, BIAS_COPIES), BIAS_COPIES * 4 * n, p, lat)
+                st = mem_cycles(obg, p * n, obg * p, lat)
+                first = li + lb + params_load + (resident_load if resident else lw)
                 for order in ("rt", "og"):
                     inp_v, wgt_v, acc_v = _versions(order, nrt, groups, passes)
                     if resident:
@@ -229,16 +243,6 @@ def _conv_plans_of(g: _Geom, cfg: AccelConfig, params: int,
                             or (not resident and chunk * taps
                                 > _region(cfg.wgt_depth, wgt_v, WGT_REGIONS))):
                         continue
-                    lat = RTL_MEM_LATENCY
-                    if g.pt or g.pb or g.pl or g.pr or wp != g.wp:
-                        li = cbp * mem_cycles(rin, g.w * n, rin * wp, lat)
-                    else:
-                        li = cbp * mem_cycles(1, rin * g.w * n, rin * wp, lat)
-                    lw = mem_cycles(1, chunk * taps * n * n, chunk * taps, lat)
-                    lb = obg * mem_cycles(_cdiv(p, BIAS_COPIES), BIAS_COPIES * 4 * n, p, lat)
-                    st = mem_cycles(obg, p * n, obg * p, lat)
-                    first = li + lb + mem_cycles(1, params * 4 * n, params, lat) + (
-                        mem_cycles(1, total_tiles * n * n, total_tiles, lat) if resident else lw)
                     if live is None:
                         cost = _pipe_cost(order, nrt, groups, passes,
                                           pairs * taps * (p + _INSN_COST), obg * p + _INSN_COST,
