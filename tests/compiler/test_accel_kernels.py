@@ -320,6 +320,31 @@ def test_grouped_conv2d_errors() -> None:
         K.conv2d((1, 10, 4, 4), q, inp=K.Ref(IN), out=K.Ref(OUT), consts=K.Ref(CONST), group=4)
 
 
+
+def test_conv2d_layers_of_one_shape_share_their_program() -> None:
+    """Two convolutions of the same geometry, zero points and places but other weights get the
+    same instructions (conv._PROGRAMS) and their own constants; the shared program is the one
+    generated afresh; a different zero point or group is another program."""
+    from compiler.plugins.accel.kernels import conv
+
+    rng = np.random.default_rng(4)
+    q1, q2 = conv_q(rng, 20, 12, 3, 3), conv_q(rng, 20, 12, 3, 3)
+    q2 = {**q2, "input_zero_point": q1["input_zero_point"],
+          "output_zero_point": q1["output_zero_point"]}
+    args = {"inp": K.Ref(IN), "out": K.Ref(OUT), "consts": K.Ref(CONST), "pads": (1, 1, 1, 1)}
+    shape = (1, 12, 9, 7)
+    a = K.conv2d(shape, q1, **args)
+    b = K.conv2d(shape, q2, **args)
+    assert b.insns is a.insns and b.consts.data != a.consts.data
+    conv._PROGRAMS.clear()
+    fresh = K.conv2d(shape, q2, **args)
+    assert fresh.insns is not a.insns and fresh.insns == a.insns and fresh.tiling == a.tiling
+    other = K.conv2d(shape, {**q2, "input_zero_point": q2["input_zero_point"] + 1}, **args)
+    assert other.insns != a.insns                     # the padding value is in the LOADs
+    grouped = K.conv2d(shape, {**q1, "weight": q1["weight"][:, :6]}, group=2, **args)
+    assert grouped.insns != a.insns
+
+
 # --- Gemm ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("m,k,nout,axis,cfg", [

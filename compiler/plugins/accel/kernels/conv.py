@@ -386,6 +386,55 @@ def conv2d(in_shape: Sequence[int], q: Quant, *, inp: Ref, out: Ref, consts: Ref
     _need(len(np.asarray(q["multiplier"]).reshape(-1)) == g.co,
           "one multiplier and shift per output channel")
 
+    # everything the instructions depend on (the rest of the blob is values): layers of the
+    # same geometry, quantization bounds and places share one program (_PROGRAMS)
+    key = (g, cfg, params, plan, None if live is None else live.tobytes(), dwp, pitch, taps,
+           zin, zout, lo, hi, inp, out, consts, w_off, bias_off, req_off, n_live,
+           tuple(chunk_off.items()), tuple(len(c) for c in wchunks), tuple(bias_rel),
+           tuple(tuple(d.items()) for d in tile_index))
+    program = _PROGRAMS.get(key)
+    if program is None:
+        program = _conv_program(g, cfg, params, plan, groups, passes, live, dwp, pitch, taps,
+                                zin, zout, lo, hi, inp, out, consts, w_off, bias_off, req_off,
+                                n_live, chunk_off, wchunks, bias_rel, tile_index)
+        if len(_PROGRAMS) >= _PROGRAMS_MAX:
+            _PROGRAMS.clear()
+        _PROGRAMS[key] = program
+    insns, nsteps = program
+    return Kernel(
+        name, insns,
+        inputs=(TensorInfo("input", inp, (g.b, g.c, g.h, g.w), "int8",
+                           layout.act_bytes(g.c, g.h, g.w, n, g.b), zin),),
+        outputs=(TensorInfo("output", out, (g.b, g.co, g.oh, g.ow), "int8",
+                            layout.act_bytes(g.co, g.oh, g.ow, n, g.b),
+                            min(max(zout, lo), hi)),),
+        consts=blob.done(),
+        tiling={"rows": plan.rows, "out_blocks": plan.obg, "in_blocks": plan.cbp,
+                "order": plan.order, "steps": nsteps, "weights_resident": plan.resident,
+                "inp_versions": plan.inp_v, "acc_versions": plan.acc_v,
+                "out_shape": (g.b, g.co, g.oh, g.ow),
+                **({} if live is None else {"group": int(group), "live_tiles": n_live,
+                                            "tiles": g.nbo * g.nbi}),
+                **({} if dwp is None else {"depthwise_mode": True, "dw_passes": len(dwp.passes),
+                                           "dw_pitch": dwp.pitch})})
+
+
+#: `_conv_program`'s results by everything they depend on (bounded: cleared when full)
+_PROGRAMS: dict[tuple, tuple[isa.Stream, int]] = {}
+_PROGRAMS_MAX = 256
+
+
+def _conv_program(g: _Geom, cfg: AccelConfig, params: int, plan: _Plan, groups: list[range],
+                  passes: list[range], live: np.ndarray | None, dwp: depthwise.DwPlan | None,
+                  pitch: int, taps: int, zin: int, zout: int, lo: int, hi: int, inp: Ref,
+                  out: Ref, consts: Ref, w_off: int, bias_off: int, req_off: int, n_live: int,
+                  chunk_off: dict[tuple[int, int], int], wchunks: list[bytes],
+                  bias_rel: list[int], tile_index: list[dict[tuple[int, int], int]]
+                  ) -> tuple[isa.Stream, int]:
+    """`conv2d`'s instruction stream and its number of pipeline steps, from the plan and the
+    constant blob's layout (section offsets, weight chunks and the index of each tile pair's
+    first tile in its chunk)."""
+    n = cfg.n
     region = g.rows_in(plan.rows) * pitch         # INP rows of one input block of a tile
     # per tap (ky, kx): its first INP row and weight tile after the pair's, and what they add
     # to a GEMM word
@@ -473,23 +522,7 @@ def conv2d(in_shape: Sequence[int], q: Quant, *, inp: Ref, out: Ref, consts: Ref
                                           offset=obase + j * g.oh * g.ow * n, y_size=1,
                                           x_size=p, y_stride=p))
         steps.append(_Step(loads, compute, stores, new["acc"]))
-    insns = _pipeline(steps)
-    return Kernel(
-        name, isa.Stream.from_words(insns),
-        inputs=(TensorInfo("input", inp, (g.b, g.c, g.h, g.w), "int8",
-                           layout.act_bytes(g.c, g.h, g.w, n, g.b), zin),),
-        outputs=(TensorInfo("output", out, (g.b, g.co, g.oh, g.ow), "int8",
-                            layout.act_bytes(g.co, g.oh, g.ow, n, g.b),
-                            min(max(zout, lo), hi)),),
-        consts=blob.done(),
-        tiling={"rows": plan.rows, "out_blocks": plan.obg, "in_blocks": plan.cbp,
-                "order": plan.order, "steps": len(steps), "weights_resident": plan.resident,
-                "inp_versions": plan.inp_v, "acc_versions": plan.acc_v,
-                "out_shape": (g.b, g.co, g.oh, g.ow),
-                **({} if live is None else {"group": int(group), "live_tiles": n_live,
-                                            "tiles": g.nbo * g.nbi}),
-                **({} if dwp is None else {"depthwise_mode": True, "dw_passes": len(dwp.passes),
-                                           "dw_pitch": dwp.pitch})})
+    return isa.Stream.from_words(_pipeline(steps)), len(steps)
 
 
 def conv2d_output_shape(in_shape: Sequence[int], weight_shape: Sequence[int],
