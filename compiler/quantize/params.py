@@ -94,11 +94,12 @@ def weight_params(w: np.ndarray, axis: int, min_scale: np.ndarray | None = None
     ``min_scale`` (per channel, optional) raises a channel's scale to at least that value (the
     quantizer's remedy for a bias that would overflow int32 at the weights' own scale).
     QuantizationError for weights that are not finite."""
-    w64 = np.asarray(w, np.float64)
-    if not np.isfinite(w64).all():
-        raise QuantizationError("the weights are not all finite (NaN or Inf)")
+    w64 = np.array(w, np.float64)           # a copy: the quantization below works in place
     axes = tuple(i for i in range(w64.ndim) if i != axis)
-    amax = np.abs(w64).max(axis=axes) if axes else np.abs(w64)
+    # max |w| per channel from its max and min (a NaN or Inf weight makes it not finite)
+    amax = np.maximum(w64.max(axis=axes), -w64.min(axis=axes)) if axes else np.abs(w64)
+    if not np.isfinite(amax).all():
+        raise QuantizationError("the weights are not all finite (NaN or Inf)")
     scale = np.where(amax > 0, amax / WMAX, 1.0)
     if min_scale is not None:
         scale = np.maximum(scale, np.asarray(min_scale, np.float64))
@@ -109,5 +110,6 @@ def weight_params(w: np.ndarray, axis: int, min_scale: np.ndarray | None = None
         scale = np.where(low, np.nextafter(scale, np.float32(np.inf)), scale).astype(np.float32)
     shape = [1] * w64.ndim
     shape[axis] = -1
-    q = np.clip(np.rint(w64 / scale.astype(np.float64).reshape(shape)), -WMAX, WMAX)
+    q = np.divide(w64, scale.astype(np.float64).reshape(shape), out=w64)
+    np.clip(np.rint(q, out=q), -WMAX, WMAX, out=q)
     return q.astype(np.int8), scale

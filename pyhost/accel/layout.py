@@ -122,6 +122,23 @@ def conv_weight_tiles(w: np.ndarray, n: int, ob_groups: Sequence[range],
     return out
 
 
+
+def gemm_weight_tiles(w_kn: np.ndarray, n: int, ob_groups: Sequence[range],
+                      cb_passes: Sequence[range]) -> list[bytes]:
+    """`conv_weight_tiles` of a GEMM's (K, Nout) int8 weight (the 1x1 conv weight ``w_kn.T``),
+    tiled straight from that layout: tile (ob, cb) holds w_kn[cb*N + k, ob*N + n] at [k][n]."""
+    w_kn = np.asarray(w_kn)
+    if w_kn.ndim != 2:
+        raise ValueError(f"expected a (K, Nout) weight, got shape {w_kn.shape}")
+    k, nout = w_kn.shape
+    kb, nbo = blocks(k, n), blocks(nout, n)
+    wp = np.zeros((kb * n, nbo * n), np.int8)
+    wp[:k, :nout] = w_kn
+    # [cb, k, ob, n] -> [ob, cb, k, n]
+    t = wp.reshape(kb, n, nbo, n).transpose(2, 0, 1, 3)
+    return [np.ascontiguousarray(t[g.start:g.stop, p.start:p.stop]).tobytes()
+            for g in ob_groups for p in cb_passes]
+
 def lane_rows(values: np.ndarray, n: int, fill: int = 0) -> np.ndarray:
     """Per-channel int32 values -> (blocks, N) rows (the ACC row format), padding with `fill`."""
     v = np.asarray(values, np.int64).reshape(-1)

@@ -131,47 +131,113 @@ def estimate(insns: Sequence[Insn], cfg: AccelConfig = DEFAULT_CONFIG, mem_laten
 
     Processes the stream in order, so it also checks that every pop has its push earlier in
     the stream (StreamOrderError otherwise: such a program can deadlock on full queues).
+
+    The busy cycles of every instruction (`field_cycles`) are computed with numpy from the
+    encoded stream (an `isa.Stream` as it is; other sequences are encoded first); the loop that
+    follows the fetcher, the queues and the tokens runs on plain ints.
     """
+    stream = isa.Stream.of(insns)
+    words = np.frombuffer(stream.raw, "<u8").reshape(-1, 2)
+    op = (words[:, 0] & np.uint64(0xF)).astype(np.int64)
+    ends = np.flatnonzero(op == Opcode.END)
+    count = int(ends[0]) + 1 if ends.size else op.size      # END counts, what follows not
+    k = int(ends[0]) if ends.size else op.size
+    lo, hi, op = words[:k, 0], words[:k, 1], op[:k]
+    unit = _UNIT_OF[op]
+    if (unit < 0).any():
+        raise ValueError(f"estimate: instruction {int(np.flatnonzero(unit < 0)[0])} has an "
+                         "illegal opcode")
+    flags = ((lo >> np.uint64(4)) & np.uint64(0xF)).astype(np.int64)
+    dur, it, lanes = _busy_cycles(op, lo, hi, cfg.n, mem_latency)
+    array = (op == Opcode.GEMM) | (op == Opcode.DW)
+    busy = [int(dur[unit == u].sum()) for u in range(3)]
+
     cap = cfg.queue_depth + 1
     fetch_t = 0
     unit_t = [0, 0, 0]
-    finish: list[list[int]] = [[], [], []]
+    #: the finish times of each unit's last `cap` instructions (the queue it fills)
+    recent: list[deque[int]] = [deque(maxlen=cap) for _ in range(3)]
     tokens: list[deque[int]] = [deque() for _ in range(4)]
-    busy = [0, 0, 0]
-    gemm_it = gemm_busy = count = array_macs = 0
-    for pc, insn in enumerate(insns):
-        count += 1
-        if insn.op == Opcode.END:
-            break
-        u = insn.unit
-        assert u is not None
+    counters = _COUNTERS
+    for pc, u, d, f in zip(range(k), unit.tolist(), dur.tolist(), flags.tolist(), strict=True):
         t = fetch_t + 1
-        k = len(finish[u]) - cap
-        if k >= 0:
-            t = max(t, finish[u][k])
+        r = recent[u]
+        if len(r) == cap and r[0] > t:
+            t = r[0]
         fetch_t = t
-        start = max(unit_t[u], t + 1)
-        pops, pushes = isa.token_counters(u, insn.fields)
-        for c in pops:
-            if not tokens[c]:
-                raise StreamOrderError(f"instruction {pc} ({insn}) pops a token that no earlier "
-                                       "instruction pushed")
-            start = max(start, tokens[c].popleft())
-        dur = insn_cycles(insn, cfg.n, mem_latency)
-        end = start + dur
+        start = unit_t[u]
+        if start <= t:
+            start = t + 1
+        if f:
+            pops, pushes = counters[u][f]
+            for c in pops:
+                q = tokens[c]
+                if not q:
+                    raise StreamOrderError(f"instruction {pc} ({stream[pc]}) pops a token that "
+                                           "no earlier instruction pushed")
+                v = q.popleft()
+                if v > start:
+                    start = v
+            end = start + d
+            for c in pushes:
+                tokens[c].append(end)
+        else:
+            end = start + d
         unit_t[u] = end
-        finish[u].append(end)
-        busy[u] += dur
-        if insn.op in (Opcode.GEMM, Opcode.DW):
-            it = insn.fields.get("outer", 0) * insn.fields.get("inner", 0)
-            gemm_it += it
-            gemm_busy += dur
-            rows = insn.fields.get("taps", 0) if insn.op == Opcode.DW else cfg.n
-            array_macs += it * rows * cfg.n
-        for c in pushes:
-            tokens[c].append(end)
-    return Estimate(max([fetch_t, *unit_t]), gemm_it, gemm_busy, busy[Unit.COMPUTE],
-                    busy[Unit.LOAD], busy[Unit.STORE], count, array_macs)
+        r.append(end)
+    return Estimate(max([fetch_t, *unit_t]), int(it[array].sum()), int(dur[array].sum()),
+                    busy[Unit.COMPUTE], busy[Unit.LOAD], busy[Unit.STORE], count,
+                    int((it * lanes)[array].sum()) * cfg.n)
+
+
+#: Cycles per iteration of each XALU alu_op (1 for those that do not exist: never fetched)
+_XALU_PER = np.ones(8, np.int64)
+for _x, _c in isa.XALU_CYCLES.items():
+    _XALU_PER[int(_x)] = _c
+
+
+def _busy_cycles(op: np.ndarray, lo: np.ndarray, hi: np.ndarray, n: int, mem_latency: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`field_cycles` of every instruction (opcodes ``op``, words as their ``lo``/``hi`` 64-bit
+    halves), their iterations (GEMM, DW, ALU, XALU) and the array rows each GEMM/DW iteration
+    uses (N; DW: its taps)."""
+    dur = np.zeros(op.size, np.int64)
+    it = np.zeros(op.size, np.int64)
+    lanes = np.full(op.size, n, np.int64)
+    for code in (Opcode.GEMM, Opcode.ALU, Opcode.DW, Opcode.XALU):
+        sel = op == code
+        if sel.any():
+            pos = _positions(code)
+            ls, hs = lo[sel], hi[sel]
+            it[sel] = _field(ls, hs, *pos["outer"]) * _field(ls, hs, *pos["inner"])
+            dur[sel] = it[sel] + 1
+            if code == Opcode.DW:
+                lanes[sel] = _field(ls, hs, *pos["taps"])
+            if code == Opcode.XALU:                    # XALU_CYCLES per iteration
+                dur[sel] = it[sel] * _XALU_PER[_field(ls, hs, *pos["alu_op"])] + 1
+    mem = (op == Opcode.LOAD) | (op == Opcode.STORE)
+    if mem.any():
+        pos = _positions(Opcode.LOAD)                  # LOAD and STORE share the MEM format
+        ls, hs = lo[mem], hi[mem]
+        g = {k: _field(ls, hs, *pos[k]) for k in ("buf", "y_size", "x_size", "pad_top",
+                                                  "pad_bottom", "pad_left", "pad_right")}
+        e = np.array([isa.element_bytes(Buffer(b), n) for b in range(4)], np.int64)[g["buf"]]
+        y, x = g["y_size"], g["x_size"]
+        sp = (g["pad_top"] + y + g["pad_bottom"]) * (g["pad_left"] + x + g["pad_right"])
+        dur[mem] = _mem_cycles_array(np.where(x > 0, y, 0), x * e, sp, mem_latency)
+    return dur, it, lanes
+
+
+def _mem_cycles_array(rows: np.ndarray, row_bytes: np.ndarray, sp_rows: np.ndarray,
+                      mem_latency: int) -> np.ndarray:
+    """`mem_cycles` of arrays of LOAD/STOREs."""
+    beats = -(-row_bytes // BEAT_BYTES)
+    per_row = beats
+    if mem_latency:
+        bursts = -(-beats // MAX_BURST_BEATS)
+        held = -(-bursts * (mem_latency + np.minimum(beats, MAX_BURST_BEATS)) // MAX_OUTSTANDING)
+        per_row = np.where(beats > 0, np.maximum(beats, held), beats)
+    return np.maximum(sp_rows, rows * per_row) + 1
 
 
 # --- the calibrated performance model ------------------------------------------------------------
@@ -349,10 +415,7 @@ def _unit_cycles(raw: np.ndarray, n: int, p: PerfParams
                 it[sel] = _field(lo[sel], hi[sel], *pos["outer"]) \
                     * _field(lo[sel], hi[sel], *pos["inner"])
                 if code == Opcode.XALU:            # cycles, not iterations
-                    per = np.ones(8, np.int64)
-                    for x, cyc in isa.XALU_CYCLES.items():
-                        per[int(x)] = cyc
-                    it[sel] *= per[_field(lo[sel], hi[sel], *pos["alu_op"])]
+                    it[sel] *= _XALU_PER[_field(lo[sel], hi[sel], *pos["alu_op"])]
         c_occ = np.where(it > 0, it + p.compute_extra, 1)
         occ[comp] = c_occ[comp]
         push[comp] = np.where(it > 0, c_occ + p.compute_push, 1)[comp]
@@ -432,6 +495,10 @@ _QUEUES = [tuple(q for q in range(4) if m >> q & 1) for m in range(16)]
 _FLAG_COUNTERS = {u: [isa.POPS[Unit(u)].get("pop_prev"), isa.POPS[Unit(u)].get("pop_next"),
                       isa.PUSHES[Unit(u)].get("push_prev"), isa.PUSHES[Unit(u)].get("push_next")]
                   for u in (Unit.LOAD, Unit.COMPUTE, Unit.STORE)}
+#: `isa.token_counters` by unit and flag bits (pop_prev, pop_next, push_prev, push_next as
+#: bits 0..3): (counters popped, counters pushed).
+_COUNTERS = [[isa.token_counters(Unit(u), {name: m >> bit & 1 for bit, name in enumerate(
+    ("pop_prev", "pop_next", "push_prev", "push_next"))}) for m in range(16)] for u in range(3)]
 
 
 def perf_estimate_raw(raw: bytes | np.ndarray, cfg: AccelConfig = DEFAULT_CONFIG,

@@ -10,8 +10,10 @@ which are checked bit-exact against each other.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import overload
 
 #: 2: DW (depthwise) added; 3: XALU (DIV, SQRT) and the transposed LOAD added. A program of an
 #: earlier version runs unchanged.
@@ -250,6 +252,9 @@ _LAYOUTS: dict[Opcode, _Layout] = {op: _layout(fmt) for op, fmt in FORMATS.items
 #: The field names each opcode has (besides the opcode).
 _FIELD_NAMES: dict[Opcode, frozenset[str]] = {op: frozenset(f[0] for f in lay)
                                               for op, lay in _LAYOUTS.items()}
+#: The same layouts by field name, for `word`.
+_BY_NAME: dict[Opcode, dict[str, tuple[str, int, int, int, int, int, bool]]] = {
+    op: {f[0]: f for f in lay} for op, lay in _LAYOUTS.items()}
 
 
 def field_lsb(op: Opcode, name: str) -> int:
@@ -329,16 +334,126 @@ def encode(insn: Insn) -> bytes:
     op = insn.op
     word = int(op) & _OPCODE_MASK
     get = insn.fields.get
-    for name, lsb, mask, lo, hi, width, signed in _LAYOUTS[op]:
+    for name, lsb, mask, lo, hi, _, _ in _LAYOUTS[op]:
         v = get(name, 0)
         if v == 0:  # absent or zero: nothing to set
             continue
         v = int(v)
         if not lo <= v <= hi:
-            raise IsaError(f"{op.name}.{name} = {v} does not fit {width} "
-                           f"{'signed ' if signed else ''}bits ({lo}..{hi})")
+            raise _no_fit(op, name, v)
         word |= (v & mask) << lsb
     return word.to_bytes(INSN_BYTES, "little")
+
+
+def _no_fit(op: Opcode, name: str, v: int) -> IsaError:
+    _, _, _, lo, hi, width, signed = _BY_NAME[op][name]
+    return IsaError(f"{op.name}.{name} = {v} does not fit {width} "
+                    f"{'signed ' if signed else ''}bits ({lo}..{hi})")
+
+
+# --- instruction words ---------------------------------------------------------------------------
+# A code generator that emits hundreds of thousands of instructions builds them as *words*: the
+# 128-bit integer whose little-endian bytes are `encode`'s image, with no Insn object each.
+# Fields are packed from bit 0 (FORMATS), so for an unsigned field that stays in range, adding
+# ``k << field_lsb(op, name)`` to a word adds k to that field alone.
+
+#: The bit of each dependency flag in a word (the four bits after the opcode).
+FLAG_BITS: dict[str, int] = {}
+_lsb = FORMATS[Opcode.END][0].width
+for _f in FORMATS[Opcode.END][1:]:
+    FLAG_BITS[_f.name] = 1 << _lsb
+    _lsb += _f.width
+del _lsb, _f
+
+
+def word(op: Opcode, **fields: int) -> int:
+    """The instruction `op` with these fields as its word: ``encode(Insn(op, fields))`` read as
+    a little-endian integer. IsaError for a field the opcode does not have or a value that does
+    not fit."""
+    layout = _BY_NAME[op]
+    w = int(op)
+    for name, v in fields.items():
+        f = layout.get(name)
+        if f is None:
+            raise IsaError(f"{op.name} has no field {name!r}; it has "
+                           f"{sorted(_FIELD_NAMES[op])}")
+        if v:
+            v = int(v)
+            if not f[3] <= v <= f[4]:
+                raise _no_fit(op, name, v)
+            w |= (v & f[2]) << f[1]
+    return w
+
+
+class Stream(Sequence[Insn]):
+    """An instruction stream held as its encoded image (`raw`, 16 bytes per instruction): an
+    immutable sequence of Insn, each decoded when it is read, for streams too long for an object
+    per instruction. It equals a Stream with the same bytes and any list or tuple of the same
+    instructions."""
+
+    __slots__ = ("_decoded", "raw")
+
+    def __init__(self, raw: bytes = b"") -> None:
+        if len(raw) % INSN_BYTES:
+            raise IsaError(f"a stream is a multiple of {INSN_BYTES} bytes, got {len(raw)}")
+        self.raw = bytes(raw)
+        self._decoded: list[Insn | None] | None = None
+
+    @classmethod
+    def from_words(cls, words: Iterable[int]) -> Stream:
+        """The stream of these words (`word`), in order."""
+        return cls(b"".join([w.to_bytes(INSN_BYTES, "little") for w in words]))
+
+    @classmethod
+    def of(cls, insns: Sequence[Insn]) -> Stream:
+        """`insns` as a Stream (itself if it is one); IsaError if one does not encode."""
+        if isinstance(insns, Stream):
+            return insns
+        return cls(b"".join([encode(i) for i in insns]))
+
+    def __len__(self) -> int:
+        return len(self.raw) // INSN_BYTES
+
+    @overload
+    def __getitem__(self, i: int) -> Insn: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Stream: ...
+
+    def __getitem__(self, i: int | slice) -> Insn | Stream:
+        if isinstance(i, slice):
+            start, stop, step = i.indices(len(self))
+            if step == 1:
+                return Stream(self.raw[start * INSN_BYTES:max(start, stop) * INSN_BYTES])
+            return Stream(b"".join(self._image(k) for k in range(start, stop, step)))
+        k = range(len(self))[i]
+        if self._decoded is None:
+            self._decoded = [None] * len(self)
+        insn = self._decoded[k]
+        if insn is None:
+            insn = self._decoded[k] = decode(self._image(k))
+        return insn
+
+    def _image(self, k: int) -> bytes:
+        return self.raw[k * INSN_BYTES:(k + 1) * INSN_BYTES]
+
+    def __iter__(self) -> Iterator[Insn]:
+        for k in range(len(self)):
+            yield self[k]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Stream):
+            return self.raw == other.raw
+        if isinstance(other, list | tuple):
+            return (len(other) == len(self) and all(isinstance(x, Insn) for x in other)
+                    and self.raw == Stream.of(other).raw)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.raw)
+
+    def __repr__(self) -> str:
+        return f"Stream({len(self)} instructions)"
 
 
 def decode(raw: bytes) -> Insn:
@@ -363,8 +478,8 @@ def decode(raw: bytes) -> Insn:
     return Insn(op, vals)
 
 
-def encode_program(insns: list[Insn]) -> bytes:
-    return b"".join(encode(i) for i in insns)
+def encode_program(insns: Sequence[Insn]) -> bytes:
+    return Stream.of(insns).raw
 
 
 def decode_program(raw: bytes) -> list[Insn]:

@@ -161,6 +161,19 @@ def test_weight_tiles_order() -> None:
     assert sum(len(c) for c in chunks) == t.size == 3 * 2 * 6 * tile
 
 
+
+def test_gemm_weight_tiles_are_the_1x1_conv_tiles() -> None:
+    """A GEMM's (K, Nout) weight tiles as the 1x1 conv weight w_kn.T does, for any split into
+    groups and passes (and a weight that is itself a transposed view)."""
+    rng = np.random.default_rng(3)
+    w_kn = rng.integers(-128, 128, (37, 21)).astype(np.int8)
+    for groups, passes in (([range(0, 3)], [range(0, 5)]),
+                           ([range(0, 2), range(2, 3)], [range(0, 3), range(3, 5)])):
+        want = layout.conv_weight_tiles(w_kn.T[:, :, None, None], N, groups, passes)
+        assert layout.gemm_weight_tiles(w_kn, N, groups, passes) == want
+        assert layout.gemm_weight_tiles(np.ascontiguousarray(w_kn.T).T, N, groups, passes) == want
+
+
 # --- Conv2d -------------------------------------------------------------------------------------
 
 CONV_CASES = {
@@ -305,6 +318,31 @@ def test_grouped_conv2d_errors() -> None:
         K.conv2d((1, 12, 4, 4), q, inp=K.Ref(IN), out=K.Ref(OUT), consts=K.Ref(CONST), group=2)
     with pytest.raises(K.AccelKernelError, match="must divide"):
         K.conv2d((1, 10, 4, 4), q, inp=K.Ref(IN), out=K.Ref(OUT), consts=K.Ref(CONST), group=4)
+
+
+
+def test_conv2d_layers_of_one_shape_share_their_program() -> None:
+    """Two convolutions of the same geometry, zero points and places but other weights get the
+    same instructions (conv._PROGRAMS) and their own constants; the shared program is the one
+    generated afresh; a different zero point or group is another program."""
+    from compiler.plugins.accel.kernels import conv
+
+    rng = np.random.default_rng(4)
+    q1, q2 = conv_q(rng, 20, 12, 3, 3), conv_q(rng, 20, 12, 3, 3)
+    q2 = {**q2, "input_zero_point": q1["input_zero_point"],
+          "output_zero_point": q1["output_zero_point"]}
+    args = {"inp": K.Ref(IN), "out": K.Ref(OUT), "consts": K.Ref(CONST), "pads": (1, 1, 1, 1)}
+    shape = (1, 12, 9, 7)
+    a = K.conv2d(shape, q1, **args)
+    b = K.conv2d(shape, q2, **args)
+    assert b.insns is a.insns and b.consts.data != a.consts.data
+    conv._PROGRAMS.clear()
+    fresh = K.conv2d(shape, q2, **args)
+    assert fresh.insns is not a.insns and fresh.insns == a.insns and fresh.tiling == a.tiling
+    other = K.conv2d(shape, {**q2, "input_zero_point": q2["input_zero_point"] + 1}, **args)
+    assert other.insns != a.insns                     # the padding value is in the LOADs
+    grouped = K.conv2d(shape, {**q1, "weight": q1["weight"][:, :6]}, group=2, **args)
+    assert grouped.insns != a.insns
 
 
 # --- Gemm ---------------------------------------------------------------------------------------
@@ -1053,3 +1091,35 @@ def test_benchmark_layer_estimates() -> None:
         assert res.ok, res
         model = res.counters["cycles"]
         assert abs(model - est.cycles) <= 0.02 * model, (model, est.cycles)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["rt", "og"]), st.integers(1, 5), st.integers(1, 5), st.integers(1, 5),
+       st.data())
+def test_sparse_pipe_cost_is_the_step_by_step_sum(order: str, nrt: int, groups: int,
+                                                  passes: int, data: st.DataObject) -> None:
+    """The grouped conv's tiling cost (conv._sparse_pipe_cost, from a histogram of the live
+    pair counts) equals the sum over the nest's steps of max(the step's compute, the next
+    step's loads)."""
+    from compiler.plugins.accel.kernels import conv
+
+    cnt = np.array(data.draw(st.lists(st.lists(st.integers(0, 9), min_size=passes,
+                                               max_size=passes), min_size=groups,
+                                      max_size=groups)))
+    g_pair, q_tile, li, lw, lb = data.draw(st.lists(st.integers(0, 99), min_size=5,
+                                                    max_size=5))
+    seq = [(t, gi, pi) for t in range(nrt) for gi in range(groups) for pi in range(passes)]
+    if order == "og":
+        seq = sorted(seq, key=lambda s: (s[1], s[0], s[2]))
+    want = 0
+    for s, (t, gi, pi) in enumerate(seq):
+        comp = int(cnt[gi, pi]) * g_pair + (q_tile if pi == passes - 1 else 0) + 1
+        load = 0
+        if s + 1 < len(seq):
+            t2, g2, p2 = seq[s + 1]
+            load = li * ((t2, p2) != (t, pi)) + lw * ((g2, p2) != (gi, pi)) \
+                + lb * ((t2, g2) != (t, gi))
+        want += max(comp, load)
+    got = conv._sparse_pipe_cost(order, nrt, groups, passes, conv._sparse_profile(cnt), g_pair,
+                                 q_tile, li, lw, lb)
+    assert got == want

@@ -187,3 +187,41 @@ def test_transposed_load_check() -> None:
         assert check(y_size=8, buf=buf) == AccelError.ILLEGAL_FIELD
     assert isa.check_static(isa.load(Buffer.INP, transpose=1, y_size=12), 4) == AccelError.NONE
     assert isa.check_static(isa.store(Buffer.ACC, transpose=1), 8) == AccelError.ILLEGAL_FIELD
+
+
+@settings(max_examples=300, deadline=None)
+@given(insns())
+def test_word_is_the_encoding(insn: Insn) -> None:
+    """isa.word builds the same 128 bits as encode, and a Stream of words decodes to the
+    instructions."""
+    w = isa.word(insn.op, **insn.fields)
+    assert w.to_bytes(isa.INSN_BYTES, "little") == isa.encode(insn)
+    s = isa.Stream.from_words([w, w])
+    assert list(s) == [insn, insn] and s.raw == isa.encode(insn) * 2
+
+
+def test_word_checks_fields_and_flag_bits() -> None:
+    with pytest.raises(IsaError, match="no field 'nope'"):
+        isa.word(Opcode.GEMM, nope=1)
+    with pytest.raises(IsaError, match="does not fit"):
+        isa.word(Opcode.GEMM, outer=1 << 20)
+    for name, bit in isa.FLAG_BITS.items():
+        assert isa.word(Opcode.GEMM, **{name: 1}) == int(Opcode.GEMM) | bit
+    # adding to a word steps one field
+    w = isa.word(Opcode.GEMM, acc_base=3, inner=2)
+    assert isa.Stream.from_words([w + (4 << isa.field_lsb(Opcode.GEMM, "acc_base"))])[0] \
+        == isa.gemm(acc_base=7, inner=2)
+
+
+def test_stream_is_a_sequence_of_insns() -> None:
+    prog = [isa.load(Buffer.INP, y_size=1, x_size=2), isa.gemm(outer=1, inner=2), isa.end()]
+    s = isa.Stream.of(prog)
+    assert isa.Stream.of(s) is s
+    assert len(s) == 3 and s[1] == prog[1] and s[-1] == isa.end()
+    assert s == prog and s == tuple(prog) and s == isa.Stream(s.raw) and s != prog[:2]
+    assert s[1:] == prog[1:] and s[::2] == prog[::2] and isa.Stream() == []
+    assert isa.encode_program(s) == isa.encode_program(prog) == s.raw
+    with pytest.raises(IndexError):
+        s[3]
+    with pytest.raises(IsaError, match="multiple of 16"):
+        isa.Stream(b"\0" * 17)

@@ -154,3 +154,40 @@ def test_a_compiled_convolution() -> None:
     raw = isa.encode_program(K.join([kern]))
     for base in (0, 16, 32, 48):
         _both(raw, cfg, None, base)
+
+
+@pytest.mark.parametrize("mem_latency", [0, 24])
+def test_estimate_busy_cycles_are_field_cycles(mem_latency: int) -> None:
+    """timing.estimate's vectorized busy cycles equal `field_cycles` instruction by instruction
+    for every opcode that has a unit (fields drawn over their whole range, no tokens): a new
+    opcode needs its rule there too."""
+    from pyhost.accel import timing
+
+    rng = random.Random(7)
+    flags = set(isa.FLAG_BITS)
+    prog = []
+    for _ in range(400):
+        op = rng.choice(sorted(isa.UNIT_OF))
+        vals = {}
+        for f in isa.FORMATS[op][1:]:
+            if f.name in flags:
+                continue
+            lo, hi = ((-(1 << (f.width - 1)), (1 << (f.width - 1)) - 1) if f.signed
+                      else (0, (1 << f.width) - 1))
+            vals[f.name] = rng.choice([0, 1, rng.randint(lo, hi), rng.randint(0, min(hi, 40))])
+        prog.append(Insn(op, vals))
+    cfg = DEFAULT_CONFIG
+    est = timing.estimate(prog, cfg, mem_latency)
+    busy = {u: 0 for u in Unit}
+    array = [i for i in prog if i.op in (Opcode.GEMM, Opcode.DW)]
+    for i in prog:
+        busy[i.unit] += timing.field_cycles(i.op, i.fields, cfg.n, mem_latency)
+    assert (est.compute_busy, est.load_busy, est.store_busy) == \
+        (busy[Unit.COMPUTE], busy[Unit.LOAD], busy[Unit.STORE])
+    its = [i.fields.get("outer", 0) * i.fields.get("inner", 0) for i in array]
+    assert est.gemm_iterations == sum(its)
+    assert est.gemm_busy == sum(timing.field_cycles(i.op, i.fields, cfg.n) for i in array)
+    assert est.array_macs == sum(
+        it * (i.fields.get("taps", 0) if i.op == Opcode.DW else cfg.n) * cfg.n
+        for it, i in zip(its, array, strict=True))
+    assert est.insns == len(prog)

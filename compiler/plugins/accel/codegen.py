@@ -47,7 +47,6 @@ from pyhost.accel.abi import (
     align_up,
     card_align,
 )
-from pyhost.spec import isa
 from pyhost.spec.accel import AccelConfig
 
 
@@ -102,7 +101,7 @@ def compile_subgraph(subgraph: Subgraph, cfg: AccelConfig,
     # the compile time of large models
     cycles = sum(p["estimated_cycles"] for p in per_layer)
     array_macs = sum(p["array_macs"] for p in per_layer)
-    raw = b"".join(isa.encode(i) for i in program)
+    raw = program.raw
     io = []
     fills = {ly.output: kern.outputs[0].fill for ly, kern in zip(layers, kernels, strict=True)}
     for role, ts in (("in", plan.inputs), ("out", plan.outputs)):

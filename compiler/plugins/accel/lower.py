@@ -386,25 +386,47 @@ def check_layer(layer: Layer, cfg: AccelConfig) -> tuple[K.Kernel | None, str | 
         return None, str(e)
 
 
+def _mem_field(name: str) -> tuple[np.uint64, np.uint64]:
+    """(lsb, mask) of a LOAD/STORE field, which lies in an instruction's low 64 bits."""
+    lsb = isa.field_lsb(isa.Opcode.LOAD, name)
+    width = next(f.width for f in isa.FORMATS[isa.Opcode.LOAD] if f.name == name)
+    assert lsb + width <= 64 and isa.field_lsb(isa.Opcode.STORE, name) == lsb
+    return np.uint64(lsb), np.uint64((1 << width) - 1)
+
+
+_SLOT, _OFFSET = _mem_field("slot"), _mem_field("offset")
+
+
 def relocate(kern: K.Kernel, ins: Sequence[K.Ref], out: K.Ref, consts: K.Ref) -> K.Kernel:
     """A `check_layer` kernel moved to real Refs: LOAD/STORE slots and offsets rewritten (the
-    kernels' code depends on where the tensors are only through these two fields)."""
+    kernels' code depends on where the tensors are only through these two fields), on the
+    encoded stream at once."""
     where = {CONST_SLOT: consts, FIRST_IO_SLOT + len(ins): out}
     where.update({FIRST_IO_SLOT + i: r for i, r in enumerate(ins)})
-    insns = []
-    for insn in kern.insns:
-        if insn.op in (isa.Opcode.LOAD, isa.Opcode.STORE):
-            f = insn.fields
-            r = where[f.get("slot", 0)]
-            insn = isa.Insn(insn.op, {**f, "slot": r.slot, "offset": f.get("offset", 0)
-                                      + r.offset})
-        insns.append(insn)
+    known = np.zeros(isa.NUM_SLOTS, bool)
+    new_slot = np.zeros(isa.NUM_SLOTS, np.uint64)
+    delta = np.zeros(isa.NUM_SLOTS, np.uint64)
+    for s, r in where.items():
+        known[s], new_slot[s], delta[s] = True, r.slot, r.offset
+    words = np.frombuffer(isa.Stream.of(kern.insns).raw, "<u8").reshape(-1, 2).copy()
+    lo = words[:, 0]                                    # a view: the low 64 bits
+    op = lo & np.uint64(0xF)
+    mem = (op == isa.Opcode.LOAD) | (op == isa.Opcode.STORE)
+    (s_lsb, s_mask), (o_lsb, o_mask) = _SLOT, _OFFSET
+    slot = ((lo[mem] >> s_lsb) & s_mask).astype(np.intp)
+    assert known[slot].all(), "a check_layer kernel uses only its placeholder slots"
+    offset = ((lo[mem] >> o_lsb) & o_mask) + delta[slot]
+    if (offset > o_mask).any():
+        raise isa.IsaError(f"a relocated LOAD/STORE offset, {int(offset.max()):#x}, does not "
+                           "fit 32 bits")
+    keep = ~((s_mask << s_lsb) | (o_mask << o_lsb))
+    lo[mem] = (lo[mem] & keep) | (new_slot[slot] << s_lsb) | (offset << o_lsb)
 
     def moved(t: K.TensorInfo, r: K.Ref) -> K.TensorInfo:
         return dataclasses.replace(t, ref=r)
 
     return dataclasses.replace(
-        kern, insns=tuple(insns),
+        kern, insns=isa.Stream(words.tobytes()),
         inputs=tuple(moved(t, r) for t, r in zip(kern.inputs, ins, strict=True)),
         outputs=(moved(kern.outputs[0], out),),
         consts=dataclasses.replace(kern.consts, ref=consts) if kern.consts else None)

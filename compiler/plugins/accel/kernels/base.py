@@ -3,7 +3,7 @@ field limits the kernels keep to, and the constant blob builder."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,10 +76,11 @@ class ConstBlob:
 
 @dataclass(frozen=True)
 class Kernel:
-    """One layer: instructions without END, its tensors, constants and tiling."""
+    """One layer: instructions without END (the kernels give an `isa.Stream`; any sequence of
+    Insn will do), its tensors, constants and tiling."""
 
     name: str
-    insns: tuple[Insn, ...]
+    insns: Sequence[Insn]
     inputs: tuple[TensorInfo, ...]
     outputs: tuple[TensorInfo, ...]
     consts: ConstBlob | None

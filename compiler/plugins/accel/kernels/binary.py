@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from compiler.plugins.accel.kernels import words as W
 from compiler.plugins.accel.kernels.base import (
     _IMM_MAX,
     _IMM_MIN,
@@ -42,7 +43,7 @@ from compiler.plugins.accel.kernels.pool import quantize_multiplier
 from pyhost.accel import layout
 from pyhost.spec import isa
 from pyhost.spec.accel import AccelConfig
-from pyhost.spec.isa import AluOp, Buffer, Insn
+from pyhost.spec.isa import AluOp, Buffer
 
 OPS = ("add", "sub", "mul", "max", "min")
 
@@ -132,18 +133,18 @@ def _tiles(ob: int, nbo: int, oh: int, ow: int, cap: int, by_rows: bool) -> list
 
 
 def _combine(alu_op: AluOp, dst: int, t: _Tile, src: int, bs: int, ys: int, xs: int
-             ) -> list[Insn]:
+             ) -> list[int]:
     """The ALU pass(es) of `alu_op` over a tile's output rows (block-major, `width` pixels per
     run) with source rows `src + block * bs + run * ys + column * xs`: one instruction whose
     outer loop runs over (block, run) where the source rows are linear in it, else one per
     block (outer = runs, inner = width)."""
     _need(max(bs, ys) <= _SO and xs <= _SI, "binary strides exceed the ALU fields")
     if t.nb == 1 or t.rows == 1 or bs == t.rows * ys:
-        return [isa.alu(alu_op, dst_base=dst, src_base=src, outer=t.nb * t.rows,
-                        inner=t.width, dst_so=t.width, dst_si=1,
-                        src_so=ys if t.rows > 1 else bs, src_si=xs)]
-    return [isa.alu(alu_op, dst_base=dst + j * t.pixels, src_base=src + j * bs, outer=t.rows,
-                    inner=t.width, dst_so=t.width, dst_si=1, src_so=ys, src_si=xs)
+        return [W.alu(alu_op, dst_base=dst, src_base=src, outer=t.nb * t.rows,
+                      inner=t.width, dst_so=t.width, dst_si=1,
+                      src_so=ys if t.rows > 1 else bs, src_si=xs)]
+    return [W.alu(alu_op, dst_base=dst + j * t.pixels, src_base=src + j * bs, outer=t.rows,
+                  inner=t.width, dst_so=t.width, dst_si=1, src_so=ys, src_si=xs)
             for j in range(t.nb)]
 
 
@@ -262,11 +263,11 @@ def binary(op: str, out_shape: Sequence[int], a: Operand, b: Operand, *, out: Re
         img, b0, nb, p0, pp = tl.img, tl.b0, tl.nb, tl.p0, tl.pixels
         base = params + _base(t, len(tiles), ACC_REGIONS, cap)
         o_base, opnd_base = base, [base + slot_rows, base + 2 * slot_rows]
-        loads: list[Insn] = []
-        compute: list[Insn] = []
+        loads: list[int] = []
+        compute: list[int] = []
         if t == 0:
-            loads.append(isa.load(Buffer.ACC, slot=consts.slot, sp_base=0, offset=prm_off,
-                                  y_size=1, x_size=params, y_stride=params))
+            loads.append(W.load(Buffer.ACC, slot=consts.slot, sp_base=0, offset=prm_off,
+                                y_size=1, x_size=params, y_stride=params))
             if tiles_off is not None:
                 loads += _load_contig(Buffer.WGT, 0, consts.slot, tiles_off, 2, n * n)
         strides = []
@@ -293,25 +294,25 @@ def binary(op: str, out_shape: Sequence[int], a: Operand, b: Operand, *, out: Re
                 # one copy per output block of the tile (the last block has its own tile)
                 for j in range(nb):
                     last = b0 + j == nbo - 1
-                    compute.append(isa.gemm(reset=1, acc_base=opnd_base[i] + j * rows_px,
-                                            inp_base=ibase, wgt_base=1 if last else 0,
-                                            outer=1, inner=rows_px, acc_si=1, inp_si=1))
+                    compute.append(W.gemm(reset=1, acc_base=opnd_base[i] + j * rows_px,
+                                          inp_base=ibase, wgt_base=1 if last else 0,
+                                          outer=1, inner=rows_px, acc_si=1, inp_si=1))
             per_block = hi_ch or lane[i]
             strides.append((rows_px if per_block else 0, ys, xs))
             xrows.append((nb if per_block else 1) * rows_px)
         if op in ("mul", "max", "min"):
             for i in range(2):
                 if zs[i]:
-                    compute.append(isa.alu(AluOp.ADD, imm=-zs[i], dst_base=opnd_base[i],
-                                           outer=1, inner=xrows[i], dst_si=1))
+                    compute.append(W.alu(AluOp.ADD, imm=-zs[i], dst_base=opnd_base[i],
+                                         outer=1, inner=xrows[i], dst_si=1))
                 if op != "mul":
-                    compute.append(isa.req(zout, lo, hi, dst_base=opnd_base[i], src_base=2 * i,
-                                           outer=1, inner=xrows[i], dst_si=1))
+                    compute.append(W.req(zout, lo, hi, dst_base=opnd_base[i], src_base=2 * i,
+                                         outer=1, inner=xrows[i], dst_si=1))
         else:
             for i in range(2):
                 _need(_IMM_MIN <= mults[i] <= _IMM_MAX, "add multiplier exceeds the immediate")
-                compute.append(isa.alu(AluOp.MUL, imm=mults[i], dst_base=opnd_base[i],
-                                       outer=1, inner=xrows[i], dst_si=1))
+                compute.append(W.alu(AluOp.MUL, imm=mults[i], dst_base=opnd_base[i],
+                                     outer=1, inner=xrows[i], dst_si=1))
         compute += _combine(AluOp.MOV, o_base, tl, opnd_base[0], *strides[0])
         combine = {"mul": AluOp.MUL, "max": AluOp.MAX, "min": AluOp.MIN}.get(op, AluOp.ADD)
         compute += _combine(combine, o_base, tl, opnd_base[1], *strides[1])
@@ -319,22 +320,22 @@ def binary(op: str, out_shape: Sequence[int], a: Operand, b: Operand, *, out: Re
         if op in ("max", "min"):
             pass                                  # both operands are requantized already
         elif op == "mul":
-            compute.append(isa.req(zout, lo, hi, dst_base=o_base, src_base=0, **flat))
+            compute.append(W.req(zout, lo, hi, dst_base=o_base, src_base=0, **flat))
         else:
-            compute.append(isa.alu(AluOp.ADD, dst_base=o_base, src_base=2, **flat))
-            compute.append(isa.req(zout, lo, hi, dst_base=o_base, src_base=0, **flat))
+            compute.append(W.alu(AluOp.ADD, dst_base=o_base, src_base=2, **flat))
+            compute.append(W.req(zout, lo, hi, dst_base=o_base, src_base=0, **flat))
         stores = []
         for j in range(nb):
-            stores.append(isa.store(Buffer.ACC8, slot=out.slot, sp_base=o_base + j * pp,
-                                    offset=out.offset + ((img * nbo + b0 + j) * hw + p0) * n,
-                                    y_size=1, x_size=pp, y_stride=pp))
+            stores.append(W.store(Buffer.ACC8, slot=out.slot, sp_base=o_base + j * pp,
+                                  offset=out.offset + ((img * nbo + b0 + j) * hw + p0) * n,
+                                  y_size=1, x_size=pp, y_stride=pp))
         steps.append(_Step(loads, compute, stores, True))
     shape = (ob, oc, oh, ow)
     ins = tuple(TensorInfo("ab"[i], refs[i], x.shape, "int8",
                            layout.act_bytes(x.shape[1], x.shape[2], x.shape[3], n, x.shape[0]),
                            zs[i]) for i, x in enumerate(ops) if x.data is None)
     return Kernel(
-        name, tuple(_pipeline(steps)), inputs=ins,
+        name, isa.Stream.from_words(_pipeline(steps)), inputs=ins,
         outputs=(TensorInfo("output", out, shape, "int8", layout.act_bytes(oc, oh, ow, n, ob),
                             min(max(zout, lo), hi)),),
         consts=blob.done(),

@@ -3,12 +3,14 @@ order and the per-step instruction streams."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from compiler.plugins.accel.kernels import depthwise
+from compiler.plugins.accel.kernels import words as W
 from compiler.plugins.accel.kernels.base import (
     _LOOP,
     _PAD,
@@ -56,9 +58,12 @@ from pyhost.accel import layout
 from pyhost.accel.timing import RTL_MEM_LATENCY, mem_cycles
 from pyhost.spec import isa
 from pyhost.spec.accel import AccelConfig
-from pyhost.spec.isa import AluOp, Buffer, Insn
+from pyhost.spec.isa import AluOp, Buffer, Opcode
 
 # --- Conv2d and Gemm: implicit GEMM -------------------------------------------------------------
+
+#: What one more accumulator row, input row and weight tile add to a GEMM word.
+ACC_1, INP_1, WGT_1 = (W.step(Opcode.GEMM, f) for f in ("acc_base", "inp_base", "wgt_base"))
 
 @dataclass(frozen=True)
 class _Geom:
@@ -129,48 +134,90 @@ def _live_counts(live: np.ndarray, obg: int, cbp: int) -> np.ndarray:
     return np.add.reduceat(a, np.arange(0, live.shape[1], cbp), axis=1)
 
 
-def _sparse_pipe_cost(order: str, nrt: int, cnt: np.ndarray, g_pair: int, q_tile: int,
-                      li: int, lw: int, lb: int) -> int:
+#: `_sparse_profile`: (count, steps) histograms and the last step's count
+_Profile = tuple[list[tuple[int, int]], list[tuple[int, int]], int]
+
+
+def _sparse_profile(cnt: np.ndarray) -> _Profile:
+    """What `_sparse_pipe_cost` needs of the live pair counts (group, pass): (value, how many)
+    over the passes before the last, the same over the last pass of every group but the last,
+    and the last group's last pass."""
+    def hist(a: np.ndarray) -> list[tuple[int, int]]:
+        v, k = np.unique(a, return_counts=True)
+        return list(zip(v.tolist(), k.tolist(), strict=True))
+
+    return hist(cnt[:, :-1]), hist(cnt[:-1, -1]), int(cnt[-1, -1])
+
+
+def _sparse_pipe_cost(order: str, nrt: int, groups: int, passes: int,
+                      profile: _Profile,
+                      g_pair: int, q_tile: int, li: int, lw: int, lb: int) -> int:
     """`_pipe_cost` of a grouped conv, step by step: a (group, pass) step computes only its
-    live tile pairs (cnt), so steps are uneven and max(compute, next loads) is taken per step.
-    """
-    groups, passes = cnt.shape
+    live tile pairs (`_sparse_profile` of their counts), so steps are uneven and max(compute,
+    next step's loads) is taken per step. The loads that follow a step depend only on where it
+    is in the nest: a step before its group's last pass is followed by a new input tile and
+    weight chunk; after a group's last pass come, depending on the order, the next row tile's
+    or group's loads; nothing after the last step."""
+    inner, last_pass, last = profile
+
+    def steps(hist: list[tuple[int, int]], q: int, load: int) -> int:
+        return sum(k * max(v * g_pair + q + 1, load) for v, k in hist)
+
+    c_last = last * g_pair + q_tile + 1
+    cost = nrt * steps(inner, 0, li + lw)
     if order == "rt":
-        t, gi, pi = np.indices((nrt, groups, passes)).reshape(3, -1)
-    else:
-        gi, t, pi = np.indices((groups, nrt, passes)).reshape(3, -1)
-    comp = cnt[gi, pi].astype(np.int64) * g_pair + np.where(pi == passes - 1, q_tile, 0) + 1
-
-    def new(key: np.ndarray) -> np.ndarray:
-        return np.r_[True, key[1:] != key[:-1]]
-
-    load = li * new(t * passes + pi) + lw * new(gi * passes + pi) + lb * new(t * groups + gi)
-    return int(np.maximum(comp, np.r_[load[1:], 0]).sum())
+        # after (t, group, last pass): (t, next group, pass 0), or (t + 1, 0, 0)
+        return (cost + nrt * steps(last_pass, q_tile, li * (passes > 1) + lw + lb)
+                + (nrt - 1) * max(c_last, li + lw * (groups * passes > 1) + lb) + c_last)
+    # "og": after (group, t, last pass): (group, t + 1, 0), or (next group, 0, 0)
+    next_tile = li + lw * (passes > 1) + lb
+    return (cost + (nrt - 1) * (steps(last_pass, q_tile, next_tile) + max(c_last, next_tile))
+            + steps(last_pass, q_tile, li * (nrt * passes > 1) + lw + lb) + c_last)
 
 
 def _conv_plans(g: _Geom, cfg: AccelConfig, params: int, live: np.ndarray | None = None,
-                wp: int | None = None, taps: int | None = None) -> list[_Plan]:
+                wp: int | None = None, taps: int | None = None) -> tuple[_Plan, ...]:
     """Candidate tilings. `live` (grouped convolutions): which (output block, input block)
     weight tiles are not structurally zero; only those are stored and multiplied. `wp`: the
     input tile's row pitch (default the padded width); `taps`: weight tiles and compute
     instructions per tile pair (default the kernel's taps; a depthwise Conv on DW: its
-    passes)."""
+    passes). The search depends on nothing else, so layers of the same geometry (a network's
+    repeated blocks) share one (`_conv_plans_of`, memoized)."""
+    return _conv_plans_of(g, cfg, params,
+                          None if live is None else (live.shape, live.astype(bool).tobytes()),
+                          g.wp if wp is None else wp, g.kh * g.kw if taps is None else taps)
+
+
+@functools.lru_cache(maxsize=1024)
+def _conv_plans_of(g: _Geom, cfg: AccelConfig, params: int,
+                   live_key: tuple[tuple[int, ...], bytes] | None, wp: int, taps: int
+                   ) -> tuple[_Plan, ...]:
+    """`_conv_plans` with `live` as (shape, bytes)."""
+    live = None if live_key is None else np.frombuffer(live_key[1], bool).reshape(live_key[0])
     n = cfg.n
-    wp = g.wp if wp is None else wp
-    taps = g.kh * g.kw if taps is None else taps
     total_tiles = (g.nbo * g.nbi if live is None else int(live.sum())) * taps
     resident = total_tiles <= cfg.wgt_depth
     acc_rows = cfg.acc_depth - params
+    # the loads' cycles: the constants' once, an input tile's per (pass size, rows), the rest
+    # per output group size
+    lat = RTL_MEM_LATENCY
+    padded = bool(g.pt or g.pb or g.pl or g.pr or wp != g.wp)
+    params_load = mem_cycles(1, params * 4 * n, params, lat)
+    resident_load = mem_cycles(1, total_tiles * n * n, total_tiles, lat)
     out = []
     for cbp in _balanced(g.nbi):
         passes = _cdiv(g.nbi, cbp)
-        counts = {}
+        counts: dict[int, tuple[int, _Profile]] = {}   # per obg: most live pairs, profile
         for r in _balanced(g.oh):
             rin = g.rows_in(r)
             p = r * g.ow
             if rin > _XY or p > _XY or r > _LOOP or cbp * rin * wp > cfg.inp_depth:
                 continue
             nrt = g.b * _cdiv(g.oh, r)
+            if padded:
+                li = cbp * mem_cycles(rin, g.w * n, rin * wp, lat)
+            else:
+                li = cbp * mem_cycles(1, rin * g.w * n, rin * wp, lat)
             for obg in _balanced(g.nbo):
                 if obg * p > acc_rows or obg > _LOOP:
                     continue
@@ -178,10 +225,15 @@ def _conv_plans(g: _Geom, cfg: AccelConfig, params: int, live: np.ndarray | None
                 if live is None:
                     chunk, pairs = obg * cbp, obg * cbp
                 else:
-                    if (obg, cbp) not in counts:
-                        counts[(obg, cbp)] = _live_counts(live, obg, cbp)
-                    cnt = counts[(obg, cbp)]
-                    chunk, pairs = int(cnt.max()), 0
+                    if obg not in counts:
+                        cnt = _live_counts(live, obg, cbp)
+                        counts[obg] = int(cnt.max()), _sparse_profile(cnt)
+                    chunk, profile = counts[obg]
+                    pairs = 0
+                lw = mem_cycles(1, chunk * taps * n * n, chunk * taps, lat)
+                lb = obg * mem_cycles(_cdiv(p, BIAS_COPIES), BIAS_COPIES * 4 * n, p, lat)
+                st = mem_cycles(obg, p * n, obg * p, lat)
+                first = li + lb + params_load + (resident_load if resident else lw)
                 for order in ("rt", "og"):
                     inp_v, wgt_v, acc_v = _versions(order, nrt, groups, passes)
                     if resident:
@@ -191,29 +243,20 @@ def _conv_plans(g: _Geom, cfg: AccelConfig, params: int, live: np.ndarray | None
                             or (not resident and chunk * taps
                                 > _region(cfg.wgt_depth, wgt_v, WGT_REGIONS))):
                         continue
-                    lat = RTL_MEM_LATENCY
-                    if g.pt or g.pb or g.pl or g.pr or wp != g.wp:
-                        li = cbp * mem_cycles(rin, g.w * n, rin * wp, lat)
-                    else:
-                        li = cbp * mem_cycles(1, rin * g.w * n, rin * wp, lat)
-                    lw = mem_cycles(1, chunk * taps * n * n, chunk * taps, lat)
-                    lb = obg * mem_cycles(_cdiv(p, BIAS_COPIES), BIAS_COPIES * 4 * n, p, lat)
-                    st = mem_cycles(obg, p * n, obg * p, lat)
-                    first = li + lb + mem_cycles(1, params * 4 * n, params, lat) + (
-                        mem_cycles(1, total_tiles * n * n, total_tiles, lat) if resident else lw)
                     if live is None:
                         cost = _pipe_cost(order, nrt, groups, passes,
                                           pairs * taps * (p + _INSN_COST), obg * p + _INSN_COST,
                                           0 if inp_v == 1 else li, 0 if wgt_v == 1 else lw, lb)
                     else:
-                        cost = _sparse_pipe_cost(order, nrt, cnt, taps * (p + _INSN_COST),
-                                                 obg * p + _INSN_COST, 0 if inp_v == 1 else li,
+                        cost = _sparse_pipe_cost(order, nrt, groups, passes, profile,
+                                                 taps * (p + _INSN_COST), obg * p + _INSN_COST,
+                                                 0 if inp_v == 1 else li,
                                                  0 if wgt_v == 1 else lw, lb)
                     cost = max(cost, acc_v * st) + first + st
                     cost += nrt * groups * passes * _STEP_COST
                     out.append(_Plan(r, obg, cbp, order, inp_v, wgt_v, acc_v, resident,
                                      int(cost)))
-    return out
+    return tuple(out)
 
 
 def grouped_weight(w: np.ndarray, c_in: int, group: int, n: int
@@ -343,7 +386,60 @@ def conv2d(in_shape: Sequence[int], q: Quant, *, inp: Ref, out: Ref, consts: Ref
     _need(len(np.asarray(q["multiplier"]).reshape(-1)) == g.co,
           "one multiplier and shift per output channel")
 
+    # everything the instructions depend on (the rest of the blob is values): layers of the
+    # same geometry, quantization bounds and places share one program (_PROGRAMS)
+    key = (g, cfg, params, plan, None if live is None else live.tobytes(), dwp, pitch, taps,
+           zin, zout, lo, hi, inp, out, consts, w_off, bias_off, req_off, n_live,
+           tuple(chunk_off.items()), tuple(len(c) for c in wchunks), tuple(bias_rel),
+           tuple(tuple(d.items()) for d in tile_index))
+    program = _PROGRAMS.get(key)
+    if program is None:
+        program = _conv_program(g, cfg, params, plan, groups, passes, live, dwp, pitch, taps,
+                                zin, zout, lo, hi, inp, out, consts, w_off, bias_off, req_off,
+                                n_live, chunk_off, wchunks, bias_rel, tile_index)
+        if len(_PROGRAMS) >= _PROGRAMS_MAX:
+            _PROGRAMS.clear()
+        _PROGRAMS[key] = program
+    insns, nsteps = program
+    return Kernel(
+        name, insns,
+        inputs=(TensorInfo("input", inp, (g.b, g.c, g.h, g.w), "int8",
+                           layout.act_bytes(g.c, g.h, g.w, n, g.b), zin),),
+        outputs=(TensorInfo("output", out, (g.b, g.co, g.oh, g.ow), "int8",
+                            layout.act_bytes(g.co, g.oh, g.ow, n, g.b),
+                            min(max(zout, lo), hi)),),
+        consts=blob.done(),
+        tiling={"rows": plan.rows, "out_blocks": plan.obg, "in_blocks": plan.cbp,
+                "order": plan.order, "steps": nsteps, "weights_resident": plan.resident,
+                "inp_versions": plan.inp_v, "acc_versions": plan.acc_v,
+                "out_shape": (g.b, g.co, g.oh, g.ow),
+                **({} if live is None else {"group": int(group), "live_tiles": n_live,
+                                            "tiles": g.nbo * g.nbi}),
+                **({} if dwp is None else {"depthwise_mode": True, "dw_passes": len(dwp.passes),
+                                           "dw_pitch": dwp.pitch})})
+
+
+#: `_conv_program`'s results by everything they depend on (bounded: cleared when full)
+_PROGRAMS: dict[tuple, tuple[isa.Stream, int]] = {}
+_PROGRAMS_MAX = 256
+
+
+def _conv_program(g: _Geom, cfg: AccelConfig, params: int, plan: _Plan, groups: list[range],
+                  passes: list[range], live: np.ndarray | None, dwp: depthwise.DwPlan | None,
+                  pitch: int, taps: int, zin: int, zout: int, lo: int, hi: int, inp: Ref,
+                  out: Ref, consts: Ref, w_off: int, bias_off: int, req_off: int, n_live: int,
+                  chunk_off: dict[tuple[int, int], int], wchunks: list[bytes],
+                  bias_rel: list[int], tile_index: list[dict[tuple[int, int], int]]
+                  ) -> tuple[isa.Stream, int]:
+    """`conv2d`'s instruction stream and its number of pipeline steps, from the plan and the
+    constant blob's layout (section offsets, weight chunks and the index of each tile pair's
+    first tile in its chunk)."""
+    n = cfg.n
     region = g.rows_in(plan.rows) * pitch         # INP rows of one input block of a tile
+    # per tap (ky, kx): its first INP row and weight tile after the pair's, and what they add
+    # to a GEMM word
+    tap_rows = [ky * g.dh * g.wp + kx * g.dw for ky in range(g.kh) for kx in range(g.kw)]
+    tap_steps = [r * INP_1 + t * WGT_1 for t, r in enumerate(tap_rows)]
     xl, xr = (0, 0) if dwp is None else (dwp.extra_left, dwp.extra_right)
     rtiles = [(b, oy0, min(plan.rows, g.oh - oy0)) for b in range(g.b)
               for oy0 in range(0, g.oh, plan.rows)]
@@ -353,7 +449,7 @@ def conv2d(in_shape: Sequence[int], q: Quant, *, inp: Ref, out: Ref, consts: Ref
         b, oy0, rr = rtiles[rt]
         gr, pa = groups[gi], passes[pi]
         p = rr * g.ow
-        loads: list[Insn] = []
+        loads: list[int] = []
         if si == 0:
             if plan.resident:
                 loads += _load_contig(Buffer.WGT, 0, consts.slot, w_off, n_live * taps, n * n)
@@ -377,69 +473,56 @@ def conv2d(in_shape: Sequence[int], q: Quant, *, inp: Ref, out: Ref, consts: Ref
             for j, ob in enumerate(gr):
                 loads += _bias_loads(consts.slot, bias_off + bias_rel[ob], acc_base + j * p, p,
                                      1)
-        compute: list[Insn] = []
+        compute: list[int] = []
         index = tile_index[0] if plan.resident else tile_index[gi * len(passes) + pi]
+        # one GEMM per (output block, input block, tap): the step's first GEMM word plus the
+        # pair's ACC rows, INP rows and first tile, plus the tap's (words.step)
+        gemm0 = W.gemm(acc_base=acc_base, inp_base=inp_base, outer=rr, inner=g.ow,
+                       acc_so=g.ow, acc_si=1, inp_so=g.sh * g.wp, inp_si=g.sw)
+        top_acc = top_inp = top_wt = -1
         for j, ob in enumerate(gr):
             for k, cb in enumerate(pa):
                 if live is not None and not live[ob, cb]:
                     continue
+                first = index[(ob, cb)] + (0 if plan.resident else wgt_base)
                 if dwp is not None:
-                    first = index[(ob, cb)] + (0 if plan.resident else wgt_base)
                     for t, dpass in enumerate(dwp.passes):
                         f = dwp.insn_fields(dpass, g.dh)
-                        compute.append(isa.dw(
+                        compute.append(W.dw(
                             acc_base=acc_base + j * p, inp_base=inp_base + k * region
                             + f["offset"], wgt_base=first + t, outer=rr, inner=g.ow,
                             acc_so=g.ow, acc_si=1, inp_so=g.sh * pitch, inp_si=g.sw,
                             taps=f["taps"], tap_w=f["tap_w"], tap_pitch=f["tap_pitch"]))
                     continue
-                for ky in range(g.kh):
-                    for kx in range(g.kw):
-                        tap = ky * g.kw + kx
-                        if plan.resident:
-                            wt = index[(ob, cb)] + tap
-                        else:
-                            wt = wgt_base + index[(ob, cb)] + tap
-                        compute.append(isa.gemm(
-                            acc_base=acc_base + j * p,
-                            inp_base=inp_base + k * region + ky * g.dh * g.wp + kx * g.dw,
-                            wgt_base=wt, outer=rr, inner=g.ow, acc_so=g.ow, acc_si=1,
-                            inp_so=g.sh * g.wp, inp_si=g.sw))
-        stores: list[Insn] = []
+                top_acc, top_inp, top_wt = max(top_acc, j * p), max(top_inp, k * region), \
+                    max(top_wt, first)
+                pair = gemm0 + j * p * ACC_1 + k * region * INP_1 + first * WGT_1
+                compute += [pair + d for d in tap_steps]
+        if top_wt >= 0:
+            # every field of those GEMMs lies between the first word's and these, so each sum
+            # above is the encoding: the range check of the whole step
+            W.gemm(acc_base=acc_base + top_acc, inp_base=inp_base + top_inp + tap_rows[-1],
+                   wgt_base=top_wt + len(tap_rows) - 1, outer=rr, inner=g.ow, acc_so=g.ow,
+                   acc_si=1, inp_so=g.sh * g.wp, inp_si=g.sw)
+        stores: list[int] = []
         if not compute and pi != len(passes) - 1:
             # a grouped conv's step whose pass meets none of its group's inputs: the pipeline
             # still needs one compute instruction to carry the step's tokens (no iterations)
-            compute.append(isa.alu(AluOp.ADD, imm=0, outer=0, inner=0))
+            compute.append(W.alu(AluOp.ADD, imm=0, outer=0, inner=0))
         if pi == len(passes) - 1:
-            compute.append(isa.req(zout, lo, hi, dst_base=acc_base, src_base=2 * gr.start,
-                                   outer=len(gr), inner=p, dst_so=p, dst_si=1, src_so=2))
+            compute.append(W.req(zout, lo, hi, dst_base=acc_base, src_base=2 * gr.start,
+                                 outer=len(gr), inner=p, dst_so=p, dst_si=1, src_so=2))
             obase = out.offset + ((b * g.nbo + gr.start) * g.oh + oy0) * g.ow * n
             if g.oh * g.ow <= _YSTRIDE:
                 stores += _store(Buffer.ACC8, n, slot=out.slot, sp_base=acc_base, offset=obase,
                                  y_size=len(gr), x_size=p, y_stride=g.oh * g.ow)
             else:
                 for j in range(len(gr)):
-                    stores.append(isa.store(Buffer.ACC8, slot=out.slot, sp_base=acc_base + j * p,
-                                            offset=obase + j * g.oh * g.ow * n, y_size=1,
-                                            x_size=p, y_stride=p))
+                    stores.append(W.store(Buffer.ACC8, slot=out.slot, sp_base=acc_base + j * p,
+                                          offset=obase + j * g.oh * g.ow * n, y_size=1,
+                                          x_size=p, y_stride=p))
         steps.append(_Step(loads, compute, stores, new["acc"]))
-    insns = _pipeline(steps)
-    return Kernel(
-        name, tuple(insns),
-        inputs=(TensorInfo("input", inp, (g.b, g.c, g.h, g.w), "int8",
-                           layout.act_bytes(g.c, g.h, g.w, n, g.b), zin),),
-        outputs=(TensorInfo("output", out, (g.b, g.co, g.oh, g.ow), "int8",
-                            layout.act_bytes(g.co, g.oh, g.ow, n, g.b),
-                            min(max(zout, lo), hi)),),
-        consts=blob.done(),
-        tiling={"rows": plan.rows, "out_blocks": plan.obg, "in_blocks": plan.cbp,
-                "order": plan.order, "steps": len(steps), "weights_resident": plan.resident,
-                "inp_versions": plan.inp_v, "acc_versions": plan.acc_v,
-                "out_shape": (g.b, g.co, g.oh, g.ow),
-                **({} if live is None else {"group": int(group), "live_tiles": n_live,
-                                            "tiles": g.nbo * g.nbi}),
-                **({} if dwp is None else {"depthwise_mode": True, "dw_passes": len(dwp.passes),
-                                           "dw_pitch": dwp.pitch})})
+    return isa.Stream.from_words(_pipeline(steps)), len(steps)
 
 
 def conv2d_output_shape(in_shape: Sequence[int], weight_shape: Sequence[int],
@@ -528,11 +611,10 @@ def _gemm_kernel(m: int, w_kn: np.ndarray, bias: np.ndarray, requant: tuple | No
                    "the weight or the accumulators are too large")
     groups = _ranges(nbo, plan.obg)
     passes = _ranges(kb, plan.cbp)
-    w4 = np.ascontiguousarray(w_kn.T)[:, :, None, None]
     blob = _Blob(consts, n)
     gl = groups if not plan.resident else [range(0, nbo)]
     pl = passes if not plan.resident else [range(0, kb)]
-    w_off = blob.add("weights", b"".join(layout.conv_weight_tiles(w4, n, gl, pl)))
+    w_off = blob.add("weights", b"".join(layout.gemm_weight_tiles(w_kn, n, gl, pl)))
     chunk_off = {}
     o = w_off
     for gi, gr in enumerate(gl):
@@ -552,7 +634,7 @@ def _gemm_kernel(m: int, w_kn: np.ndarray, bias: np.ndarray, requant: tuple | No
         m0, mt = mtiles[t]
         gr, pa = groups[gi], passes[pi]
         obg, kbp = len(gr), len(pa)
-        loads: list[Insn] = []
+        loads: list[int] = []
         if si == 0:
             if plan.resident:
                 loads += _load_contig(Buffer.WGT, 0, consts.slot, w_off, kb * nbo, n * n)
@@ -567,18 +649,23 @@ def _gemm_kernel(m: int, w_kn: np.ndarray, bias: np.ndarray, requant: tuple | No
                                   obg * kbp, n * n)
         if new["acc"]:
             loads += _bias_loads(consts.slot, bias_off + bias_rel[gi], acc_base, mt, obg)
-        compute: list[Insn] = []
-        for j, ob in enumerate(gr):
-            for kk, cb in enumerate(pa):
-                wt = (ob * kb + cb) if plan.resident else wgt_base + j * kbp + kk
-                compute.append(isa.gemm(acc_base=acc_base + j, inp_base=inp_base + kk,
-                                        wgt_base=wt, outer=mt, inner=1, acc_so=obg,
-                                        inp_so=kbp))
-        stores: list[Insn] = []
+        # GEMM (j, kk): output block j (ACC row), input block kk (INP row), weight tile
+        # w0 + j * per_ob + kk; as words, the first one plus j columns and kk rows (words.step)
+        w0, per_ob = (gr.start * kb + pa.start, kb) if plan.resident else (wgt_base, kbp)
+        col, row = ACC_1 + per_ob * WGT_1, INP_1 + WGT_1
+        first = W.gemm(acc_base=acc_base, inp_base=inp_base, wgt_base=w0, outer=mt, inner=1,
+                       acc_so=obg, inp_so=kbp)
+        # the last GEMM has the largest fields: checked, every sum below is the encoding
+        W.gemm(acc_base=acc_base + obg - 1, inp_base=inp_base + kbp - 1,
+               wgt_base=w0 + (obg - 1) * per_ob + kbp - 1, outer=mt, inner=1, acc_so=obg,
+               inp_so=kbp)
+        rows = [kk * row for kk in range(kbp)]
+        compute = [first + j * col + r for j in range(obg) for r in rows]
+        stores: list[int] = []
         if pi == len(passes) - 1:
             if requant:
-                compute.append(isa.req(zout, lo, hi, dst_base=acc_base, src_base=2 * gr.start,
-                                       outer=mt, inner=obg, dst_so=obg, dst_si=1, src_si=2))
+                compute.append(W.req(zout, lo, hi, dst_base=acc_base, src_base=2 * gr.start,
+                                     outer=mt, inner=obg, dst_so=obg, dst_si=1, src_si=2))
             stores += _store(Buffer.ACC8 if requant else Buffer.ACC, elem_out, slot=out.slot,
                              sp_base=acc_base,
                              offset=out.offset + (m0 * nbo + gr.start) * elem_out,
@@ -589,7 +676,7 @@ def _gemm_kernel(m: int, w_kn: np.ndarray, bias: np.ndarray, requant: tuple | No
     if requant:
         zfill = min(max(requant[2], requant[3]), requant[4])
     return Kernel(
-        name, tuple(insns),
+        name, isa.Stream.from_words(insns),
         inputs=(TensorInfo("input", inp, (m, k, 1, 1), "int8", layout.act_bytes(k, 1, 1, n, m),
                            zin),),
         outputs=(TensorInfo("output", out, (m, nout, 1, 1), "int8" if requant else "int32",

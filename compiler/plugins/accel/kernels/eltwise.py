@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from compiler.plugins.accel.kernels import words as W
 from compiler.plugins.accel.kernels.base import (
     _LOOP,
     _XY,
@@ -110,27 +111,27 @@ def add(in_shape: Sequence[int], q: Quant, *, a: Ref, b: Ref, out: Ref, consts: 
         ab, bb = base, base + rows
         loads = []
         if t == 0:
-            loads.append(isa.load(Buffer.ACC, slot=consts.slot, sp_base=0, offset=prm_off,
-                                  y_size=1, x_size=params, y_stride=params))
-        loads += [isa.load(Buffer.ACC8, slot=a.slot, sp_base=ab, offset=a.offset + r0 * n,
-                           y_size=1, x_size=rr, y_stride=rr),
-                  isa.load(Buffer.ACC8, slot=b.slot, sp_base=bb, offset=b.offset + r0 * n,
-                           y_size=1, x_size=rr, y_stride=rr)]
+            loads.append(W.load(Buffer.ACC, slot=consts.slot, sp_base=0, offset=prm_off,
+                                y_size=1, x_size=params, y_stride=params))
+        loads += [W.load(Buffer.ACC8, slot=a.slot, sp_base=ab, offset=a.offset + r0 * n,
+                         y_size=1, x_size=rr, y_stride=rr),
+                  W.load(Buffer.ACC8, slot=b.slot, sp_base=bb, offset=b.offset + r0 * n,
+                         y_size=1, x_size=rr, y_stride=rr)]
         lp = {"outer": 1, "inner": rr, "dst_si": 1}
         compute = [
-            isa.alu(AluOp.MUL, imm=ma, dst_base=ab, **lp),
-            isa.alu(AluOp.MUL, imm=mb, dst_base=bb, **lp),
-            isa.alu(AluOp.ADD, dst_base=ab, src_base=bb, src_si=1, **lp),
-            isa.alu(AluOp.ADD, dst_base=ab, src_base=2, **lp),
-            isa.req(zout, lo, hi, dst_base=ab, src_base=0, **lp),
+            W.alu(AluOp.MUL, imm=ma, dst_base=ab, **lp),
+            W.alu(AluOp.MUL, imm=mb, dst_base=bb, **lp),
+            W.alu(AluOp.ADD, dst_base=ab, src_base=bb, src_si=1, **lp),
+            W.alu(AluOp.ADD, dst_base=ab, src_base=2, **lp),
+            W.req(zout, lo, hi, dst_base=ab, src_base=0, **lp),
         ]
-        store = isa.store(Buffer.ACC8, slot=out.slot, sp_base=ab, offset=out.offset + r0 * n,
-                          y_size=1, x_size=rr, y_stride=rr)
+        store = W.store(Buffer.ACC8, slot=out.slot, sp_base=ab, offset=out.offset + r0 * n,
+                        y_size=1, x_size=rr, y_stride=rr)
         steps.append(_Step(loads, compute, [store], True))
     shape = (bsz, c, h, w)
     nb = layout.act_bytes(c, h, w, n, bsz)
     return Kernel(
-        name, tuple(_pipeline(steps)),
+        name, isa.Stream.from_words(_pipeline(steps)),
         inputs=(TensorInfo("a", a, shape, "int8", nb, za), TensorInfo("b", b, shape, "int8", nb,
                                                                         zb)),
         outputs=(TensorInfo("output", out, shape, "int8", nb, min(max(zout, lo), hi)),),
@@ -184,20 +185,20 @@ def requant_act(in_shape: Sequence[int], *, multiplier: int, shift: int,
         base = params + _base(t, len(chunks), ACC_REGIONS, cap)
         loads = []
         if t == 0:
-            loads.append(isa.load(Buffer.ACC, slot=consts.slot, sp_base=0, offset=prm_off,
-                                  y_size=1, x_size=params, y_stride=params))
-        loads.append(isa.load(Buffer.ACC8, slot=inp.slot, sp_base=base,
-                              offset=inp.offset + r0 * n, y_size=1, x_size=rr, y_stride=rr))
+            loads.append(W.load(Buffer.ACC, slot=consts.slot, sp_base=0, offset=prm_off,
+                                y_size=1, x_size=params, y_stride=params))
+        loads.append(W.load(Buffer.ACC8, slot=inp.slot, sp_base=base,
+                            offset=inp.offset + r0 * n, y_size=1, x_size=rr, y_stride=rr))
         lp = {"outer": 1, "inner": rr, "dst_si": 1}
-        compute = [isa.alu(AluOp.ADD, imm=-zin, dst_base=base, **lp)] if zin else []
-        compute.append(isa.req(zout, lo, hi, dst_base=base, src_base=0, **lp))
-        store = isa.store(Buffer.ACC8, slot=out.slot, sp_base=base, offset=out.offset + r0 * n,
-                          y_size=1, x_size=rr, y_stride=rr)
+        compute = [W.alu(AluOp.ADD, imm=-zin, dst_base=base, **lp)] if zin else []
+        compute.append(W.req(zout, lo, hi, dst_base=base, src_base=0, **lp))
+        store = W.store(Buffer.ACC8, slot=out.slot, sp_base=base, offset=out.offset + r0 * n,
+                        y_size=1, x_size=rr, y_stride=rr)
         steps.append(_Step(loads, compute, [store], True))
     shape = (bsz, c, h, w)
     nb = layout.act_bytes(c, h, w, n, bsz)
     return Kernel(
-        name, tuple(_pipeline(steps)),
+        name, isa.Stream.from_words(_pipeline(steps)),
         inputs=(TensorInfo("input", inp, shape, "int8", nb, zin),),
         outputs=(TensorInfo("output", out, shape, "int8", nb, min(max(zout, lo), hi)),),
         consts=blob.done(),

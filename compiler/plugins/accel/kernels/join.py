@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from compiler.plugins.accel.kernels.base import Kernel
-from compiler.plugins.accel.kernels.pipeline import _flag
 from pyhost.spec import isa
 from pyhost.spec.isa import AluOp, Insn, Opcode
 
@@ -18,7 +19,17 @@ def barrier() -> Insn:
     return isa.alu(AluOp.ADD, imm=0, dst_base=0, outer=1, inner=1, pop_next=1, push_prev=1)
 
 
-def join(kernels: Sequence[Kernel]) -> list[Insn]:
+def _with_flag(raw: bytearray, k: int, flag: str) -> None:
+    """Set a dependency flag of instruction k of an encoded stream (the flags are bits of its
+    first byte); AssertionError if it is set already."""
+    bit = isa.FLAG_BITS[flag]
+    assert bit < 0x100, "the flags are in an instruction's first byte"
+    if raw[k * isa.INSN_BYTES] & bit:
+        raise AssertionError(f"{isa.Stream(bytes(raw))[k]} already has {flag}")
+    raw[k * isa.INSN_BYTES] |= bit
+
+
+def join(kernels: Sequence[Kernel]) -> isa.Stream:
     """One instruction stream for layers run in order, ending with END.
 
     Every kernel leaves the token counters balanced, but its last stores may still be writing
@@ -28,19 +39,18 @@ def join(kernels: Sequence[Kernel]) -> list[Insn]:
     after the previous one has written all its results, and its compute and loads never touch
     scratchpad rows the previous layer still uses.
     """
-    out: list[Insn] = []
+    out: list[bytes] = []
     # a kernel without instructions (a Concat whose inputs were all written in place) needs
     # no hand-off
     kernels = [k for k in kernels if k.insns]
     for i, k in enumerate(kernels):
-        body = list(k.insns)
+        body = bytearray(isa.Stream.of(k.insns).raw)
+        ops = np.frombuffer(body, np.uint8)[::isa.INSN_BYTES] & 0xF     # the opcodes
         if i > 0:
-            j = next(x for x, ins in enumerate(body) if ins.op == Opcode.LOAD)
-            body[j] = _flag(body[j], "pop_next")
-            out.append(barrier())
+            _with_flag(body, int(np.flatnonzero(ops == Opcode.LOAD)[0]), "pop_next")
+            out.append(isa.encode(barrier()))
         if i + 1 < len(kernels):
-            j = max(x for x, ins in enumerate(body) if ins.op == Opcode.STORE)
-            body[j] = _flag(body[j], "push_prev")
-        out += body
-    out.append(isa.end())
-    return out
+            _with_flag(body, int(np.flatnonzero(ops == Opcode.STORE)[-1]), "push_prev")
+        out.append(bytes(body))
+    out.append(isa.encode(isa.end()))
+    return isa.Stream(b"".join(out))

@@ -10,42 +10,35 @@ from typing import Any
 
 import numpy as np
 
+from compiler.plugins.accel.kernels import words as W
 from compiler.plugins.accel.kernels.base import _PAD, _XY, AccelKernelError
 from pyhost.accel import layout
-from pyhost.spec import isa
 from pyhost.spec.accel import AccelConfig
-from pyhost.spec.isa import Buffer, Insn
+from pyhost.spec.isa import Buffer
 
 # --- the software pipeline ----------------------------------------------------------------------
 
 @dataclass
 class _Step:
-    """One tile of work: its loads, its compute, and (if it finishes its ACC tile) the stores.
+    """One tile of work: its loads, its compute, and (if it finishes its ACC tile) the stores,
+    as instruction words (`words`).
 
     `new_acc` says the step starts a new ACC tile; its loads then write that tile's ACC region
     (bias or input rows), which the store of the tile ACC_REGIONS before may still be reading.
     """
 
-    loads: list[Insn]
-    compute: list[Insn]
-    stores: list[Insn]
+    loads: list[int]
+    compute: list[int]
+    stores: list[int]
     new_acc: bool
 
 
-def _flag(insn: Insn, *flags: str) -> Insn:
-    for f in flags:
-        if insn.fields.get(f):
-            raise AssertionError(f"{insn} already has {f}")
-    return Insn(insn.op, {**insn.fields, **dict.fromkeys(flags, 1)})
-
-
-def _spread(items: list[Insn], slots: int) -> list[list[Insn]]:
-    """`items` spread evenly over `slots` positions (in order)."""
-    out: list[list[Insn]] = [[] for _ in range(max(slots, 1))]
+def _spread(items: list[int], slots: int, into: dict[int, list[int]]) -> None:
+    """`items` spread evenly over `slots` positions (in order), appended to ``into[position]``
+    (positions that get nothing are left out)."""
     k = len(items)
     for j, it in enumerate(items):
-        out[j * len(out) // k].append(it)
-    return out
+        into.setdefault(j * slots // k, []).append(it)
 
 
 #: Regions per scratchpad: INP and WGT double-buffered, ACC triple-buffered (the store of tile t
@@ -54,8 +47,8 @@ INP_REGIONS = WGT_REGIONS = 2
 ACC_REGIONS = 3
 
 
-def _pipeline(steps: Sequence[_Step]) -> list[Insn]:
-    """The instruction stream of a software pipeline, with its dependency tokens.
+def _pipeline(steps: Sequence[_Step]) -> list[int]:
+    """The instruction stream (words) of a software pipeline, with its dependency tokens.
 
     A new INP tile or weight chunk goes to the other half than the previous version, a new ACC
     tile to the next of three regions; the load unit runs one step ahead:
@@ -94,29 +87,32 @@ def _pipeline(steps: Sequence[_Step]) -> list[Insn]:
     for s in range(2, ns):
         if loads[s]:
             pop = ("pop_next",) if steps[s].new_acc and tile[s] >= ACC_REGIONS else ()
-            comp[s - 2][-1] = _flag(comp[s - 2][-1], "push_prev", *pop)
-            loads[s][0] = _flag(loads[s][0], "pop_next")
+            comp[s - 2][-1] = W.flag(comp[s - 2][-1], "push_prev", *pop)
+            loads[s][0] = W.flag(loads[s][0], "pop_next")
     for s in range(ns):
         if loads[s]:
-            loads[s][-1] = _flag(loads[s][-1], "push_next")
-            comp[s][0] = _flag(comp[s][0], "pop_prev")
+            loads[s][-1] = W.flag(loads[s][-1], "push_next")
+            comp[s][0] = W.flag(comp[s][0], "pop_prev")
         if stores[s]:
-            comp[s][-1] = _flag(comp[s][-1], "push_next")
-            stores[s][0] = _flag(stores[s][0], "pop_prev")
+            comp[s][-1] = W.flag(comp[s][-1], "push_next")
+            stores[s][0] = W.flag(stores[s][0], "pop_prev")
             if tile[s] + ACC_REGIONS < ntiles:
-                stores[s][-1] = _flag(stores[s][-1], "push_prev")
+                stores[s][-1] = W.flag(stores[s][-1], "push_prev")
     out = list(loads[0]) + (list(loads[1]) if ns > 1 else [])
     for s in range(ns):
         c = comp[s]
-        # before each compute instruction: a share of the previous tile's stores and of the next
-        # step's loads (all before the last one, which may pop what these stores push)
+        # before each compute instruction: a share of the previous tile's stores, then of the
+        # next step's loads (all before the last one, which may pop what these stores push)
         slots = max(len(c) - 1, 1)
-        st = _spread(stores[s - 1] if s >= 1 else [], slots)
-        ld = _spread(loads[s + 1] if s + 1 < ns and s + 1 >= 2 else [], slots)
-        for i, x in enumerate(c):
-            if i < slots:
-                out += st[i] + ld[i]
-            out.append(x)
+        before: dict[int, list[int]] = {}
+        _spread(stores[s - 1] if s >= 1 else [], slots, before)
+        _spread(loads[s + 1] if s + 1 < ns and s + 1 >= 2 else [], slots, before)
+        done = 0
+        for i in sorted(before):
+            out += c[done:i]
+            out += before[i]
+            done = i
+        out += c[done:]
     out += stores[-1]
     return out
 
@@ -217,29 +213,29 @@ def _pipe_cost(order: str, nrt: int, groups: int, passes: int, g_step: int, q_ti
 
 
 def _load_contig(buf: Buffer, sp_base: int, slot: int, offset: int, count: int, elem: int
-                 ) -> list[Insn]:
+                 ) -> list[int]:
     """LOADs of `count` contiguous elements as single memory rows (split where x_size would
     overflow): long bursts instead of one per row."""
     out = []
     done = 0
     while done < count:
         k = min(_XY, count - done)
-        out.append(isa.load(buf, slot=slot, sp_base=sp_base + done, offset=offset + done * elem,
-                            y_size=1, x_size=k, y_stride=k))
+        out.append(W.load(buf, slot=slot, sp_base=sp_base + done, offset=offset + done * elem,
+                          y_size=1, x_size=k, y_stride=k))
         done += k
     return out
 
 
-def _load(buf: Buffer, elem: int, **f: int) -> list[Insn]:
+def _load(buf: Buffer, elem: int, **f: int) -> list[int]:
     """A LOAD; rows that are contiguous in memory and unpadded become single long rows."""
     y, x = f["y_size"], f["x_size"]
     pads = any(f.get(k) for k in ("pad_top", "pad_bottom", "pad_left", "pad_right"))
     if y > 1 and f["y_stride"] == x and not pads:
         return _load_contig(buf, f["sp_base"], f["slot"], f["offset"], y * x, elem)
-    return [isa.load(buf, **f)]
+    return [W.load(buf, **f)]
 
 
-def _fill(buf: Buffer, sp_base: int, count: int, value: int) -> list[Insn]:
+def _fill(buf: Buffer, sp_base: int, count: int, value: int) -> list[int]:
     """LOADs that read no memory (y_size = x_size = 0) and write `count` consecutive
     scratchpad rows of padding `value`: up to 15 x 15 rows each (the padding fields)."""
     out = []
@@ -247,13 +243,13 @@ def _fill(buf: Buffer, sp_base: int, count: int, value: int) -> list[Insn]:
     while done < count:
         k = min(count - done, _PAD * _PAD)
         top, left = (k // _PAD, _PAD) if k >= _PAD else (1, k)
-        out.append(isa.load(buf, sp_base=sp_base + done, y_size=0, x_size=0, pad_top=top,
-                            pad_left=left, pad_value=value))
+        out.append(W.load(buf, sp_base=sp_base + done, y_size=0, x_size=0, pad_top=top,
+                          pad_left=left, pad_value=value))
         done += top * left
     return out
 
 
-def _load_padded(buf: Buffer, elem: int, **f: int) -> list[Insn]:
+def _load_padded(buf: Buffer, elem: int, **f: int) -> list[int]:
     """`_load` of a padded tile, also with padding beyond the LOAD fields (15 per side): the
     memory rows are then loaded one by one without padding and the padding between them is
     written by `_fill` (rows of the tile stay row-major with the padded width)."""
@@ -267,9 +263,9 @@ def _load_padded(buf: Buffer, elem: int, **f: int) -> list[Insn]:
     out = _fill(buf, base, pt * wp + pl, v)
     at = base + pt * wp + pl
     for r in range(y):
-        out.append(isa.load(buf, slot=f["slot"], sp_base=at,
-                            offset=f["offset"] + r * f["y_stride"] * elem, y_size=1, x_size=x,
-                            y_stride=x))
+        out.append(W.load(buf, slot=f["slot"], sp_base=at,
+                          offset=f["offset"] + r * f["y_stride"] * elem, y_size=1, x_size=x,
+                          y_stride=x))
         at += x
         gap = pr + (pl if r + 1 < y else pb * wp)
         out += _fill(buf, at, gap, v)
@@ -277,19 +273,19 @@ def _load_padded(buf: Buffer, elem: int, **f: int) -> list[Insn]:
     return out
 
 
-def _store(buf: Buffer, elem: int, **f: int) -> list[Insn]:
+def _store(buf: Buffer, elem: int, **f: int) -> list[int]:
     """A STORE; rows that are contiguous in memory become single long rows."""
     y, x = f["y_size"], f["x_size"]
     if y > 1 and f["y_stride"] == x:
         out, done, total = [], 0, y * x
         while done < total:
             k = min(_XY, total - done)
-            out.append(isa.store(buf, slot=f["slot"], sp_base=f["sp_base"] + done,
-                                 offset=f["offset"] + done * elem, y_size=1, x_size=k,
-                                 y_stride=k))
+            out.append(W.store(buf, slot=f["slot"], sp_base=f["sp_base"] + done,
+                               offset=f["offset"] + done * elem, y_size=1, x_size=k,
+                               y_stride=k))
             done += k
         return out
-    return [isa.store(buf, **f)]
+    return [W.store(buf, **f)]
 
 
 #: Copies of each bias row in memory: a bias broadcast over P accumulator rows is P/BIAS_COPIES
@@ -297,18 +293,18 @@ def _store(buf: Buffer, elem: int, **f: int) -> list[Insn]:
 BIAS_COPIES = 8
 
 
-def _bias_loads(slot: int, offset: int, sp_base: int, rows: int, width: int) -> list[Insn]:
+def _bias_loads(slot: int, offset: int, sp_base: int, rows: int, width: int) -> list[int]:
     """LOAD.ACC of a bias group of `width` rows (stored BIAS_COPIES times in a row at `offset`)
     into `rows` x `width` accumulator rows, row-major."""
     copies = max(1, BIAS_COPIES // width)
     full, rest = divmod(rows, copies)
     out = []
     if full:
-        out.append(isa.load(Buffer.ACC, slot=slot, sp_base=sp_base, offset=offset, y_size=full,
-                            x_size=copies * width, y_stride=0))
+        out.append(W.load(Buffer.ACC, slot=slot, sp_base=sp_base, offset=offset, y_size=full,
+                          x_size=copies * width, y_stride=0))
     if rest:
-        out.append(isa.load(Buffer.ACC, slot=slot, sp_base=sp_base + full * copies * width,
-                            offset=offset, y_size=1, x_size=rest * width, y_stride=0))
+        out.append(W.load(Buffer.ACC, slot=slot, sp_base=sp_base + full * copies * width,
+                          offset=offset, y_size=1, x_size=rest * width, y_stride=0))
     return out
 
 
@@ -341,7 +337,7 @@ class _Plan:
     cost: int
 
 
-def _choose(candidates: list[_Plan], what: str, hint: str) -> _Plan:
+def _choose(candidates: Sequence[_Plan], what: str, hint: str) -> _Plan:
     if not candidates:
         raise AccelKernelError(f"{what} does not fit the scratchpads even with one output row, "
                                f"one output-channel block and one input-channel block per tile; "

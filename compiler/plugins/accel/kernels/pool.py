@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from compiler.plugins.accel.kernels import words as W
 from compiler.plugins.accel.kernels.base import (
     _IMM_MAX,
     _IMM_MIN,
@@ -178,8 +179,8 @@ def _pool2d(kind: str, in_shape: Sequence[int], kernel: Sequence[int], *, inp: R
         y0 = max(iy_lo, 0)
         loads = []
         if t == 0 and blob is not None:
-            loads.append(isa.load(Buffer.ACC, slot=blob.ref.slot, sp_base=0, offset=prm_off,
-                                  y_size=1, x_size=params, y_stride=params))
+            loads.append(W.load(Buffer.ACC, slot=blob.ref.slot, sp_base=0, offset=prm_off,
+                                y_size=1, x_size=params, y_stride=params))
         loads += _load_padded(Buffer.ACC8, n, slot=inp.slot, sp_base=a_base,
                        offset=inp.offset + ((bi * cb + ci) * h + y0) * w * n,
                        y_size=min(iy_hi, h - 1) - y0 + 1, x_size=w, y_stride=w,
@@ -190,29 +191,29 @@ def _pool2d(kind: str, in_shape: Sequence[int], kernel: Sequence[int], *, inp: R
         for ky in range(kh):
             for kx in range(kw):
                 op = AluOp.MOV if (ky, kx) == (0, 0) else fold
-                compute.append(isa.alu(op, dst_base=o_base,
-                                       src_base=a_base + ky * dh * wp + kx * dw,
-                                       outer=rr, inner=ow, dst_so=ow, dst_si=1,
-                                       src_so=sh * wp, src_si=sw))
+                compute.append(W.alu(op, dst_base=o_base,
+                                     src_base=a_base + ky * dh * wp + kx * dw,
+                                     outer=rr, inner=ow, dst_so=ow, dst_si=1,
+                                     src_so=sh * wp, src_si=sw))
         if avg is not None:
             zout, (lo, hi) = avg[2], avg[4]
             if corr:
-                compute.append(isa.alu(AluOp.ADD, imm=corr, dst_base=o_base, outer=1,
-                                       inner=rr * ow, dst_si=1))
+                compute.append(W.alu(AluOp.ADD, imm=corr, dst_base=o_base, outer=1,
+                                     inner=rr * ow, dst_si=1))
             for ry0, ry1, rx0, rx1, prow in regions:
                 a0, a1 = max(ry0, oy0), min(ry1, oy0 + rr)
                 if a0 >= a1:
                     continue
-                compute.append(isa.req(zout, lo, hi, dst_base=o_base + (a0 - oy0) * ow + rx0,
-                                       src_base=prow, outer=a1 - a0, inner=rx1 - rx0,
-                                       dst_so=ow, dst_si=1))
+                compute.append(W.req(zout, lo, hi, dst_base=o_base + (a0 - oy0) * ow + rx0,
+                                     src_base=prow, outer=a1 - a0, inner=rx1 - rx0,
+                                     dst_so=ow, dst_si=1))
         stores = _store(Buffer.ACC8, n, slot=out.slot, sp_base=o_base,
                         offset=out.offset + ((bi * cb + ci) * oh + oy0) * ow * n,
                         y_size=rr, x_size=ow, y_stride=ow)
         steps.append(_Step(loads, compute, stores, True))
     fill = zin if avg is None else min(max(avg[2], avg[4][0]), avg[4][1])
     return Kernel(
-        name, tuple(_pipeline(steps)),
+        name, isa.Stream.from_words(_pipeline(steps)),
         inputs=(TensorInfo("input", inp, (b, c, h, w), "int8", layout.act_bytes(c, h, w, n, b),
                            zin),),
         outputs=(TensorInfo("output", out, (b, c, oh, ow), "int8",
@@ -307,28 +308,28 @@ def global_avgpool(in_shape: Sequence[int], *, multiplier: int, shift: int,
         first = ch[0][0] * cb + ch[0][1]            # blocks are consecutive in memory
         loads = []
         if t == 0:
-            loads.append(isa.load(Buffer.ACC, slot=consts.slot, sp_base=0, offset=prm_off,
-                                  y_size=1, x_size=params, y_stride=params))
+            loads.append(W.load(Buffer.ACC, slot=consts.slot, sp_base=0, offset=prm_off,
+                                y_size=1, x_size=params, y_stride=params))
         loads += _load_contig(Buffer.ACC8, base, inp.slot, inp.offset + first * hw * n, k * hw, n)
         compute = []
         rows = hw
         while rows > 1:
             half = rows // 2
-            compute.append(isa.alu(AluOp.ADD, dst_base=base, src_base=base + rows - half,
-                                   outer=k, inner=half, dst_so=hw, dst_si=1, src_so=hw,
-                                   src_si=1))
+            compute.append(W.alu(AluOp.ADD, dst_base=base, src_base=base + rows - half,
+                                 outer=k, inner=half, dst_so=hw, dst_si=1, src_so=hw,
+                                 src_si=1))
             rows -= half
         compute += [
-            isa.alu(AluOp.MOV, dst_base=obase, src_base=base, outer=k, inner=1, dst_so=1,
-                    src_so=hw),
-            isa.alu(AluOp.ADD, imm=corr, dst_base=obase, outer=1, inner=k, dst_si=1),
-            isa.req(zout, lo, hi, dst_base=obase, src_base=0, outer=1, inner=k, dst_si=1),
+            W.alu(AluOp.MOV, dst_base=obase, src_base=base, outer=k, inner=1, dst_so=1,
+                  src_so=hw),
+            W.alu(AluOp.ADD, imm=corr, dst_base=obase, outer=1, inner=k, dst_si=1),
+            W.req(zout, lo, hi, dst_base=obase, src_base=0, outer=1, inner=k, dst_si=1),
         ]
-        store = isa.store(Buffer.ACC8, slot=out.slot, sp_base=obase,
-                          offset=out.offset + first * n, y_size=1, x_size=k, y_stride=k)
+        store = W.store(Buffer.ACC8, slot=out.slot, sp_base=obase,
+                        offset=out.offset + first * n, y_size=1, x_size=k, y_stride=k)
         steps.append(_Step(loads, compute, [store], True))
     return Kernel(
-        name, tuple(_pipeline(steps)),
+        name, isa.Stream.from_words(_pipeline(steps)),
         inputs=(TensorInfo("input", inp, (bsz, c, h, w), "int8",
                            layout.act_bytes(c, h, w, n, bsz), zin),),
         outputs=(TensorInfo("output", out, (bsz, c, 1, 1), "int8",

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from compiler.plugins.accel.kernels import words as W
 from compiler.plugins.accel.kernels.base import (
     _LOOP,
     _XY,
@@ -104,12 +105,12 @@ def concat(out_shape: Sequence[int], parts: Sequence[ConcatPart], axis: int, *, 
     for t, (slot, src, dst, rows) in enumerate(pieces):
         base = _base(t, len(pieces), ACC_REGIONS, chunk)
         loads = _load_contig(Buffer.ACC8, base, slot, src, rows, n)
-        stores = [isa.store(Buffer.ACC8, slot=out.slot, sp_base=base, offset=dst, y_size=1,
-                            x_size=rows, y_stride=rows)]
-        steps.append(_Step(loads, [nop()], stores, True))
+        stores = [W.store(Buffer.ACC8, slot=out.slot, sp_base=base, offset=dst, y_size=1,
+                          x_size=rows, y_stride=rows)]
+        steps.append(_Step(loads, [W.of(nop())], stores, True))
     insns = _pipeline(steps) if steps else []
     return Kernel(
-        name, tuple(insns),
+        name, isa.Stream.from_words(insns),
         inputs=tuple(TensorInfo(f"input{i}", p.ref, p.shape, "int8",
                                 layout.act_bytes(p.shape[1], h, w, n, p.shape[0]), zero_point)
                      for i, p in enumerate(parts)),
@@ -174,15 +175,15 @@ def permute_channels(in_shape: Sequence[int], perm: Sequence[int], *, inp: Ref, 
             loads += _pixel_rows(Buffer.INP, inp, ibase + j * per, p0, pp, j, nb, hw, n)
         for j in range(nb):
             loads += _bias_loads(consts.slot, bias_off + bias_rel[j], abase + j * per, pp, 1)
-        compute = [isa.gemm(acc_base=abase + ob * per, inp_base=ibase + cb * per,
-                            wgt_base=i, outer=1, inner=pp, acc_si=1, inp_si=1)
+        compute = [W.gemm(acc_base=abase + ob * per, inp_base=ibase + cb * per,
+                          wgt_base=i, outer=1, inner=pp, acc_si=1, inp_si=1)
                    for i, (ob, cb) in enumerate(order)]
         stores = []
         for j in range(nb):
             stores += _pixel_rows(None, out, abase + j * per, p0, pp, j, nb, hw, n)
         steps.append(_Step(loads, compute, stores, True))
     return Kernel(
-        name, tuple(_pipeline(steps)),
+        name, isa.Stream.from_words(_pipeline(steps)),
         inputs=(TensorInfo("input", inp, (b, c, h, w), "int8", layout.act_bytes(c, h, w, n, b),
                            zero_point),),
         outputs=(TensorInfo("output", out, (b, c, h, w), "int8",
@@ -192,7 +193,7 @@ def permute_channels(in_shape: Sequence[int], perm: Sequence[int], *, inp: Ref, 
 
 
 def _pixel_rows(buf: Buffer | None, ref: Ref, sp_base: int, p0: int, pp: int, block: int,
-                nb: int, hw: int, n: int) -> list[Insn]:
+                nb: int, hw: int, n: int) -> list[int]:
     """LOAD (buf) or STORE.ACC8 (buf None) of pixels p0 .. p0+pp-1 (over all images, in
     order) of channel block `block`: one contiguous run per image they touch."""
     out = []
@@ -203,8 +204,8 @@ def _pixel_rows(buf: Buffer | None, ref: Ref, sp_base: int, p0: int, pp: int, bl
         k = min(pp - done, hw - at)
         off = ref.offset + ((img * nb + block) * hw + at) * n
         if buf is None:
-            out.append(isa.store(Buffer.ACC8, slot=ref.slot, sp_base=sp_base + done, offset=off,
-                                 y_size=1, x_size=k, y_stride=k))
+            out.append(W.store(Buffer.ACC8, slot=ref.slot, sp_base=sp_base + done, offset=off,
+                               y_size=1, x_size=k, y_stride=k))
         else:
             out += _load_contig(buf, sp_base + done, ref.slot, off, k, n)
         done += k
