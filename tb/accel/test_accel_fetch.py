@@ -56,7 +56,8 @@ ARRAY_N = [8]
 def rand_legal(rng: random.Random, op: Opcode | None = None) -> Insn:
     """A random instruction that passes check_static (END excluded unless asked for)."""
     n = ARRAY_N[0]
-    op = op or rng.choice([Opcode.LOAD, Opcode.STORE, Opcode.GEMM, Opcode.ALU, Opcode.DW])
+    op = op or rng.choice([Opcode.LOAD, Opcode.STORE, Opcode.GEMM, Opcode.ALU, Opcode.DW,
+                           Opcode.XALU])
     if op == Opcode.END:
         return isa.end()
     f: dict[str, int] = {}
@@ -68,8 +69,16 @@ def rand_legal(rng: random.Random, op: Opcode | None = None) -> Insn:
         f[flag] = rng.randint(0, 1)
     if op == Opcode.STORE:
         f["buf"] = rng.choice([Buffer.ACC, Buffer.ACC8])
+        f["transpose"] = 0
         for p in ("pad_top", "pad_bottom", "pad_left", "pad_right"):
             f[p] = 0
+    if op == Opcode.LOAD and f["transpose"]:        # INP, no padding, y_size a multiple of N
+        f["buf"] = Buffer.INP
+        f["y_size"] -= f["y_size"] % n
+        for p in ("pad_top", "pad_bottom", "pad_left", "pad_right"):
+            f[p] = 0
+    if op == Opcode.XALU:
+        f["alu_op"] = rng.randint(0, max(isa.XAluOp))
     if op == Opcode.ALU:
         f["alu_op"] = rng.randint(0, max(isa.AluOp))
         if f["alu_op"] == isa.AluOp.REQ:
@@ -112,6 +121,25 @@ def corrupt(rng: random.Random, kind: str) -> bytes:
     elif kind == "alu_op7":
         lsb = isa.field_lsb(Opcode.ALU, "alu_op")
         w = (word(rand_legal(rng, Opcode.ALU)) & ~(7 << lsb)) | (7 << lsb)
+    elif kind == "xalu_op":
+        lsb = isa.field_lsb(Opcode.XALU, "alu_op")
+        w = (word(rand_legal(rng, Opcode.XALU)) & ~(7 << lsb)) \
+            | (rng.randint(len(isa.XAluOp), 7) << lsb)
+    elif kind == "transpose":                       # not INP, padding, or y_size % N
+        load = rand_legal(rng, Opcode.LOAD)
+        f = {**load.fields, "transpose": 1, "buf": Buffer.INP, "y_size": ARRAY_N[0]}
+        for p in ("pad_top", "pad_bottom", "pad_left", "pad_right"):
+            f.pop(p, None)
+        bad = rng.choice(["buf", "pad", "y"])
+        if bad == "buf":
+            f["buf"] = rng.choice([Buffer.WGT, Buffer.ACC, Buffer.ACC8])
+        elif bad == "pad":
+            f[rng.choice(["pad_top", "pad_bottom", "pad_left", "pad_right"])] = rng.randint(1, 15)
+        else:
+            f["y_size"] = ARRAY_N[0] * rng.randint(0, 100) + rng.randint(1, ARRAY_N[0] - 1)
+        w = word(Insn(Opcode.LOAD, f))
+    elif kind == "store_transpose":
+        w = word(rand_legal(rng, Opcode.STORE)) | bit("transpose", Opcode.STORE)
     elif kind == "req_imm":
         w = word(isa.req(1, -5, 100, dst_base=3, inner=2)) | bit("use_imm", Opcode.ALU)
     elif kind == "dw_taps":
@@ -137,7 +165,8 @@ def corrupt(rng: random.Random, kind: str) -> bytes:
 
 
 ILLEGAL_KINDS = ("opcode0", "opcode_high", "load_flag", "store_flag", "store_buf", "store_pad",
-                 "alu_op7", "req_imm", "end_flag", "dw_taps", "dw_tap_w0", "dw_banks")
+                 "alu_op7", "req_imm", "end_flag", "dw_taps", "dw_tap_w0", "dw_banks", "xalu_op",
+                 "transpose", "store_transpose")
 
 
 @dataclass
@@ -439,7 +468,7 @@ async def test_programs(dut) -> None:
             exp = reference(tb.mem, base, n, set())
             assert exp.ended and exp.err is None
             tb.check(run, exp, f"round {r} opts {oi} base {base:#x} n {n} end {end_at}")
-            if opts.q_full >= 0.5 and n > 10:
+            if opts.q_full >= 0.5 and end_at > 10:     # (instructions before the END)
                 assert run.blocked > 0, f"no blocked cycle with q_full {opts.q_full}"
     # a program that wraps from the top of the address space to 0
     tb.opts = OPTS[1]
