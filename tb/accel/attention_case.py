@@ -68,6 +68,6 @@ def head_memory(cfg: AccelConfig, rng: np.random.Generator, seq: int, d: int,
     for off, x in zip((q, k, v), ints, strict=True):
         mem[off:off + size] = tile_major(x, n)
     score = scales[0] * scales[1] / math.sqrt(d)
-    head = attention_head(cfg, seq, d, score, q=q, k=k, v=v, p=p, out=out)
-    return HeadCase(head.program, mem, q, k, v, p, out, seq, d, n, *floats,
+    program = attention_head(cfg, seq, d, score, q=q, k=k, v=v, p=p, out=out)
+    return HeadCase(program, mem, q, k, v, p, out, seq, d, n, *floats,
                     out_scale=scales[2] * 2.0 ** -P_BITS)

@@ -25,7 +25,6 @@ maximum are clamped where their exponential is 0 at the output's precision.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from pyhost import ibert
 from pyhost.spec import isa
@@ -40,22 +39,13 @@ class AttentionError(ValueError):
     """A head the program cannot be made for (shapes, scratchpad, constants)."""
 
 
-@dataclass(frozen=True)
-class AttentionHead:
-    """The program and where its results are: out^T as int32 rows at ``out`` (byte offset from
-    slot 0), element (I, e) = N lanes (queries of block I) of feature e, scale 2**-P_BITS x
-    V's scale."""
-
-    program: list[isa.Insn]
-    out_scale_factor: float = 2.0 ** -P_BITS
-
-
 def attention_head(cfg: AccelConfig, seq: int, d: int, score_scale: float, *, q: int, k: int,
-                   v: int, p: int, out: int) -> AttentionHead:
-    """The program of one attention head (module doc). ``q``, ``k``, ``v``: byte offsets (slot
-    0) of Q^T, K^T, V^T (d x seq, tile-major transposed int8); ``p``: seq * seq bytes of
-    scratch memory for P^T; ``out``: seq * d * 4 bytes for out^T (int32). ``score_scale``: the
-    real value of one unit of Q.K (Q's scale x K's scale / sqrt(d))."""
+                   v: int, p: int, out: int) -> list[isa.Insn]:
+    """The program of one attention head (module doc), END included. ``q``, ``k``, ``v``: byte
+    offsets (slot 0) of Q^T, K^T, V^T (d x seq, tile-major transposed int8); ``p``: seq * seq
+    bytes of scratch memory for P^T; ``out``: seq * d * 4 bytes for out^T as int32 rows,
+    element (I, e) = the N queries of block I of feature e, at scale 2**-P_BITS x V's scale.
+    ``score_scale``: the real value of one unit of Q.K (Q's scale x K's scale / sqrt(d))."""
     n = cfg.n
     if seq % n or d % n or seq <= 0 or d <= 0:
         raise AttentionError(f"seq {seq} and d {d} must be positive multiples of N = {n}")
@@ -148,4 +138,4 @@ def attention_head(cfg: AccelConfig, seq: int, d: int, score_scale: float, *, q:
     prog += [isa.store(Buffer.ACC, sp_base=o_, offset=out, y_size=1, x_size=nb * d,
                        y_stride=nb * d, pop_prev=1),
              isa.end()]
-    return AttentionHead(prog)
+    return prog
