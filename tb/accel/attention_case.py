@@ -1,7 +1,9 @@
-"""A random attention head laid out in card memory for compiler/plugins/accel/kernels/
-attention.py: int8 Q, K, V (symmetric, per tensor), their tile-major transposed layout, the
-program, and a reader for its int32 output. Used by tests/compiler/test_attention_kernel.py
-(functional card against float attention) and tb/accel/test_accel.py (RTL against the model)."""
+"""Random transformer layers laid out in card memory for compiler/plugins/accel/kernels/:
+an attention head (attention.py: int8 Q, K, V, symmetric per tensor) and a linear layer
+(linear_t.py: int8 X, per-output-feature int8 weights, int32 bias), in the tile-major
+transposed layout, with their programs and readers for their outputs. Used by tests/compiler
+(functional card against float and the integer arithmetic) and tb/accel/test_accel.py (RTL
+against the model)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from compiler.plugins.accel.kernels.attention import P_BITS, attention_head
+from compiler.plugins.accel.kernels.linear_t import linear_t
+from compiler.quantize.requant import quantize_multipliers, requantize
 from pyhost.spec import isa
 from pyhost.spec.accel import AccelConfig
 
@@ -71,3 +75,55 @@ def head_memory(cfg: AccelConfig, rng: np.random.Generator, seq: int, d: int,
     program = attention_head(cfg, seq, d, score, q=q, k=k, v=v, p=p, out=out)
     return HeadCase(program, mem, q, k, v, p, out, seq, d, n, *floats,
                     out_scale=scales[2] * 2.0 ** -P_BITS)
+
+
+@dataclass
+class LinearCase:
+    program: list[isa.Insn]
+    memory: bytearray
+    y: int
+    tokens: int
+    d_out: int
+    n: int
+    expect: np.ndarray              # the int8 output by the accelerator's arithmetic (t x e)
+    float_out: np.ndarray           # the float output in output units (t x e)
+
+    def output(self, mem: bytes | bytearray | np.ndarray) -> np.ndarray:
+        """Y (tokens x d_out, int8) from the program's tile-major Y^T in ``mem``."""
+        nb = self.tokens // self.n
+        raw = np.frombuffer(bytes(mem[self.y:self.y + self.tokens * self.d_out]), np.int8)
+        return raw.reshape(nb, self.d_out, self.n).transpose(0, 2, 1).reshape(
+            self.tokens, self.d_out).astype(np.int64)
+
+
+def linear_case(cfg: AccelConfig, rng: np.random.Generator, tokens: int, d_in: int,
+                d_out: int, base: int = 0) -> LinearCase:
+    """A random quantized linear layer: int8 X (scale sx), per-output-feature symmetric int8
+    weights, int32 bias, the output scale from the float output's range; placed from
+    ``base``."""
+    n = cfg.n
+    xf = rng.standard_normal((tokens, d_in))
+    wf = rng.standard_normal((d_out, d_in)) / np.sqrt(d_in)
+    bf = rng.standard_normal(d_out) * 0.1
+    sx = float(np.abs(xf).max()) / 127
+    sw = np.abs(wf).max(1) / 127
+    qx = np.clip(np.round(xf / sx), -127, 127).astype(np.int64)
+    qw = np.clip(np.round(wf / sw[:, None]), -127, 127).astype(np.int64)
+    qb = np.round(bf / (sx * sw)).astype(np.int64)
+    acc = qx @ qw.T + qb                                  # tokens x d_out, int64
+    real = acc * (sx * sw)                                # the float the layer computes
+    sy = float(np.abs(real).max()) / 127
+    m, s = quantize_multipliers(sx * sw / sy)
+    expect = requantize(acc, m[None, :], s[None, :]).astype(np.int64)
+    x_off = base
+    y_off = x_off + _align64(tokens * d_in)
+    c_off = y_off + _align64(tokens * d_out)
+    layer = linear_t(cfg, tokens, qw.astype(np.int8), qb, m, s, x=x_off, consts=c_off, y=y_off)
+    mem = bytearray(c_off + len(layer.blob))
+    mem[x_off:x_off + tokens * d_in] = tile_major(qx, n)
+    mem[c_off:] = layer.blob
+    return LinearCase(layer.program, mem, y_off, tokens, d_out, n, expect, real / sy)
+
+
+def _align64(v: int) -> int:
+    return -(-v // 64) * 64

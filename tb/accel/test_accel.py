@@ -275,6 +275,24 @@ async def test_attention_head(dut) -> None:
 
 
 @cocotb.test(timeout_time=4, timeout_unit="sec")
+async def test_linear_t(dut) -> None:
+    """A linear layer in the transposed layout (compiler/plugins/accel/kernels/linear_t.py:
+    weights as input rows, X^T's tiles as weights, bias, per-feature REQ, a tile-major int8
+    store) on the RTL and the model, bit for bit, and the accelerator's arithmetic."""
+    from tb.accel.attention_case import linear_case
+
+    tb = TB(dut, "backpressure")
+    await tb.reset()
+    await tb.clear_scratchpads()
+    tokens, d_in, d_out = (16, 16, 8) if ICARUS else (32, 64, 48)
+    c = linear_case(tb.cfg, np.random.default_rng(6), tokens, d_in, d_out, base=0x1000)
+    tb.write_both(0x1000, bytes(c.memory[0x1000:]))
+    await tb.run_both(isa.encode_program(c.program), PROGRAM_BASE, len(c.program),
+                      [0] * isa.NUM_SLOTS, f"linear {tokens} x {d_in} -> {d_out}")
+    assert np.array_equal(c.output(tb.mem.array), c.expect)
+
+
+@cocotb.test(timeout_time=4, timeout_unit="sec")
 async def test_layernorm_and_gelu_programs(dut) -> None:
     """LayerNorm's normalization (pyhost/ibert.py i_layernorm_insns: features as rows, five
     XALU rows per token block) and GELU (i_gelu_insns) over accumulator rows loaded from card
