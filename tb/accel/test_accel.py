@@ -253,7 +253,7 @@ async def test_attention_head(dut) -> None:
     max|V| of float attention."""
     import math
 
-    from tb.accel.attention_case import head_memory
+    from tb.accel.transformer_cases import head_memory
 
     tb = TB(dut, "slow")
     await tb.reset()
@@ -279,7 +279,7 @@ async def test_linear_t(dut) -> None:
     """A linear layer in the transposed layout (compiler/plugins/accel/kernels/linear_t.py:
     weights as input rows, X^T's tiles as weights, bias, per-feature REQ, a tile-major int8
     store) on the RTL and the model, bit for bit, and the accelerator's arithmetic."""
-    from tb.accel.attention_case import linear_case
+    from tb.accel.transformer_cases import linear_case
 
     tb = TB(dut, "backpressure")
     await tb.reset()

@@ -14,7 +14,7 @@ from pyhost.accel.model import AccelModel
 from pyhost.spec import isa
 from pyhost.spec.accel import AccelConfig
 from tb.accel import races
-from tb.accel.attention_case import head_memory
+from tb.accel.transformer_cases import head_memory
 
 CFG = AccelConfig()
 

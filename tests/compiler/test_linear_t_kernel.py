@@ -12,7 +12,7 @@ from pyhost.accel.model import AccelModel
 from pyhost.spec import isa
 from pyhost.spec.accel import AccelConfig
 from tb.accel import races
-from tb.accel.attention_case import linear_case
+from tb.accel.transformer_cases import linear_case
 
 CFG = AccelConfig()
 
