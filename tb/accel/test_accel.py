@@ -253,7 +253,7 @@ async def test_attention_head(dut) -> None:
     max|V| of float attention."""
     import math
 
-    from tb.accel.transformer_cases import head_memory
+    from tb.accel.transformer_cases import head_memory, multi_head_memory
 
     tb = TB(dut, "slow")
     await tb.reset()
@@ -272,6 +272,15 @@ async def test_attention_head(dut) -> None:
     assert err <= 0.03 * float(np.abs(h.vf).max()), f"attention output off by {err}"
     dut._log.info("attention head seq %d d %d: %d instructions, max error %.4f (max |V| %.3f)",
                   seq, d, len(h.program), err, float(np.abs(h.vf).max()))
+    # the second of two heads, reading its slice of wider Q, K, V (one transposed LOAD of K
+    # per token block)
+    cases, mem = multi_head_memory(tb.cfg, np.random.default_rng(6), seq, 2, d)
+    base = 0x8000
+    shifted = [isa.Insn(i.op, {**i.fields, "offset": i.fields.get("offset", 0) + base})
+               if i.op in (isa.Opcode.LOAD, isa.Opcode.STORE) else i for i in cases[1].program]
+    tb.write_both(base, bytes(mem))
+    await tb.run_both(isa.encode_program(shifted), PROGRAM_BASE, len(shifted),
+                      [0] * isa.NUM_SLOTS, f"head 1 of 2, seq {seq}")
 
 
 @cocotb.test(timeout_time=4, timeout_unit="sec")

@@ -43,6 +43,41 @@ class HeadCase:
         return raw.reshape(nb, self.d, self.n).transpose(0, 2, 1).reshape(self.seq, self.d)
 
 
+def multi_head_memory(cfg: AccelConfig, rng: np.random.Generator, seq: int, heads: int,
+                      d: int) -> tuple[list[HeadCase], bytearray]:
+    """Q, K, V of ``heads`` heads of ``d`` features each in one tensor per role (seq x heads*d,
+    tile-major transposed int8), and one HeadCase per head whose program reads its slice
+    (``width`` = heads * d) into its own P and output buffers; all in one memory."""
+    n, width = cfg.n, heads * d
+    ints, floats, scales = [], [], []
+    for _ in range(3):
+        x = rng.standard_normal((seq, width))
+        s = float(np.abs(x).max()) / 127
+        qx = np.clip(np.round(x / s), -127, 127).astype(np.int64)
+        ints.append(qx)
+        floats.append(qx * s)
+        scales.append(s)
+    size = seq * width
+    q, k, v = 0, size, 2 * size
+    scratch = 3 * size
+    per_head = -(-seq * seq // 64) * 64 + seq * d * 4
+    mem = bytearray(scratch + heads * per_head)
+    for off, x in zip((q, k, v), ints, strict=True):
+        mem[off:off + size] = tile_major(x, n)
+    score = scales[0] * scales[1] / math.sqrt(d)
+    cases = []
+    for h in range(heads):
+        p = scratch + h * per_head
+        out = p + -(-seq * seq // 64) * 64
+        program = attention_head(cfg, seq, d, score, q=q + h * d * n, k=k + h * d * n,
+                                 v=v + h * d * n, p=p, out=out, width=width)
+        cols = slice(h * d, (h + 1) * d)
+        cases.append(HeadCase(program, mem, q, k, v, p, out, seq, d, n, floats[0][:, cols],
+                              floats[1][:, cols], floats[2][:, cols],
+                              out_scale=scales[2] * 2.0 ** -P_BITS))
+    return cases, mem
+
+
 def tile_major(x: np.ndarray, n: int) -> bytes:
     """(seq x d) int8 as its transpose in the tile-major layout: element (J, e) = tokens
     J*n .. J*n + n-1 of feature e at byte (J * d + e) * n."""

@@ -14,7 +14,7 @@ from pyhost.accel.model import AccelModel
 from pyhost.spec import isa
 from pyhost.spec.accel import AccelConfig
 from tb.accel import races
-from tb.accel.transformer_cases import head_memory
+from tb.accel.transformer_cases import head_memory, multi_head_memory
 
 CFG = AccelConfig()
 
@@ -47,9 +47,26 @@ def test_attention_head_matches_float(seq: int, d: int, spread: float) -> None:
     races.check_races(h.program, CFG.n, [0] * isa.NUM_SLOTS)      # raises on a race
 
 
+@pytest.mark.parametrize("seq, heads, d", [(32, 2, 16), (16, 4, 8)])
+def test_heads_read_their_slice_of_wider_tensors(seq: int, heads: int, d: int) -> None:
+    """Several heads over one Q, K and V of heads x d features (width > d: K through one
+    transposed LOAD per token block): each head's output within 3 % of max|V| of float
+    attention on its own slice of the features."""
+    cases, mem = multi_head_memory(CFG, np.random.default_rng(seq * heads), seq, heads, d)
+    model = AccelModel(CFG)
+    for h, c in enumerate(cases):
+        res = model.execute(c.program, mem, [0] * isa.NUM_SLOTS)
+        assert res.ok, (h, res.error.name, res.err_pc)
+        got = c.output(mem) * c.out_scale
+        want = float_attention(c.qf, c.kf, c.vf)
+        assert np.abs(got - want).max() <= 0.03 * float(np.abs(c.vf).max()), h
+
+
 def test_attention_head_refuses_what_it_cannot_do() -> None:
     with pytest.raises(AttentionError, match="multiples of N"):
         attention_head(CFG, 20, 16, 0.01, q=0, k=0, v=0, p=0, out=0)
+    with pytest.raises(AttentionError, match="width at least d"):
+        attention_head(CFG, 16, 16, 0.01, q=0, k=0, v=0, p=0, out=0, width=8)
     with pytest.raises(AttentionError, match="one ALU loop"):
         attention_head(CFG, 256, 16, 0.01, q=0, k=0, v=0, p=0, out=0)
     small = AccelConfig(acc_depth=64)

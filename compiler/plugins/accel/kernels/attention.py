@@ -40,15 +40,19 @@ class AttentionError(ValueError):
 
 
 def attention_head(cfg: AccelConfig, seq: int, d: int, score_scale: float, *, q: int, k: int,
-                   v: int, p: int, out: int) -> list[isa.Insn]:
+                   v: int, p: int, out: int, width: int | None = None) -> list[isa.Insn]:
     """The program of one attention head (module doc), END included. ``q``, ``k``, ``v``: byte
-    offsets (slot 0) of Q^T, K^T, V^T (d x seq, tile-major transposed int8); ``p``: seq * seq
-    bytes of scratch memory for P^T; ``out``: seq * d * 4 bytes for out^T as int32 rows,
-    element (I, e) = the N queries of block I of feature e, at scale 2**-P_BITS x V's scale.
-    ``score_scale``: the real value of one unit of Q.K (Q's scale x K's scale / sqrt(d))."""
+    offsets (slot 0) of this head's Q^T, K^T, V^T (d x seq, tile-major transposed int8) in
+    tensors of ``width`` features (default d; with several heads, head h's features start at
+    offset h * d * N of each tensor); ``p``: seq * seq bytes of scratch memory for P^T;
+    ``out``: seq * d * 4 bytes for out^T as int32 rows, element (I, e) = the N queries of block
+    I of feature e, at scale 2**-P_BITS x V's scale. ``score_scale``: the real value of one
+    unit of Q.K (Q's scale x K's scale / sqrt(d))."""
     n = cfg.n
-    if seq % n or d % n or seq <= 0 or d <= 0:
-        raise AttentionError(f"seq {seq} and d {d} must be positive multiples of N = {n}")
+    width = d if width is None else width
+    if seq % n or d % n or width % n or seq <= 0 or d <= 0 or width < d:
+        raise AttentionError(f"seq {seq}, d {d} and width {width} must be positive multiples "
+                             f"of N = {n}, width at least d")
     nb, db = seq // n, d // n
     rows = nb * seq                                   # S^T's accumulator rows
     if rows > 4095:
@@ -83,14 +87,19 @@ def attention_head(cfg: AccelConfig, seq: int, d: int, score_scale: float, *, q:
             fields["src_base"] = src
         return isa.alu(op, imm, **fields)
 
+    # 1. loads: Q^T's tiles (token block J's d features: width / N tiles apart), K's rows
+    # (one transposed LOAD of all token blocks' feature rows, or one per block in a wider
+    # tensor), V^T's rows
     prog: list[isa.Insn] = [
-        # 1. loads
-        isa.load(Buffer.WGT, sp_base=wq, offset=q, y_size=nb, x_size=db, y_stride=db),
-        isa.load(Buffer.INP, sp_base=kin, offset=k, y_size=nb * d, x_size=1, y_stride=1,
-                 transpose=1),
-        isa.load(Buffer.INP, sp_base=vin, offset=v, y_size=nb, x_size=d, y_stride=d,
-                 push_next=1),
-    ]
+        isa.load(Buffer.WGT, sp_base=wq, offset=q, y_size=nb, x_size=db, y_stride=width // n)]
+    if width == d:
+        prog.append(isa.load(Buffer.INP, sp_base=kin, offset=k, y_size=nb * d, x_size=1,
+                             y_stride=1, transpose=1))
+    else:
+        prog += [isa.load(Buffer.INP, sp_base=kin + j * d, offset=k + j * width * n, y_size=d,
+                          x_size=1, y_stride=1, transpose=1) for j in range(nb)]
+    prog.append(isa.load(Buffer.INP, sp_base=vin, offset=v, y_size=nb, x_size=d,
+                         y_stride=width, push_next=1))
     # 2. S^T: for query block I and feature block D, every key j (J, c)
     for i in range(nb):
         for dd in range(db):
