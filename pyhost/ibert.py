@@ -35,6 +35,7 @@ import math
 import numpy as np
 
 from pyhost.accel.model import alu_op, xalu_div, xalu_sqrt
+from pyhost.spec import isa
 from pyhost.spec.isa import AluOp, XAluOp
 
 INT32_MAX = (1 << 31) - 1
@@ -128,6 +129,24 @@ def i_exp(q: np.ndarray, scale: float) -> tuple[np.ndarray, float]:
     return shr(r, z), p["scale_out"]
 
 
+def loop_insn(op: AluOp | XAluOp, dst: int, outer: int = 1, inner: int = 1, *,
+              src: int | None = None, imm: int | None = None, **f: int) -> isa.Insn:
+    """An ALU (``op`` an AluOp) or XALU (an XAluOp) instruction over the loops ``outer`` x
+    ``inner`` from row ``dst`` (and ``src``), with the strides in ``f``; B the immediate when
+    ``imm`` is given."""
+    fields = dict(dst_base=dst, outer=outer, inner=inner, **f)
+    if src is not None:
+        fields["src_base"] = src
+    return (isa.xalu if isinstance(op, XAluOp) else isa.alu)(op, imm, **fields)
+
+
+def rows_insn(op: AluOp | XAluOp, dst: int, rows: int, src: int | None = None,
+              imm: int | None = None) -> isa.Insn:
+    """`loop_insn` over ``rows`` consecutive rows from ``dst`` (and ``src``)."""
+    return loop_insn(op, dst, inner=rows, dst_si=1, src=src, imm=imm,
+                     **({"src_si": 1} if src is not None else {}))
+
+
 def i_exp_params(scale: float) -> dict[str, int | float]:
     """The constants of :func:`i_exp` at input scale ``scale``: the refinement factor f, ln 2
     in refined input units, the multiplier and shift of round(-q / q_ln2), the polynomial's
@@ -145,15 +164,10 @@ def i_exp_insns(q_row: int, rows: int, tmp: int, out: int, scale: float) -> list
     """:func:`i_exp` as ALU instructions over ``rows`` accumulator rows from ``q_row`` (each
     q <= 0, refined q above -2**15): rows tmp.. hold z, rows out.. get the result (scale
     ``i_exp_params(scale)["scale_out"]``); q's rows are refined in place when f > 1."""
-    from pyhost.spec import isa
-
     p = i_exp_params(scale)
 
     def alu(op: AluOp, dst: int, src: int | None = None, imm: int | None = None):
-        f = dict(dst_base=dst, outer=1, inner=rows, dst_si=1)
-        if src is not None:
-            f.update(src_base=src, src_si=1)
-        return isa.alu(op, imm, **f)
+        return rows_insn(op, dst, rows, src, imm)
 
     prog = [alu(AluOp.MUL, q_row, imm=p["f"])] if p["f"] > 1 else []
     return prog + [
@@ -230,17 +244,12 @@ def i_layernorm(q: np.ndarray, scale: float, eps: float = 1e-12, out_bits: int =
 def i_gelu_insns(q_row: int, rows: int, tmp: int, out: int, scale: float) -> list:
     """:func:`i_gelu` as ALU instructions over ``rows`` accumulator rows from ``q_row``: rows
     tmp.. hold sgn(q), rows out.. get the result (scale as i_gelu's)."""
-    from pyhost.spec import isa
-
     s_e = scale / math.sqrt(2)
     q_b = _imm(math.floor(ERF_B / s_e), "erf b")
     q_c = _imm(math.floor(1 / (ERF_A * s_e * s_e)), "erf c")     # also i_gelu's q_one
 
     def alu(op: AluOp, dst: int, src: int | None = None, imm: int | None = None):
-        f = dict(dst_base=dst, outer=1, inner=rows, dst_si=1)
-        if src is not None:
-            f.update(src_base=src, src_si=1)
-        return isa.alu(op, imm, **f)
+        return rows_insn(op, dst, rows, src, imm)
 
     return [
         alu(AluOp.MOV, tmp, src=q_row),                  # sgn(q)
@@ -264,8 +273,6 @@ def i_layernorm_insns(x: int, h: int, blocks: int, tmp: int, scale: float, eps: 
     of ``h`` accumulator rows from ``x`` (block J's row e = feature e of N tokens, one per
     lane), normalized in place over the features of each token. Rows tmp .. tmp + h * blocks
     + 9 * blocks - 1 are scratch."""
-    from pyhost.spec import isa
-
     if h > 512:
         raise ValueError("i_layernorm_insns: rows of at most 512")
     nb = blocks
@@ -273,24 +280,13 @@ def i_layernorm_insns(x: int, h: int, blocks: int, tmp: int, scale: float, eps: 
     total, sgn, mean, rem, rem2, ss, root, recip, corr = (tmp + h * nb + k * nb
                                                            for k in range(9))
 
-    def alu(op: AluOp, dst: int, outer: int = 1, inner: int = 1, *, src: int | None = None,
-            imm: int | None = None, **f: int):
-        fields = dict(dst_base=dst, outer=outer, inner=inner, **f)
-        if src is not None:
-            fields["src_base"] = src
-        return isa.alu(op, imm, **fields)
+    alu = loop_insn
 
-    def per_block(op: AluOp, dst: int, src: int | None = None, imm: int | None = None):
-        return alu(op, dst, inner=nb, dst_si=1, src=src, imm=imm,
-                   **({"src_si": 1} if src is not None else {}))
+    def per_block(op: AluOp | XAluOp, dst: int, src: int | None = None,
+                  imm: int | None = None) -> isa.Insn:
+        return rows_insn(op, dst, nb, src, imm)
 
-    def xalu(op: XAluOp, dst: int, src: int | None = None, imm: int | None = None):
-        f = dict(dst_base=dst, outer=1, inner=nb, dst_si=1)
-        if src is not None:
-            f.update(src_base=src, src_si=1)
-        return isa.xalu(op, imm, **f)
-
-    def reduce_into(dst: int, src: int):              # dst[J] = sum over the block's rows
+    def reduce_into(dst: int, src: int) -> list:      # dst[J] = sum over the block's rows
         return [per_block(AluOp.MOV, dst, imm=0),
                 alu(AluOp.ADD, dst, nb, h, src=src, dst_so=1, src_so=h, src_si=1)]
 
@@ -307,7 +303,7 @@ def i_layernorm_insns(x: int, h: int, blocks: int, tmp: int, scale: float, eps: 
         per_block(AluOp.MUL, sgn, imm=h // 2),
         per_block(AluOp.ADD, sgn, src=total),
         per_block(AluOp.MOV, mean, src=sgn),
-        xalu(XAluOp.DIV, mean, imm=h),
+        per_block(XAluOp.DIV, mean, imm=h),
         per_block(AluOp.MOV, rem, src=mean),           # rem = total - mean h
         per_block(AluOp.MUL, rem, imm=-h),
         per_block(AluOp.ADD, rem, src=total),
@@ -322,18 +318,18 @@ def i_layernorm_insns(x: int, h: int, blocks: int, tmp: int, scale: float, eps: 
         per_block(AluOp.MOV, rem2, src=rem),
         per_block(AluOp.MUL, rem2, src=rem),
         per_block(AluOp.MUL, rem2, imm=16),
-        xalu(XAluOp.DIV, rem2, imm=h),
+        per_block(XAluOp.DIV, rem2, imm=h),
         per_block(AluOp.MUL, rem2, imm=-1),
         per_block(AluOp.ADD, ss, src=rem2),
         per_block(AluOp.ADD, ss, imm=eps_q),           # root = sqrt(16 h (var + eps))
-        xalu(XAluOp.SQRT, root, src=ss),
+        per_block(XAluOp.SQRT, root, src=ss),
         per_block(AluOp.MOV, recip, imm=c_num >> 12),  # sqrt(h) 2**24 / root
         per_block(AluOp.MUL, recip, imm=1 << 12),
         per_block(AluOp.ADD, recip, imm=c_num & 0xFFF),
-        xalu(XAluOp.DIV, recip, src=root),
+        per_block(XAluOp.DIV, recip, src=root),
         per_block(AluOp.MOV, corr, src=rem),           # corr = rem recip / h
         per_block(AluOp.MUL, corr, src=recip),
-        xalu(XAluOp.DIV, corr, imm=h),
+        per_block(XAluOp.DIV, corr, imm=h),
         per_block(AluOp.MUL, corr, imm=-1),
         each_row(AluOp.MUL, x, recip),                 # (c recip - corr) >> (22 - out_bits)
         each_row(AluOp.ADD, x, corr),

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from pyhost.accel.timing import field_bits
 from pyhost.spec import isa
 from pyhost.spec.accel import BEAT_BYTES
 from pyhost.spec.isa import AccelError, Buffer, Opcode
@@ -70,14 +71,7 @@ _LAYOUTS = _layouts()
 
 
 def _extract(lo: np.ndarray, hi: np.ndarray, lsb: int, width: int, signed: bool) -> np.ndarray:
-    mask = np.uint64((1 << width) - 1)
-    if lsb >= 64:
-        v = hi >> np.uint64(lsb - 64)
-    elif lsb + width <= 64:
-        v = lo >> np.uint64(lsb)
-    else:
-        v = (lo >> np.uint64(lsb)) | (hi << np.uint64(64 - lsb))
-    v = (v & mask).astype(np.int64)
+    v = field_bits(lo, hi, lsb, width)
     if signed:
         v -= (v >> (width - 1)) << width
     return v

@@ -209,23 +209,31 @@ def _busy_cycles(op: np.ndarray, lo: np.ndarray, hi: np.ndarray, n: int, mem_lat
         if sel.any():
             pos = _positions(code)
             ls, hs = lo[sel], hi[sel]
-            it[sel] = _field(ls, hs, *pos["outer"]) * _field(ls, hs, *pos["inner"])
+            it[sel] = field_bits(ls, hs, *pos["outer"]) * field_bits(ls, hs, *pos["inner"])
             dur[sel] = it[sel] + 1
             if code == Opcode.DW:
-                lanes[sel] = _field(ls, hs, *pos["taps"])
+                lanes[sel] = field_bits(ls, hs, *pos["taps"])
             if code == Opcode.XALU:                    # XALU_CYCLES per iteration
-                dur[sel] = it[sel] * _XALU_PER[_field(ls, hs, *pos["alu_op"])] + 1
+                dur[sel] = it[sel] * _XALU_PER[field_bits(ls, hs, *pos["alu_op"])] + 1
     mem = (op == Opcode.LOAD) | (op == Opcode.STORE)
     if mem.any():
-        pos = _positions(Opcode.LOAD)                  # LOAD and STORE share the MEM format
-        ls, hs = lo[mem], hi[mem]
-        g = {k: _field(ls, hs, *pos[k]) for k in ("buf", "y_size", "x_size", "pad_top",
-                                                  "pad_bottom", "pad_left", "pad_right")}
-        e = np.array([isa.element_bytes(Buffer(b), n) for b in range(4)], np.int64)[g["buf"]]
-        y, x = g["y_size"], g["x_size"]
-        sp = (g["pad_top"] + y + g["pad_bottom"]) * (g["pad_left"] + x + g["pad_right"])
-        dur[mem] = _mem_cycles_array(np.where(x > 0, y, 0), x * e, sp, mem_latency)
+        rows, row_bytes, sp = _mem_geometry(lo[mem], hi[mem], n)
+        dur[mem] = _mem_cycles_array(rows, row_bytes, sp, mem_latency)
     return dur, it, lanes
+
+
+def _mem_geometry(lo: np.ndarray, hi: np.ndarray, n: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Of LOAD/STOREs (words as ``lo``/``hi``): the memory rows they move (0 when x_size is
+    0), the bytes of each row, and the scratchpad rows they write or read (padding
+    included)."""
+    pos = _positions(Opcode.LOAD)                      # LOAD and STORE share the MEM format
+    g = {k: field_bits(lo, hi, *pos[k]) for k in ("buf", "y_size", "x_size", "pad_top",
+                                              "pad_bottom", "pad_left", "pad_right")}
+    e = np.array([isa.element_bytes(Buffer(b), n) for b in range(4)], np.int64)[g["buf"]]
+    y, x = g["y_size"], g["x_size"]
+    sp = (g["pad_top"] + y + g["pad_bottom"]) * (g["pad_left"] + x + g["pad_right"])
+    return np.where(x > 0, y, 0), x * e, sp
 
 
 def _mem_cycles_array(rows: np.ndarray, row_bytes: np.ndarray, sp_rows: np.ndarray,
@@ -364,7 +372,7 @@ class PerfEstimate:
                                               "store_stall", "gemm_busy")}
 
 
-def _field(lo: np.ndarray, hi: np.ndarray, lsb: int, width: int) -> np.ndarray:
+def field_bits(lo: np.ndarray, hi: np.ndarray, lsb: int, width: int) -> np.ndarray:
     """An unsigned field of every 128-bit instruction (``lo``/``hi``: its two 64-bit halves)."""
     mask = np.uint64((1 << width) - 1)
     if lsb >= 64:
@@ -407,29 +415,15 @@ def _unit_cycles(raw: np.ndarray, n: int, p: PerfParams
     push = np.zeros(op.size, np.int64)
     comp = (op == Opcode.GEMM) | (op == Opcode.ALU) | (op == Opcode.DW) | (op == Opcode.XALU)
     if comp.any():
-        it = np.zeros(op.size, np.int64)
-        for code in (Opcode.GEMM, Opcode.ALU, Opcode.DW, Opcode.XALU):
-            sel = op == code
-            if sel.any():
-                pos = _positions(code)
-                it[sel] = _field(lo[sel], hi[sel], *pos["outer"]) \
-                    * _field(lo[sel], hi[sel], *pos["inner"])
-                if code == Opcode.XALU:            # cycles, not iterations
-                    it[sel] *= _XALU_PER[_field(lo[sel], hi[sel], *pos["alu_op"])]
+        # the iterations' cycles: `field_cycles` less its one extra (XALU: XALU_CYCLES each)
+        it = np.where(comp, _busy_cycles(np.where(comp, op, 0), lo, hi, n, 0)[0] - 1, 0)
         c_occ = np.where(it > 0, it + p.compute_extra, 1)
         occ[comp] = c_occ[comp]
         push[comp] = np.where(it > 0, c_occ + p.compute_push, 1)[comp]
     mem = (op == Opcode.LOAD) | (op == Opcode.STORE)
     if mem.any():
-        pos = _positions(Opcode.LOAD)                  # LOAD and STORE share the MEM format
-        ml, mh = lo[mem], hi[mem]
-        g = {k: _field(ml, mh, *pos[k]) for k in ("buf", "y_size", "x_size", "pad_top",
-                                                    "pad_bottom", "pad_left", "pad_right")}
-        e = np.array([isa.element_bytes(Buffer(b), n) for b in range(4)], np.int64)[g["buf"]]
-        y, x = g["y_size"], g["x_size"]
-        sp = (g["pad_top"] + y + g["pad_bottom"]) * (g["pad_left"] + x + g["pad_right"])
-        rows = np.where(x > 0, y, 0)
-        beats_row = -(-(x * e) // BEAT_BYTES)
+        rows, row_bytes, sp = _mem_geometry(lo[mem], hi[mem], n)
+        beats_row = -(-row_bytes // BEAT_BYTES)
         bursts = rows * -(-beats_row // MAX_BURST_BEATS)
         beats = rows * beats_row
         m = beats / np.maximum(bursts, 1)

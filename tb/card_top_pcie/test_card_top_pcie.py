@@ -593,6 +593,21 @@ async def test_completion_buffer(dut) -> None:
     assert dev.rx_peak[0] <= pcie.RC_BUFFER_CPLH and dev.rx_peak[1] <= pcie.RC_BUFFER_CPLD
 
 
+def streamed_round_trip(n: int, count: int, mul: int, shift: int, what: str):
+    """A driver program: ``count`` transfers of ``n`` bytes to the card in one batch and back in
+    another, the data (i * mul + (i >> shift)) mod 256 read back exact (``what`` if not)."""
+    def prog(drv) -> None:
+        src, dst = drv.host.alloc(count * n), drv.host.alloc(count * n)
+        data = bytes((i * mul + (i >> shift)) & 0xFF for i in range(count * n))
+        src.write(data, 0)
+        drv.write_batch([(src.address + i * n, n, i * n) for i in range(count)])
+        drv.read_batch([(i * n, n, dst.address + i * n) for i in range(count)])
+        assert dst.read(0, count * n) == data, what
+        drv.host.free(dst)
+        drv.host.free(src)
+    return prog
+
+
 @cocotb.test(timeout_time=100, timeout_unit="ms")
 async def test_default_host_reorders(dut) -> None:
     """The host make sim and the benchmarks run on (HostLinkConfig's defaults: 500 ns plus a
@@ -601,18 +616,7 @@ async def test_default_host_reorders(dut) -> None:
     read back exact). A host of one fixed latency completes every read in order."""
     tb = TB(dut, host="default")
     await tb.reset()
-    n, count = 64 << 10, 2
-
-    def prog(drv) -> None:
-        src, dst = drv.host.alloc(count * n), drv.host.alloc(count * n)
-        data = bytes((i * 29 + (i >> 12)) & 0xFF for i in range(count * n))
-        src.write(data, 0)
-        drv.write_batch([(src.address + i * n, n, i * n) for i in range(count)])
-        drv.read_batch([(i * n, n, dst.address + i * n) for i in range(count)])
-        assert dst.read(0, count * n) == data, "streamed round trip differs"
-        drv.host.free(dst)
-        drv.host.free(src)
-    await tb.host(prog)
+    await tb.host(streamed_round_trip(64 << 10, 2, 29, 12, "streamed round trip differs"))
     tb.check()
     rc = tb.link.rc
     cocotb.log.info("default host: %d reads, %d overtook an older one, %d of %d completions "
@@ -711,18 +715,8 @@ async def test_flow_control(dut) -> None:
     round trip is still exact."""
     tb = TB(dut, host="credits")
     await tb.reset()
-    n, count = 16 << 10, 4
-
-    def prog(drv) -> None:
-        src, dst = drv.host.alloc(count * n), drv.host.alloc(count * n)
-        data = bytes((i * 53 + (i >> 11)) & 0xFF for i in range(count * n))
-        src.write(data, 0)
-        drv.write_batch([(src.address + i * n, n, i * n) for i in range(count)])
-        drv.read_batch([(i * n, n, dst.address + i * n) for i in range(count)])
-        assert dst.read(0, count * n) == data, "round trip differs under flow control"
-        drv.host.free(dst)
-        drv.host.free(src)
-    await tb.host(prog)
+    await tb.host(streamed_round_trip(16 << 10, 4, 53, 11,
+                                      "round trip differs under flow control"))
     tb.check()
     stalls = tb.link.wire.up.fc_stalls
     cocotb.log.info("flow control: %s TLPs waited for credits (of %d sent by the card)",

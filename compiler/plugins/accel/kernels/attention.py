@@ -80,13 +80,7 @@ def attention_head(cfg: AccelConfig, seq: int, d: int, score_scale: float, *, q:
         raise AttentionError(f"the sum of {seq} exponentials may reach 2**30 at scale "
                              f"{score_scale}")
 
-    def alu(op: AluOp, dst: int, outer: int = 1, inner: int = 1, *, src: int | None = None,
-            imm: int | None = None, **f: int) -> isa.Insn:
-        fields = dict(dst_base=dst, outer=outer, inner=inner, **f)
-        if src is not None:
-            fields["src_base"] = src
-        return isa.alu(op, imm, **fields)
-
+    alu = ibert.loop_insn
     # 1. loads: Q^T's tiles (token block J's d features: width / N tiles apart), K's rows
     # (one transposed LOAD of all token blocks' feature rows, or one per block in a wider
     # tensor), V^T's rows
