@@ -393,11 +393,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("out", type=Path)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
-    model = (demo_cnn(a.seed) if a.model == "demo" else mobilenet_cnn(a.seed)
-             if a.model == "mobilenet" else minilm() if a.model == "minilm"
-             else bert_tiny(a.seed) if a.model == "bert" else light_model(a.model, a.seed))
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(a.out))
+    try:
+        model = (demo_cnn(a.seed) if a.model == "demo" else mobilenet_cnn(a.seed)
+                 if a.model == "mobilenet" else minilm() if a.model == "minilm"
+                 else bert_tiny(a.seed) if a.model == "bert" else light_model(a.model, a.seed))
+    except ValueError as e:                         # an unknown name, a changed MiniLM file
+        ap.error(str(e))
+    try:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        onnx.save(model, str(a.out))
+    except OSError as e:
+        ap.error(f"cannot write {a.out}: {e.strerror or e}")
     print(f"wrote {a.out}")
     return 0
 

@@ -42,3 +42,17 @@ def test_bert_tiny_on_the_cpu_target_matches_onnxruntime(length: int) -> None:
     scale = float(np.abs(want).max())
     assert scale > 1.0
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * scale)
+
+
+def test_zoo_command_line_errors_are_messages(tmp_path, capsys) -> None:
+    """python -m compiler.zoo: an unknown model name or an unwritable output is a usage
+    error naming the problem (exit 2), not a traceback; a good name writes the model."""
+    with pytest.raises(SystemExit) as e:
+        zoo.main(["nosuch", str(tmp_path / "x.onnx")])
+    assert e.value.code == 2 and "unknown light model 'nosuch'" in capsys.readouterr().err
+    (tmp_path / "f").write_text("")
+    with pytest.raises(SystemExit) as e:
+        zoo.main(["bert", str(tmp_path / "f" / "x.onnx")])
+    assert e.value.code == 2 and "cannot write" in capsys.readouterr().err
+    assert zoo.main(["bert", str(tmp_path / "b.onnx")]) == 0
+    assert onnx.load(str(tmp_path / "b.onnx")).graph.name == "bert_tiny"
