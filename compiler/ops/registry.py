@@ -21,6 +21,7 @@ from compiler.ops.op_identity import Dropout, Identity
 from compiler.ops.op_lrn import LRN
 from compiler.ops.op_matmul import MatMul
 from compiler.ops.op_max_pool import MaxPool
+from compiler.ops.op_norm import Gelu, LayerNormalization
 from compiler.ops.op_pad import Pad
 from compiler.ops.op_qlinear_conv import QLinearConv
 from compiler.ops.op_qlinear_matmul import QLinearMatMul
@@ -42,6 +43,7 @@ def _definitions() -> list[OpDef]:
         Reshape(), Flatten(), Transpose(), Concat(), Squeeze(), Unsqueeze(), Slice(), Pad(),
         Gather(), Shape(), Cast(), Tile(), Expand(), ConstantOfShape(), Identity(), Dropout(),
         QuantizeLinear(), DequantizeLinear(), QLinearConv(), QLinearMatMul(),
+        LayerNormalization(), Gelu(),
         *UNARY, *BINARY, *VARIADIC, *REDUCE,
     ]
 

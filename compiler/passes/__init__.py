@@ -16,6 +16,7 @@ from compiler.passes.affine_to_conv import AffineToConv
 from compiler.passes.base import Pass, PassResult
 from compiler.passes.fold_batchnorm import FoldBatchNorm
 from compiler.passes.fold_constants import FoldConstants
+from compiler.passes.fuse_transformer import FuseTransformer
 from compiler.passes.infer_shapes import InferShapes
 from compiler.passes.remove_dead_ops import RemoveDeadOps
 from compiler.passes.remove_identity import RemoveIdentity
@@ -23,8 +24,8 @@ from compiler.xir import Graph
 
 #: name -> pass class
 PASSES: dict[str, type[Pass]] = {
-    p.name: p for p in (InferShapes, FoldConstants, RemoveIdentity, FoldBatchNorm, AffineToConv,
-                        RemoveDeadOps)
+    p.name: p for p in (InferShapes, FoldConstants, RemoveIdentity, FuseTransformer,
+                        FoldBatchNorm, AffineToConv, RemoveDeadOps)
 }
 
 #: The declared order. infer_shapes comes first because folding and every later stage rely on
@@ -33,6 +34,7 @@ PIPELINE: tuple[str, ...] = (
     "infer_shapes",
     "fold_constants",
     "remove_identity",
+    "fuse_transformer",
     "fold_batchnorm",
     "affine_to_conv",
     "remove_dead_ops",

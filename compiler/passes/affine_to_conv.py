@@ -8,7 +8,8 @@ with group = C, a 1x1 kernel, W = a and B = b: an op the quantizer and the accel
 chain of such ops becomes one Conv (the first is rewritten, the rest fold into it as
 ``fold_batchnorm`` folds). Handled: BatchNormalization (inference), and Mul, Add, Sub and Div of
 a 3-D or 4-D float activation by a constant that varies at most along the channel axis (a
-scalar too), when the result keeps the activation's shape. The op is rewritten in place (same
+scalar too, except next to a MatMul: the scaling of attention scores or of Q and K, which the
+accelerator's attention layer takes as it is), when the result keeps the activation's shape. The op is rewritten in place (same
 name and output); float64 arithmetic, rounded once to the activation's dtype.
 """
 
@@ -48,6 +49,9 @@ def _affine(op: Op) -> tuple[Tensor, np.ndarray, np.ndarray] | None:
             continue
         if op.output.shape != x.shape or x.dtype not in FLOATS:
             continue
+        if np.asarray(c).size == 1 and (x.producer.type == "MatMul" or any(
+                u.type == "MatMul" for u in op.output.consumers)):
+            continue                               # attention's scaling (a MatMul's operand)
         vec = _per_channel(np.asarray(c), len(x.shape), int(x.shape[1]))
         if vec is None:
             continue

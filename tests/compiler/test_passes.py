@@ -187,12 +187,13 @@ def test_remove_dead_ops_keeps_inputs() -> None:
 
 
 def test_pipeline_order_switches_and_errors(conv_model: onnx.ModelProto) -> None:
-    assert PIPELINE == ("infer_shapes", "fold_constants", "remove_identity", "fold_batchnorm",
-                        "affine_to_conv", "remove_dead_ops")
+    assert PIPELINE == ("infer_shapes", "fold_constants", "remove_identity",
+                        "fuse_transformer", "fold_batchnorm", "affine_to_conv",
+                        "remove_dead_ops")
     g = import_onnx(conv_model)
     records = run_pipeline(g, {"remove_dead_ops": False})
     assert [r.name for r in records] == list(PIPELINE)
-    assert [r.enabled for r in records] == [True, True, True, True, True, False]
+    assert [r.enabled for r in records] == [True, True, True, True, True, True, False]
     assert "bn_s" in g  # dead BN parameters stay when dead-op removal is off
     with pytest.raises(PassError, match="unknown pass name.*'fold_everything'"):
         run_pipeline(g, {"fold_everything": True})
