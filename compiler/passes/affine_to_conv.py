@@ -10,7 +10,8 @@ chain of such ops becomes one Conv (the first is rewritten, the rest fold into i
 a 3-D or 4-D float activation by a constant that varies at most along the channel axis (a
 scalar too, except next to a MatMul: the scaling of attention scores or of Q and K, which the
 accelerator's attention layer takes as it is), when the result keeps the activation's shape.
-The op is rewritten in place (same name and output); float64 arithmetic, rounded once to the activation's dtype.
+The op is rewritten in place (same name and output); float64 arithmetic, rounded once to the
+activation's dtype.
 """
 
 from __future__ import annotations
