@@ -1,7 +1,8 @@
 """Post-training int8 quantization of a float graph, as attributes an integer accelerator uses.
 
 After calibration every float activation tensor gets ``attrs["quant"] = {"dtype": "int8",
-"scale", "zero_point"}`` (per tensor; asymmetric unless symmetric_activations). Ops whose scale
+"scale", "zero_point"}`` (per tensor; asymmetric unless symmetric_activations, or an
+operand of a MatMul of two activations: see `_matmul_operands`). Ops whose scale
 cannot change (MaxPool, Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Identity) pass their
 input's parameters to their output, so a device needs no requantization there.
 
@@ -63,6 +64,7 @@ def quantize_graph(graph: Graph, opts: QuantizeOptions) -> dict[str, Any]:
     ranges = collect_ranges(graph, samples, opts.method, opts.percentile)
     params: dict[Tensor, ActQuant] = {}
     shared = _shared_params(graph, ranges, opts.symmetric_activations)
+    sym = _matmul_operands(graph)
     for op in graph.topological_sort():
         t = op.output
         if op.type == CONST or t not in ranges:
@@ -74,7 +76,8 @@ def quantize_graph(graph: Graph, opts: QuantizeOptions) -> dict[str, Any]:
             params[t] = params[src]
         else:
             try:
-                params[t] = activation_params(*ranges[t], opts.symmetric_activations)
+                params[t] = activation_params(*ranges[t],
+                                              opts.symmetric_activations or t in sym)
             except QuantizationError as e:
                 raise QuantizationError(f"tensor {t.name!r} (output of {op.type} {op.name!r}): "
                                         f"{e}") from None
@@ -106,6 +109,30 @@ def quantize_graph(graph: Graph, opts: QuantizeOptions) -> dict[str, Any]:
     if skipped:
         report["float_ops"] = skipped
     return report
+
+
+def _matmul_operands(graph: Graph) -> set[Tensor]:
+    """The tensors behind both operands of a MatMul of two activations (attention's Q K^T and
+    P V), followed back through scale-preserving ops and scalings by a constant: they are
+    quantized symmetrically (zero point 0), so that the accelerator multiplies them as they are
+    (an int8 zero point would need a correction per row and column), as I-BERT does."""
+    out: set[Tensor] = set()
+    for op in graph.ops:
+        if op.type != "MatMul" or any(t.producer.type == CONST for t in op.input_tensors()):
+            continue
+        for t in op.input_tensors():
+            while True:
+                out.add(t)
+                p = t.producer
+                ins = p.input_tensors()
+                if p.type in SCALE_PRESERVING and ins:
+                    t = ins[0]
+                elif p.type in ("Mul", "Div") and len(ins) == 2 and \
+                        ins[1].producer.type == CONST and _const(ins[1]).size == 1:
+                    t = ins[0]
+                else:
+                    break
+    return out
 
 
 def _shared_params(graph: Graph, ranges: dict[Tensor, tuple[float, float]], symmetric: bool

@@ -33,8 +33,9 @@ class Case:
     def __init__(self, op_type: str, inputs: dict[str, np.ndarray],
                  consts: dict[str, np.ndarray] | None = None, order: list[str] | None = None,
                  out_type: int = F, formula: Callable[..., np.ndarray] | None = None,
-                 **attrs: Any) -> None:
+                 opset: int = 18, **attrs: Any) -> None:
         self.op_type, self.inputs, self.consts = op_type, inputs, consts or {}
+        self.opset = opset
         self.order, self.out_type, self.attrs = order, out_type, attrs
         self.formula = formula
 
@@ -49,7 +50,7 @@ class Case:
         vis = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype),
                                              list(v.shape)) for k, v in self.inputs.items()]
         return make_model([node], vis, [helper.make_tensor_value_info("y", self.out_type, None)],
-                          self.consts)
+                          self.consts, opset=self.opset)
 
     def golden(self) -> np.ndarray:
         m = self.model()
@@ -136,6 +137,10 @@ for size in (1, 3, 5):  # onnxruntime accepts odd sizes only
 case("Softmax", {"x": r(2, 3, 4)}, axis=1)
 case("Softmax", {"x": r(2, 3, 4)})
 case("LogSoftmax", {"x": r(2, 3, 4)}, axis=0)
+case("LayerNormalization", {"x": r(2, 3, 8)}, {"g": r(8), "b": r(8)}, axis=-1, epsilon=1e-3)
+case("LayerNormalization", {"x": r(2, 3, 4)}, {"g": r(3, 4)}, axis=1)
+case("Gelu", {"x": r(2, 3, 4) * 3}, opset=20)
+case("Gelu", {"x": r(2, 3, 4) * 3}, opset=20, approximate="tanh")
 
 # ---- elementwise -------------------------------------------------------------------------------
 for op_type, attrs in {

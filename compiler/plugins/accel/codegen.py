@@ -74,9 +74,9 @@ def compile_subgraph(subgraph: Subgraph, cfg: AccelConfig,
                 kern = build_kernel(ly, cfg, ins, out, cref,
                                     in_place=[t in plan.in_place for t in ly.inputs])
             elif checked is not None and ly.head in checked:
-                kern = relocate(checked[ly.head], ins, out, cref)
+                kern = relocate(checked[ly.head], ins, out, cref, plan.temps.get(ly.head))
             else:
-                kern = build_kernel(ly, cfg, ins, out, cref)
+                kern = build_kernel(ly, cfg, ins, out, cref, temp=plan.temps.get(ly.head))
         except (LoweringError, K.AccelKernelError, QuantizationError) as e:
             raise PartitionError(f"accel: layer {ly.name!r} of {subgraph.name!r} cannot be "
                                  f"generated: {e}") from e

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from compiler.errors import PartitionError
+from compiler.plugins.accel.attention_match import NoMatch, match_attention
 from compiler.xir import CONST, Op, Tensor
 from pyhost.accel import layout
 
@@ -33,8 +34,16 @@ HEADS: dict[str, frozenset[str]] = {
     # a Flatten/Reshape/Squeeze/Unsqueeze that keeps the bytes of the blocked layout (no
     # instruction: its input is written where its output lives), unless part of a layer above
     "view": frozenset({"Flatten", "Reshape", "Squeeze", "Unsqueeze"}),
+    # the transformer encoder's layers (kernels.encoder, the transposed layout of (1, tokens,
+    # features) tensors): a MatMul of token rows by constant weights (+ a bias Add), a
+    # LayerNormalization and a Gelu over the features, and a self-attention block found
+    # from its Softmax (attention_match)
+    "linear": frozenset({"MatMul"}),
+    "layernorm": frozenset({"LayerNormalization"}),
+    "gelu": frozenset({"Gelu"}),
+    "attention": frozenset({"Softmax"}),
 }
-KIND_OF = {t: kind for kind, types in HEADS.items() for t in types}
+KIND_OF = {t: kind for kind, types in HEADS.items() for t in types if kind != "linear"}
 #: Kinds that head a layer only where no other layer of the set takes the op.
 SECONDARY = frozenset({"relu", "view"})
 #: Activations fused into the requantization of a conv, gemm or add.
@@ -47,16 +56,58 @@ VIEWS = frozenset({"Flatten", "Reshape"})
 COPIES = frozenset({"concat", "view"})
 
 
+def linear_tokens(op: Op) -> bool:
+    """A MatMul of a (1, tokens, features) activation by a constant 2-D weight: the encoder's
+    `linear` layer rather than a `gemm`."""
+    if op.type != "MatMul":
+        return False
+    a, b = op.input_tensors("A"), op.input_tensors("B")
+    return (bool(a) and bool(b) and a[0].shape is not None and len(a[0].shape) == 3
+            and int(a[0].shape[0]) == 1 and b[0].producer.type == CONST
+            and b[0].shape is not None and len(b[0].shape) == 2)
+
+
+def kind_of(op: Op) -> str | None:
+    """The kind of layer ``op`` heads (None: it heads none)."""
+    if op.type == "MatMul" and linear_tokens(op):
+        return "linear"
+    return KIND_OF.get(op.type)
+
+
+def linear_bias(head: Op) -> Op | None:
+    """The Add of a constant vector (one value per output feature) that is the only reader of
+    a `linear` MatMul's output: its bias, fused into the layer."""
+    t = head.output
+    users = t.consumers
+    if not linear_tokens(head) or len(users) != 1 or t in head.graph.outputs \
+            or users[0].type != "Add":
+        return None
+    add = users[0]
+    ins = add.input_tensors()
+    if len(ins) != 2:
+        return None
+    other = ins[1] if ins[0] is t else ins[0]
+    d_out = int(head.input_tensors("B")[0].shape[1])
+    if other is t or other.producer.type != CONST or other.shape is None \
+            or len(other.shape) > 1 or int(np.prod(other.shape or (1,))) not in (1, d_out):
+        return None
+    return add
+
+
 @dataclass(frozen=True, eq=False)
 class Layer:
     """One kernel's worth of ops: ``head`` plus an optional fused ``act``, an absorbed ``view``
-    before it and (a channel shuffle) a ``post`` Reshape after it."""
+    before it and (a channel shuffle) a ``post`` Reshape after it (a `linear` layer: its bias
+    Add). An attention layer also has the ``extra`` ops of its block and reads ``sources``
+    (Q, K, V and the mask, see `attention_match`); ``post`` is its last view."""
 
     kind: str
     head: Op
     act: Op | None = None
     view: Op | None = None
     post: Op | None = None
+    extra: tuple[Op, ...] = ()
+    sources: tuple[Tensor, ...] = ()
 
     @property
     def name(self) -> str:
@@ -64,7 +115,8 @@ class Layer:
 
     @property
     def ops(self) -> list[Op]:
-        return [op for op in (self.view, self.head, self.post, self.act) if op is not None]
+        main = [op for op in (self.view, self.head, self.post, self.act) if op is not None]
+        return main + [op for op in self.extra if op not in main]
 
     @property
     def output(self) -> Tensor:
@@ -73,6 +125,10 @@ class Layer:
     @property
     def inputs(self) -> list[Tensor]:
         """The activations the kernel reads, in its argument order (weights are constants)."""
+        if self.kind == "attention":
+            return list(self.sources)
+        if self.kind == "linear":
+            return self.head.input_tensors("A")[:1]
         if self.kind in ("gemm", "permute") and self.view is not None:
             return [self.view.input_tensors()[0]]
         if self.kind == "gemm":
@@ -142,7 +198,7 @@ def is_byte_view(op: Op) -> bool:
 def fusable_act(head: Op) -> Op | None:
     """The Relu/Clip that may be fused into ``head``: the only reader of its output, which is
     not a model output (else the pre-activation tensor would have to exist in memory)."""
-    if KIND_OF.get(head.type) not in FUSES_ACT:
+    if kind_of(head) not in FUSES_ACT:
         return None
     t = head.output
     users = t.consumers
@@ -155,7 +211,7 @@ def fusable_act(head: Op) -> Op | None:
 def absorbable_view(head: Op) -> Op | None:
     """The Flatten/Reshape feeding a Gemm/MatMul's A input that only collapses C, H, W of an
     NCHW (or (M, K)) tensor and is read by nothing else."""
-    if KIND_OF.get(head.type) != "gemm":
+    if kind_of(head) != "gemm":
         return None
     a = head.input_tensors("A")
     if not a or a[0].producer.type not in VIEWS:
@@ -173,11 +229,23 @@ def absorbable_view(head: Op) -> Op | None:
     return view
 
 
+def attention_layer(head: Op) -> Layer:
+    """The attention layer of Softmax ``head`` (attention_match.NoMatch if there is none)."""
+    m = match_attention(head)
+    sources = (m.q, m.k, m.v) + ((m.mask,) if m.mask is not None else ())
+    return Layer("attention", head, post=m.last, extra=m.ops, sources=sources)
+
+
 def layer_of(kind: str, head: Op, opset: set[Op] | None = None) -> Layer:
     """The layer ``head`` heads, with the fused activation, absorbed view and shuffle Reshapes
     that belong to it (those in ``opset`` when given)."""
     def keep(op: Op | None) -> Op | None:
         return op if op is not None and (opset is None or op in opset) else None
+
+    if kind == "attention":
+        return attention_layer(head)
+    if kind == "linear":
+        return Layer(kind, head, post=keep(linear_bias(head)))
 
     act = keep(fusable_act(head))
     view = keep(absorbable_view(head))
@@ -194,20 +262,32 @@ def layers_of(ops: Iterable[Op]) -> list[Layer]:
     must belong to exactly one (PartitionError otherwise: the subgraph was not claimed by this
     plugin's partition)."""
     opset = set(ops)
-    heads = sorted((op for op in opset if op.type in KIND_OF),
+    heads = sorted((op for op in opset if kind_of(op) is not None),
                    key=lambda o: o.graph.topo_position(o))
-    primary = [h for h in heads if KIND_OF[h.type] not in SECONDARY]
     taken: set[Op] = set()
     by_head: dict[Op, Layer] = {}
+    # an attention block first: its MatMuls and views are not layers of their own
+    for h in heads:
+        if kind_of(h) == "attention":
+            try:
+                ly = attention_layer(h)
+            except NoMatch as e:
+                raise PartitionError(f"accel: Softmax {h.name!r} is in an accelerator subgraph "
+                                     f"but is no attention block: {e}") from None
+            by_head[h] = ly
+            taken.update(ly.ops)
+    primary = [h for h in heads if kind_of(h) not in SECONDARY and h not in taken]
     for h in primary:
-        ly = layer_of(KIND_OF[h.type], h, opset)
+        if h in taken:                     # a linear layer's bias Add
+            continue
+        ly = layer_of(kind_of(h), h, opset)  # type: ignore[arg-type]
         by_head[h] = ly
         taken.update(ly.ops)
     # a Relu or a view is a head only if no layer above takes it (a Relu fused into the
     # requantization before it, a Reshape absorbed into an FC or part of a shuffle)
     for h in heads:
         if h not in by_head and h not in taken:
-            by_head[h] = layer_of(KIND_OF[h.type], h, opset)
+            by_head[h] = layer_of(kind_of(h), h, opset)  # type: ignore[arg-type]
             taken.update(by_head[h].ops)
     layers = []
     covered: set[Op] = set()

@@ -13,6 +13,7 @@ import numpy as np
 
 from compiler.errors import QuantizationError
 from compiler.plugins.accel import kernels as K
+from compiler.plugins.accel.attention_match import NoMatch, match_attention
 from compiler.plugins.accel.layers import Layer, is_byte_view, shuffle_views
 from compiler.quantize.params import ActQuant, activation_params
 from compiler.quantize.quantizer import requant_params
@@ -22,9 +23,13 @@ from pyhost.accel import layout
 from pyhost.accel.abi import (
     CONST_SLOT,
     FIRST_IO_SLOT,
+    SCRATCH_SLOT,
 )
 from pyhost.spec import isa
 from pyhost.spec.accel import AccelConfig
+
+#: The layer kinds of the transformer encoder (`kernels.encoder`).
+ENCODER_KINDS = frozenset({"linear", "layernorm", "gelu", "attention"})
 
 
 class LoweringError(ValueError):
@@ -219,13 +224,114 @@ def in_place_offsets(layer: Layer, n: int) -> list[int | None]:
     return [(o // n) * h * w * n for o in offs]
 
 
+def temp_bytes(layer: Layer) -> int:
+    """Card memory a layer's kernel needs for itself while it runs (the attention's
+    probabilities: tokens x tokens bytes); 0 for the others."""
+    if layer.kind != "attention":
+        return 0
+    s = layer.sources[0].shape
+    return int(s[1]) ** 2 if s is not None else 0
+
+
+def _tokens_features(t: Tensor, what: str) -> tuple[int, int]:
+    s = t.shape
+    if s is None or len(s) != 3 or int(s[0]) != 1:
+        raise LoweringError(f"{what} {t.name!r} of shape {s} is not (1, tokens, features)")
+    return int(s[1]), int(s[2])
+
+
+def _const_vector(t: Tensor, size: int, what: str) -> np.ndarray:
+    if t.producer.type != CONST:
+        raise LoweringError(f"{what} {t.name!r} is not a constant")
+    v = np.asarray(t.producer.attrs["data"], np.float64).reshape(-1)
+    if v.size not in (1, size) or not np.isfinite(v).all():
+        raise LoweringError(f"{what} {t.name!r}: {v.size} values for {size} features, or not "
+                            "finite")
+    return np.broadcast_to(v, (size,)).copy()
+
+
+def _encoder_kernel(layer: Layer, cfg: AccelConfig, ins: Sequence[K.Ref], out: K.Ref,
+                    consts: K.Ref, temp: K.Ref | None) -> K.Kernel:
+    """The kernels of `kernels.encoder`: linear, layernorm, gelu, attention."""
+    head, kind = layer.head, layer.kind
+    oq = act_quant(layer.output)
+    if kind == "linear":
+        q = _op_quant(head, ("weight", "weight_scale", "bias_corrected", "weight_axis"))
+        x = layer.inputs[0]
+        tokens, d_in = _tokens_features(x, "MatMul input")
+        iq = act_quant(x)
+        w = np.asarray(q["weight"])
+        w_t = w.T if int(q["weight_axis"]) == 1 else w           # (d_out, d_in)
+        d_out = w_t.shape[0]
+        s_w = np.asarray(q["weight_scale"], np.float64).reshape(-1)
+        bias = np.asarray(q["bias_corrected"], np.int64)
+        if layer.post is not None:
+            b_t = next(t for t in layer.post.input_tensors() if t is not head.output)
+            b = _const_vector(b_t, d_out, "bias")
+            bias = bias + np.rint(b / (iq.scale * s_w)).astype(np.int64)
+        if np.abs(bias).max(initial=0) >= 2**30:
+            raise LoweringError(f"MatMul {head.name!r}: the bias overflows the accumulator at "
+                                "this weight scale")
+        mult, shift = requant_params(iq.scale, s_w, oq.scale)
+        return K.encoder.linear(tokens, w_t, bias, mult, shift, oq.zero_point, inp=ins[0],
+                                out=out, consts=consts, cfg=cfg, name=head.name)
+    if kind == "layernorm":
+        x = layer.inputs[0]
+        tokens, h = _tokens_features(x, "LayerNormalization input")
+        if int(head.attrs.get("axis", -1)) not in (-1, 2):
+            raise LoweringError(f"LayerNormalization {head.name!r}: only over the last axis")
+        gamma = _const_vector(head.input_tensors("Scale")[0], h, "gamma")
+        b_in = head.input_tensors("B")
+        beta = _const_vector(b_in[0], h, "beta") if b_in else np.zeros(h)
+        return K.encoder.layernorm(tokens, h, act_quant(x).scale,
+                                   float(head.attrs.get("epsilon", 1e-5)), gamma, beta,
+                                   oq.scale, oq.zero_point, inp=ins[0], out=out,
+                                   consts=consts, cfg=cfg, name=head.name)
+    if kind == "gelu":
+        x = layer.inputs[0]
+        tokens, h = _tokens_features(x, "Gelu input")
+        if head.attrs.get("approximate", "none") != "none":
+            raise LoweringError(f"Gelu {head.name!r}: only the erf form (approximate='none')")
+        iq = act_quant(x)
+        return K.encoder.gelu(tokens, h, iq.scale, iq.zero_point, oq.scale, oq.zero_point,
+                              inp=ins[0], out=out, consts=consts, cfg=cfg, name=head.name)
+    # attention
+    m = match_attention(head)
+    qq, kq, vq = (act_quant(t) for t in (m.q, m.k, m.v))
+    for t, tq in ((m.q, qq), (m.k, kq), (m.v, vq)):
+        if tq.zero_point != 0:
+            raise LoweringError(f"attention {head.name!r}: {t.name!r} has zero point "
+                                f"{tq.zero_point} (Q, K and V must be symmetric: is the graph "
+                                "quantized by this compiler?)")
+    mq = act_quant(m.mask) if m.mask is not None else None
+    if temp is None:
+        raise LoweringError(f"attention {head.name!r}: no scratch memory for the probabilities")
+    return K.encoder.attention(
+        m.tokens, m.heads * m.head_size, m.heads, qq.scale * kq.scale * m.factor, vq.scale,
+        oq.scale, oq.zero_point, q=ins[0], k=ins[1], v=ins[2], out=out, scratch=temp,
+        consts=consts, mask=ins[3] if mq is not None else None,
+        mask_scale=mq.scale if mq is not None else 0.0,
+        mask_zero_point=mq.zero_point if mq is not None else 0, cfg=cfg, name=head.name)
+
+
 def build_kernel(layer: Layer, cfg: AccelConfig, ins: Sequence[K.Ref], out: K.Ref,
-                 consts: K.Ref, in_place: Sequence[bool] = ()) -> K.Kernel:
+                 consts: K.Ref, in_place: Sequence[bool] = (),
+                 temp: K.Ref | None = None) -> K.Kernel:
     """The kernel of one layer with its tensors at the given Refs. Raises LoweringError,
     K.AccelKernelError or QuantizationError if the layer cannot be mapped. ``in_place``
     (Concat and view layers): which inputs their producers already wrote into the output,
-    so that the kernel copies only the others."""
+    so that the kernel copies only the others. ``temp``: the layer's own scratch memory
+    (`temp_bytes`)."""
     head, kind = layer.head, layer.kind
+    if kind in ENCODER_KINDS:
+        for t in layer.inputs:
+            act_quant(t)
+        kern = _encoder_kernel(layer, cfg, ins, out, consts, temp)
+        got = tuple(kern.outputs[0].shape)
+        if got != block_shape(layer.output.shape):
+            raise LoweringError(f"{head.type} {head.name!r}: the kernel computes {got}, the "
+                                f"graph says {layer.output.shape}")
+        return kern
     if kind == "add" and len(head.input_tensors()) != 2:
         raise LoweringError(f"{head.type} {head.name!r}: only two operands "
                             f"({len(head.input_tensors())} given)")
@@ -365,6 +471,12 @@ def build_kernel(layer: Layer, cfg: AccelConfig, ins: Sequence[K.Ref], out: K.Re
 def layer_macs(layer: Layer) -> int:
     """Multiply-accumulates of the layer as the model defines them (no padding channels)."""
     head = layer.head
+    if layer.kind == "linear":
+        x = layer.inputs[0].shape or ()
+        return math.prod(head.output.shape or ()) * int(x[-1] if x else 0)
+    if layer.kind == "attention":
+        s = layer.sources[0].shape or (0, 0, 0)
+        return 2 * int(s[1]) * int(s[1]) * int(s[2])           # Q K^T and P V
     if layer.kind == "conv":
         w = head.input_tensors("W")[0].shape or ()
         return math.prod(layer.output.shape or ()) * math.prod(w[1:])
@@ -379,10 +491,11 @@ def check_layer(layer: Layer, cfg: AccelConfig) -> tuple[K.Kernel | None, str | 
     the reason). Placeholders: constants at slot 0, input i at slot 2 + i, the output after the
     inputs, all at offset 0 (`relocate` moves them)."""
     refs = [K.Ref(FIRST_IO_SLOT + i) for i in range(len(layer.inputs))]
+    temp = K.Ref(SCRATCH_SLOT) if temp_bytes(layer) else None
     try:
         return build_kernel(layer, cfg, refs, K.Ref(FIRST_IO_SLOT + len(refs)),
-                            K.Ref(CONST_SLOT)), None
-    except (LoweringError, K.AccelKernelError, QuantizationError) as e:
+                            K.Ref(CONST_SLOT), temp=temp), None
+    except (LoweringError, K.AccelKernelError, QuantizationError, NoMatch) as e:
         return None, str(e)
 
 
@@ -397,11 +510,14 @@ def _mem_field(name: str) -> tuple[np.uint64, np.uint64]:
 _SLOT, _OFFSET = _mem_field("slot"), _mem_field("offset")
 
 
-def relocate(kern: K.Kernel, ins: Sequence[K.Ref], out: K.Ref, consts: K.Ref) -> K.Kernel:
+def relocate(kern: K.Kernel, ins: Sequence[K.Ref], out: K.Ref, consts: K.Ref,
+             temp: K.Ref | None = None) -> K.Kernel:
     """A `check_layer` kernel moved to real Refs: LOAD/STORE slots and offsets rewritten (the
     kernels' code depends on where the tensors are only through these two fields), on the
-    encoded stream at once."""
+    encoded stream at once. ``temp``: where the layer's own scratch memory went."""
     where = {CONST_SLOT: consts, FIRST_IO_SLOT + len(ins): out}
+    if temp is not None:
+        where[SCRATCH_SLOT] = temp
     where.update({FIRST_IO_SLOT + i: r for i, r in enumerate(ins)})
     known = np.zeros(isa.NUM_SLOTS, bool)
     new_slot = np.zeros(isa.NUM_SLOTS, np.uint64)

@@ -5,13 +5,13 @@ the card bytes one launch needs."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from compiler.errors import PartitionError
 from compiler.plugins.accel import kernels as K
 from compiler.plugins.accel.layers import COPIES, Layer
-from compiler.plugins.accel.lower import in_place_offsets, tensor_bytes
-from compiler.xir import Tensor
+from compiler.plugins.accel.lower import in_place_offsets, temp_bytes, tensor_bytes
+from compiler.xir import Op, Tensor
 from pyhost.accel.abi import (
     FIRST_IO_SLOT,
     MAX_IO,
@@ -38,6 +38,8 @@ class StepPlan:
     refs: dict[Tensor, K.Ref]
     scratch_bytes: int
     in_place: frozenset[Tensor] = frozenset()
+    #: head op -> the layer's own scratch memory while it runs (`lower.temp_bytes`)
+    temps: dict[Op, K.Ref] = field(default_factory=dict)
 
     @property
     def externals(self) -> int:
@@ -121,7 +123,8 @@ def plan_step(layers: Sequence[Layer], n: int) -> StepPlan:
     (kernels.join drains each before the next starts), so reusing a dead tensor's bytes is safe.
     A tensor written in place (`in_place_writes`) lives inside the one that holds it: that
     one's space is taken when the first of them is written and given back after the last
-    reader of any.
+    reader of any. A layer's own scratch memory (`lower.temp_bytes`) is taken with its
+    output and given back when it ends.
     """
     layers = list(layers)
     ins, outs = external_tensors(layers)
@@ -142,6 +145,7 @@ def plan_step(layers: Sequence[Layer], n: int) -> StepPlan:
             last[root(t)] = i
     free: list[list[int]] = [[0, 1 << 40]]
     size: dict[Tensor, int] = {}
+    temps: dict[Op, K.Ref] = {}
     top = 0
     for i, ly in enumerate(layers):
         t = ly.output
@@ -153,10 +157,16 @@ def plan_step(layers: Sequence[Layer], n: int) -> StepPlan:
             top = max(top, at + size[r])
         if t is not r:
             refs[t] = refs[r] + alias[t][1]
+        tb = align_up(temp_bytes(ly), SCRATCH_ALIGN)
+        if tb:
+            at = _first_fit(free, tb)
+            temps[ly.head] = K.Ref(SCRATCH_SLOT, at)
+            top = max(top, at + tb)
+            _release(free, at, tb)
         for x in {root(x) for x in (*ly.inputs, t)}:
             if last.get(x) == i and x in size:
                 _release(free, refs[x].offset, size[x])
-    return StepPlan(layers, ins, outs, refs, top, frozenset(alias))
+    return StepPlan(layers, ins, outs, refs, top, frozenset(alias), temps)
 
 
 def program_bytes(insns: int, layers: int) -> int:

@@ -26,19 +26,24 @@ from dataclasses import dataclass
 
 from compiler.errors import OptionsError
 from compiler.plugin_api import filter_by_template, member_runs, merge_subgraph, root_children
+from compiler.plugin_api.helpers import is_assigned
 from compiler.plugins.accel import kernels as K
 from compiler.plugins.accel import lower
+from compiler.plugins.accel.attention_match import NoMatch
 from compiler.plugins.accel.layers import (
     ACTS,
     HEADS,
     VIEWS,
     Layer,
     absorbable_view,
+    attention_layer,
     fusable_act,
+    kind_of,
+    linear_bias,
     shuffle_views,
 )
 from compiler.plugins.accel.memplan import estimate_step_bytes, external_tensors, plan_step
-from compiler.xir import Graph, GraphTemplate, Op, Subgraph
+from compiler.xir import Graph, GraphTemplate, Op, Subgraph, creates_cycle
 from pyhost.accel.abi import MAX_IO
 from pyhost.spec.accel import AccelConfig
 
@@ -70,12 +75,17 @@ def _templates() -> list[tuple[str, GraphTemplate]]:
     h = t.add_op("head", HEADS["permute"], {v: None})
     t.add_op("post", "Reshape", {h: None})
     out.append(("permute", t))
+    t = GraphTemplate("accel_linear_bias")
+    h = t.add_op("head", "MatMul")
+    t.add_op("post", "Add", {h: None})
+    out.append(("linear", t))
     for kind in ("conv", "gemm", "add", "avgpool"):
         t = GraphTemplate(f"accel_{kind}_act")
         h = t.add_op("head", HEADS[kind])
         t.add_op("act", ACTS, {h: None})
         out.append((kind, t))
-    for kind in ("conv", "gemm", "add", "maxpool", "avgpool", "concat", "relu", "view"):
+    for kind in ("linear", "layernorm", "gelu", "conv", "gemm", "add", "maxpool", "avgpool",
+                 "concat", "relu", "view"):
         t = GraphTemplate(f"accel_{kind}")
         t.add_op("head", HEADS[kind])
         out.append((kind, t))
@@ -101,8 +111,8 @@ class AccelPartitioner:
             raise OptionsError('the "accel" plugin needs a quantized graph: add "quantize": '
                                'true (or a calibration setup) to the compile options, e.g. '
                                '{"plugin": "accel", "quantize": {"calibration": "in.npz"}}')
-        root_children(self.graph)
-        units: list[Subgraph] = []
+        root = root_children(self.graph)
+        units: list[Subgraph] = self._attention_units(root)
         for kind, template in _templates():
             found = filter_by_template(self.graph, template, self._accept(kind))
             for s in sorted(found, key=lambda s: s.sort_key()):
@@ -114,20 +124,55 @@ class AccelPartitioner:
             return set()
         return self._group(units)
 
+    def _attention_units(self, root: Subgraph) -> list[Subgraph]:
+        """Claim every attention block (from its Softmax, `attention_match`) whose kernel maps:
+        its ops merged into one child of the root."""
+        units = []
+        for sm in self.graph.topological_sort():
+            if sm.type != "Softmax" or sm in self._claimed:
+                continue
+            try:
+                layer = attention_layer(sm)
+            except NoMatch as e:
+                self.rejected.setdefault(sm.name, str(e))
+                continue
+            if any(op in self._claimed for op in layer.ops):
+                continue
+            kern, reason = lower.check_layer(layer, self.cfg)
+            if kern is None:
+                self.rejected.setdefault(sm.name, reason or "")
+                continue
+            children = {root.child_of(op) for op in layer.ops}
+            if any(is_assigned(c) for c in children):
+                continue
+            if len(children) > 1 and creates_cycle(root.child_dag(), children):
+                self.rejected.setdefault(sm.name, "its block cannot be one subgraph without "
+                                         "a cycle")
+                continue
+            unit = root.merge_children(children)
+            self._layers[sm] = (layer, kern)
+            self._claimed.update(unit.ops)
+            units.append(unit)
+        return units
+
     def _accept(self, kind: str) -> Callable[[Mapping[str, Op]], bool]:
         def accept(match: Mapping[str, Op]) -> bool:
             ops = list(match.values())
             if any(op in self._claimed for op in ops):
                 return False
             head = match["head"]
+            if kind_of(head) != kind:
+                return False               # a MatMul is a gemm or a linear, not both
             act, view, post = match.get("act"), match.get("view"), match.get("post")
+            if kind == "linear" and post is not None and linear_bias(head) is not post:
+                return False
             if act is not None and fusable_act(head) is not act:
                 return False
             if kind == "permute":
                 sv = shuffle_views(head)
                 if sv is None or (view, post) != sv[:2]:
                     return False
-            elif view is not None and absorbable_view(head) is not view:
+            elif kind != "linear" and view is not None and absorbable_view(head) is not view:
                 return False
             if kind in ("view", "concat"):
                 cpu = [t.name for t in head.input_tensors()[:len(head.input_tensors())

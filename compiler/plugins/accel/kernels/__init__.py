@@ -23,6 +23,7 @@ The package follows the kernels' own sections: `base` (values, errors, field lim
 (MaxPool, GlobalAveragePool), `eltwise` (residual Add, standalone requantization) and `join`.
 """
 
+from compiler.plugins.accel.kernels import encoder
 from compiler.plugins.accel.kernels.base import (
     DEFAULT_CFG,
     AccelKernelError,
@@ -51,6 +52,6 @@ from compiler.plugins.accel.kernels.relayout import (
 __all__ = ["ADD_BITS", "BIAS_COPIES", "DEFAULT_CFG", "AccelKernelError", "ConcatPart",
            "ConstBlob", "Kernel", "Quant", "Ref", "TensorInfo", "add", "add_multipliers",
            "avgpool2d", "barrier", "binary", "binary_params", "clip_bounds", "concat",
-           "concat_offsets", "conv2d", "conv2d_output_shape", "gemm", "gemm_int32",
+           "concat_offsets", "conv2d", "encoder", "conv2d_output_shape", "gemm", "gemm_int32",
            "global_avgpool", "join", "maxpool2d", "nop", "Operand", "permute_channels",
            "relu_bounds", "requant_act"]

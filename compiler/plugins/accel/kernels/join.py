@@ -29,8 +29,9 @@ def _with_flag(raw: bytearray, k: int, flag: str) -> None:
     raw[k * isa.INSN_BYTES] |= bit
 
 
-def join(kernels: Sequence[Kernel]) -> isa.Stream:
-    """One instruction stream for layers run in order, ending with END.
+def join(kernels: Sequence[Kernel], end: bool = True) -> isa.Stream:
+    """One instruction stream for layers run in order, ending with END (unless ``end`` is
+    False: the pieces of one kernel, joined the same way).
 
     Every kernel leaves the token counters balanced, but its last stores may still be writing
     (the next layer's input) while the next layer's loads would start: between two kernels the
@@ -52,5 +53,6 @@ def join(kernels: Sequence[Kernel]) -> isa.Stream:
         if i + 1 < len(kernels):
             _with_flag(body, int(np.flatnonzero(ops == Opcode.STORE)[-1]), "push_prev")
         out.append(bytes(body))
-    out.append(isa.encode(isa.end()))
+    if end:
+        out.append(isa.encode(isa.end()))
     return isa.Stream(b"".join(out))

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from compiler.plugins.accel.kernels.base import Ref
 from pyhost.spec import isa
 from pyhost.spec.accel import AccelConfig
 from pyhost.spec.isa import AluOp, Buffer
@@ -42,13 +43,20 @@ def _align(v: int, a: int = 64) -> int:
     return -(-v // a) * a
 
 
+def as_ref(where: int | Ref) -> Ref:
+    """A byte offset of slot 0 (the stand-alone programs' convention) or a Ref as it is."""
+    return where if isinstance(where, Ref) else Ref(0, int(where))
+
+
 def linear_t(cfg: AccelConfig, tokens: int, weights: np.ndarray, bias: np.ndarray,
-             multiplier: np.ndarray, shift: np.ndarray, zero_point: int = 0, *, x: int,
-             consts: int, y: int) -> LinearT:
+             multiplier: np.ndarray, shift: np.ndarray, zero_point: int = 0, *,
+             x: int | Ref, consts: int | Ref, y: int | Ref) -> LinearT:
     """Y^T = requantize(W X^T + bias) for int8 ``weights`` (d_out x d_in), int32 ``bias``,
     per-output-feature ``multiplier`` / ``shift`` (pyhost.fixedpoint's form) and the output
-    zero point. ``x``, ``consts``, ``y``: byte offsets (slot 0) of X^T (tile-major transposed
-    int8, tokens x d_in), the blob and Y^T (same layout, tokens x d_out)."""
+    zero point. ``x``, ``consts``, ``y``: where X^T (tile-major transposed int8, tokens x d_in),
+    the blob and Y^T (same layout, tokens x d_out) are (a `Ref`, or a byte offset of slot
+    0)."""
+    x, consts, y = as_ref(x), as_ref(consts), as_ref(y)
     n = cfg.n
     d_out, d_in = weights.shape
     if tokens % n or d_in % n or tokens <= 0 or d_in <= 0 or d_out <= 0:
@@ -70,23 +78,24 @@ def linear_t(cfg: AccelConfig, tokens: int, weights: np.ndarray, bias: np.ndarra
     b_rows = (np.asarray(bias, np.int64)[:, None] * lanes).astype("<i4")
     p_rows = np.stack([np.asarray(multiplier, np.int64), np.asarray(shift, np.int64)], 1)
     p_rows = (p_rows.reshape(-1, 1) * lanes).astype("<i4")
-    w_off = consts
+    w_off = consts.offset
     b_off = w_off + _align(w_rows.nbytes)
     p_off = b_off + _align(b_rows.nbytes)
-    blob = bytearray(p_off + p_rows.nbytes - consts)
+    blob = bytearray(p_off + p_rows.nbytes - consts.offset)
     for off, arr in ((w_off, w_rows), (b_off, b_rows), (p_off, p_rows)):
         raw = arr.tobytes()
-        blob[off - consts:off - consts + len(raw)] = raw
+        blob[off - consts.offset:off - consts.offset + len(raw)] = raw
+    cs = consts.slot
 
     prog = [
-        isa.load(Buffer.INP, sp_base=win, offset=w_off, y_size=1, x_size=db * d_out,
+        isa.load(Buffer.INP, slot=cs, sp_base=win, offset=w_off, y_size=1, x_size=db * d_out,
                  y_stride=db * d_out),
-        isa.load(Buffer.ACC, sp_base=bias_r, offset=b_off, y_size=1, x_size=d_out,
+        isa.load(Buffer.ACC, slot=cs, sp_base=bias_r, offset=b_off, y_size=1, x_size=d_out,
                  y_stride=d_out),
-        isa.load(Buffer.ACC, sp_base=par, offset=p_off, y_size=1, x_size=2 * d_out,
+        isa.load(Buffer.ACC, slot=cs, sp_base=par, offset=p_off, y_size=1, x_size=2 * d_out,
                  y_stride=2 * d_out),
-        isa.load(Buffer.WGT, sp_base=0, offset=x, y_size=nb, x_size=db, y_stride=db,
-                 push_next=1),
+        isa.load(Buffer.WGT, slot=x.slot, sp_base=0, offset=x.offset, y_size=nb, x_size=db,
+                 y_stride=db, push_next=1),
     ]
     for j in range(nb):
         for dd in range(db):
@@ -99,8 +108,8 @@ def linear_t(cfg: AccelConfig, tokens: int, weights: np.ndarray, bias: np.ndarra
                 dst_si=1, src_si=1),
         isa.req(zero_point, dst_base=yr, src_base=par, outer=nb, inner=d_out, dst_so=d_out,
                 dst_si=1, src_si=2, push_next=1),
-        isa.store(Buffer.ACC8, sp_base=yr, offset=y, y_size=1, x_size=nb * d_out,
-                  y_stride=nb * d_out, pop_prev=1),
+        isa.store(Buffer.ACC8, slot=y.slot, sp_base=yr, offset=y.offset, y_size=1,
+                  x_size=nb * d_out, y_stride=nb * d_out, pop_prev=1),
         isa.end(),
     ]
     return LinearT(prog, bytes(blob))
