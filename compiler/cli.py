@@ -263,6 +263,9 @@ def _compile(args: argparse.Namespace) -> int:
         print(f"compiled {model} -> {out} in {rep['total_s']:.2f} s: "
               + ", ".join(f"{n} {printable(d)} subgraph{'s' if n != 1 else ''}"
                           for d, n in devices.items()))
+        for p in rep["plugins"]:
+            for name, why in p.get("cpu_ops", {}).items():
+                print(f"  on the CPU: {printable(name)!r} {printable(why)}")
         q = rep.get("quantize") or {}
         for name, why in q.get("adjusted", {}).items():
             print(f"  quantization adjusted {printable(name)!r}: {printable(why)}")

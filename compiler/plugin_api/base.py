@@ -45,6 +45,12 @@ class Plugin(ABC):
     def compile(self, subgraph: Subgraph) -> None:
         """Attach what the runtime needs to one claimed subgraph."""
 
+    def reasons(self) -> Mapping[str, str]:
+        """Op name -> why the last partition left that op to others (a plugin that knows says
+        so: the compile report lists, for every op that ends on the CPU, the reasons of the
+        plugins before it). Default: none."""
+        return {}
+
     def set_options(self, options: Mapping[str, Any]) -> None:
         """Receive ``plugin_options[<name>]`` from the compile options; default: accept none."""
         if options:

@@ -29,10 +29,16 @@ class PluginRecord:
     subgraphs: list[str] = field(default_factory=list)
     ops: int = 0
     seconds: float = 0.0
+    #: the CPU target's record: op name -> "<type>: <reason>" for every op that runs there,
+    #: the reasons the plugins before it gave (`Plugin.reasons`)
+    cpu_ops: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "device": self.device, "runner": self.runner,
-                "subgraphs": self.subgraphs, "ops": self.ops, "seconds": round(self.seconds, 6)}
+        d = {"name": self.name, "device": self.device, "runner": self.runner,
+             "subgraphs": self.subgraphs, "ops": self.ops, "seconds": round(self.seconds, 6)}
+        if self.cpu_ops:
+            d["cpu_ops"] = dict(self.cpu_ops)
+        return d
 
 
 def partition_graph(graph: Graph, plugins: Sequence[Plugin],
@@ -46,12 +52,34 @@ def partition_graph(graph: Graph, plugins: Sequence[Plugin],
     records = []
     for plugin in [*plugins, cpu or CpuPlugin()]:
         records.append(run_plugin(graph, plugin))
+    if plugins:
+        records[-1].cpu_ops = _cpu_reasons(graph, records[-1], plugins)
     left = [c.name for c in root.children if not is_assigned(c)]
     if left:
         raise PartitionError(f"the CPU target left {left} unassigned; its partition() must "
                              "claim every remaining child")
     root.children_topological_sort()  # the children graph must still be acyclic
     return records
+
+
+def _cpu_reasons(graph: Graph, cpu: PluginRecord, plugins: Sequence[Plugin]
+                 ) -> dict[str, str]:
+    """For every computing op the CPU target took: its type and the plugins' reasons."""
+    said: dict[str, list[str]] = {}
+    for p in plugins:
+        for op, why in p.reasons().items():
+            said.setdefault(op, []).append(f"{p.get_plugin_name()}: {why}")
+    names = set(cpu.subgraphs)
+    out = {}
+    for c in graph.root_subgraph.children:
+        if c.name not in names:
+            continue
+        for op in sorted(c.ops, key=lambda o: graph.topo_position(o)):
+            if op.type in ("const", "data", "Identity"):
+                continue
+            why = "; ".join(said.get(op.name, [])) or "no plugin takes this op type"
+            out[op.name] = f"{op.type}: {why}"
+    return out
 
 
 def _identity(plugin: Plugin) -> tuple[str, str, str]:

@@ -188,3 +188,31 @@ async def test_elementwise(dut, case: str) -> None:
     tb = TB(dut)
     await tb.reset()
     await tb.host(_eltwise, case)
+
+
+def _bert(drv: Any, layers: int) -> dict[str, Any]:
+    from compiler import zoo
+    from tests.goldens import float_reference
+
+    model = zoo.bert_tiny(layers=layers)
+    feeds = zoo.bert_inputs()
+    graph, _ = _compile_calibrated(model, feeds)
+    out, stats = _on_both(drv, graph, feeds)
+    got = out[zoo.BERT_OUTPUT].astype(np.float64).reshape(-1)
+    want = float_reference(model, feeds)[zoo.BERT_OUTPUT].astype(np.float64).reshape(-1)
+    cos = float(got @ want / np.linalg.norm(got) / np.linalg.norm(want))
+    assert cos >= 0.999, f"hidden states' cosine against onnxruntime fp32: {cos:.5f}"
+    return {"accel_steps": sum(1 for s in stats.steps if s.device == "ACCEL"),
+            "cycles": sum(s.cycles for s in stats.steps if s.device == "ACCEL")}
+
+
+@cocotb.test(timeout_time=60, timeout_unit="sec")
+async def test_bert_tiny(dut) -> None:
+    """The small BERT-like encoder (compiler.zoo.bert_tiny: BERT_LAYERS layers, default 2) on
+    the RTL card: linear layers, LayerNorm, GELU and masked multi-head attention on the
+    accelerator, bit-identical to the functional card, cosine >= 0.999 against fp32."""
+    tb = TB(dut)
+    await tb.reset()
+    r = await tb.host(_bert, int(os.environ.get("BERT_LAYERS", "2")))
+    assert r["accel_steps"] == 2, r
+    dut._log.info("bert_tiny: %s", r)

@@ -1,7 +1,7 @@
 """Whole models on the RTL card, each simulator (tb/card_top/test_card_models.py): the demo CNN at
 two card memory sizes (16 MiB: everything fits; 80 KiB: the memory manager must evict), the
 onnx package's PyTorch-exported layers, a small MobileNet-class CNN and broadcasting elementwise
-operators, all bit-identical to the functional card."""
+operators, the small BERT-like encoder, all bit-identical to the functional card."""
 
 from __future__ import annotations
 
@@ -50,3 +50,12 @@ def test_cnn_operators_on_the_rtl_card(sim: str) -> None:
     functional card."""
     res = _run(sim, CARD_MEM, ["test_mobilenet", "test_elementwise"])
     assert res.tests == 6
+
+
+@pytest.mark.rtl
+def test_bert_tiny_on_the_rtl_card(sim: str) -> None:
+    """The small BERT-like encoder (issue 16) on the RTL card: both layers on Verilator, one
+    on Icarus."""
+    res = _run(sim, CARD_MEM, ["test_bert_tiny"],
+               {"BERT_LAYERS": "2" if sim == "verilator" else "1"})
+    assert res.tests == 1

@@ -70,6 +70,9 @@ class AccelPlugin(Plugin):
         self._kernels = result.kernels
         return result.subgraphs
 
+    def reasons(self) -> dict[str, str]:
+        return dict(self.rejected)
+
     def compile(self, subgraph: Subgraph) -> None:
         codegen.compile_subgraph(subgraph, self.config, self._kernels)
 
