@@ -1,30 +1,53 @@
 """A linear layer in the transposed activation layout of docs/transformers.md: Y^T = W X^T + b,
 requantized per output feature to int8 and stored tile-major transposed for the next layer (the
-building block of an encoder's projections and feed-forward layers, issue 16; not yet wired
-into the plugin's partitioner).
+encoder's projections and feed-forward layers, `kernels.encoder.linear`).
 
 Activations (int8, tile-major transposed, see kernels/attention.py): X^T's element (J, f) =
 tokens J*N .. J*N + N-1 of input feature f at byte (J * d_in + f) * N; its N x N tiles load
 as weight tiles. The layer's weights are the *input rows*: row (D, e) = W[e][D*N .. D*N + N-1],
-so one GEMM per (token block J, input block D) runs d_out iterations with the tile of X^T
-held, N x N MACs each: the array is full whatever the sequence length.
+so one GEMM per (token block J, input block D) runs over the output features of a group with
+the tile of X^T held, N x N MACs per cycle: the array is full whatever the sequence length.
 
-Constants (`LinearT.blob`, placed at the program's ``consts`` offset): the weight rows
-(d_in / N x d_out rows of N bytes), then the bias rows (d_out rows of N int32 lanes, each the
-feature's int32 bias in every lane), then the requantization rows (d_out pairs: multiplier,
-shift; every lane the same), each part 64-byte aligned.
+Tiling (`plan_linear`): a tile of ``tj`` token blocks x a group of ``eo`` output features in the
+accumulator, the input features in passes of ``dk`` blocks; the loop nest runs token tiles
+outermost, then groups, then passes, as the software pipeline of `pipeline._pipeline` (the
+load unit fills the next weight chunk and X^T tiles while the array computes, the store unit
+drains the previous tile). A tile's accumulator rows start as its bias (a LOAD.ACC that
+repeats the group's bias rows for every token block) followed by the group's requantization
+rows; after its last pass one REQ per tile and a STORE.ACC8 of tj x eo elements. A region
+that never changes (one group and one pass: the weights; one token tile and one pass: X^T) is
+loaded once and kept. The plan is the cheapest by `pipeline._pipe_cost`-style accounting with
+the RTL's memory latency.
+
+Constants (`LinearT.blob`, placed at the program's ``consts``): the weight rows chunk by chunk
+(group, pass: dk x eo rows of N bytes, row (dd, e)), then per group its bias rows (eo rows of N
+int32 lanes, the bias in every lane) and requantization rows (eo pairs: multiplier, shift),
+each part 64-byte aligned.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
-from compiler.plugins.accel.kernels.base import Ref
+from compiler.plugins.accel.kernels import words as W
+from compiler.plugins.accel.kernels.base import _LOOP, _XY, Ref
+from compiler.plugins.accel.kernels.pipeline import (
+    ACC_REGIONS,
+    INP_REGIONS,
+    WGT_REGIONS,
+    _base,
+    _load_contig,
+    _pipeline,
+    _region,
+    _Step,
+)
+from pyhost.accel.timing import RTL_MEM_LATENCY, mem_cycles
 from pyhost.spec import isa
 from pyhost.spec.accel import AccelConfig
-from pyhost.spec.isa import AluOp, Buffer
+from pyhost.spec.isa import Buffer
 
 
 class LinearTError(ValueError):
@@ -33,10 +56,25 @@ class LinearTError(ValueError):
 
 @dataclass(frozen=True)
 class LinearT:
-    """The program (END included) and its constant blob."""
+    """The program (END included), its constant blob and the tiling."""
 
     program: list[isa.Insn]
     blob: bytes
+    plan: LinearPlan | None = None
+
+
+@dataclass(frozen=True)
+class LinearPlan:
+    """Token blocks per tile, output features per group, input blocks per pass, the regions'
+    versions and the estimated cycles the plan was chosen by."""
+
+    tj: int
+    eo: int
+    dk: int
+    inp_v: int
+    wgt_v: int
+    acc_v: int
+    cost: int
 
 
 def _align(v: int, a: int = 64) -> int:
@@ -46,6 +84,57 @@ def _align(v: int, a: int = 64) -> int:
 def as_ref(where: int | Ref) -> Ref:
     """A byte offset of slot 0 (the stand-alone programs' convention) or a Ref as it is."""
     return where if isinstance(where, Ref) else Ref(0, int(where))
+
+
+def _sizes(total: int) -> list[int]:
+    """Candidate chunk sizes of ``total``: the balanced splits (largest first)."""
+    return sorted({-(-total // k) for k in range(1, total + 1)}, reverse=True)
+
+
+@functools.lru_cache(maxsize=256)
+def plan_linear(cfg: AccelConfig, nb: int, db: int, d_out: int) -> LinearPlan:
+    """The cheapest tiling of a (nb token blocks) x (db input blocks) -> d_out layer that
+    fits the scratchpads (LinearTError if none does)."""
+    n = cfg.n
+    best: LinearPlan | None = None
+    for dk in _sizes(db):
+        passes = -(-db // dk)
+        for tj in _sizes(nb):
+            tiles = -(-nb // tj)
+            for eo in _sizes(d_out):
+                groups = -(-d_out // eo)
+                inp_v = 1 if groups * passes == 1 else tiles * groups * passes
+                wgt_v = 1 if tiles * passes == 1 else tiles * groups * passes
+                acc_v = tiles * groups
+                if (dk * eo > _region(cfg.inp_depth, inp_v, INP_REGIONS)
+                        or tj * dk > _region(cfg.wgt_depth, wgt_v, WGT_REGIONS)
+                        or tj * eo + 2 * eo > _region(cfg.acc_depth, acc_v, ACC_REGIONS)
+                        or eo > _LOOP or tj * eo > min(_LOOP, _XY) or dk * eo > _XY
+                        or 2 * eo > _XY):
+                    continue
+                lat = RTL_MEM_LATENCY
+                gemm = tj * dk * (eo + 1)
+                req = tj * eo + 1
+                l_w = mem_cycles(1, dk * eo * n, dk * eo, lat)
+                l_x = mem_cycles(tj, dk * n * n, tj * dk, lat)
+                l_b = mem_cycles(tj, eo * 4 * n, tj * eo, lat) + mem_cycles(
+                    1, 2 * eo * 4 * n, 2 * eo, lat)
+                st = mem_cycles(tj, eo * n, tj * eo, lat)
+                steps = tiles * groups * passes
+                # a step costs max(its compute, the next step's loads); the stores of a tile
+                # overlap the next tile's compute
+                per_step = max(gemm + 4 * tj * dk, (l_w if inp_v > 1 else 0)
+                               + (l_x if wgt_v > 1 else 0))
+                cost = (steps * per_step + tiles * groups * (max(req, st) + l_b // passes)
+                        + l_w + l_x + 8 * steps)
+                p = LinearPlan(tj, eo, dk, inp_v, wgt_v, acc_v, cost)
+                if best is None or (p.cost, -p.eo, -p.tj) < (best.cost, -best.eo, -best.tj):
+                    best = p
+    if best is None:
+        raise LinearTError(f"a {nb * n}-token layer of {db * n} -> {d_out} features does not "
+                           "fit the scratchpads even with one token block, one output feature "
+                           "and one input block per tile")
+    return best
 
 
 def linear_t(cfg: AccelConfig, tokens: int, weights: np.ndarray, bias: np.ndarray,
@@ -63,53 +152,77 @@ def linear_t(cfg: AccelConfig, tokens: int, weights: np.ndarray, bias: np.ndarra
         raise LinearTError(f"tokens {tokens} and d_in {d_in} must be positive multiples of "
                            f"N = {n}")
     nb, db = tokens // n, d_in // n
-    win, bias_r, par = 0, nb * d_out, nb * d_out + d_out          # INP; ACC rows below
-    yr = 0
-    need = {"INP": (db * d_out, cfg.inp_depth), "WGT": (nb * db, cfg.wgt_depth),
-            "ACC": (par + 2 * d_out, cfg.acc_depth)}
-    for name, (used, depth) in need.items():
-        if used > depth:
-            raise LinearTError(f"{name}: {used} rows needed, the scratchpad has {depth}")
-    if nb * d_out > 4095 or db * d_out > 4095:
-        raise LinearTError("a loop of more than 4095 rows")
+    plan = plan_linear(cfg, nb, db, d_out)
+    tj, eo, dk = plan.tj, plan.eo, plan.dk
+    tiles = [range(a, min(a + tj, nb)) for a in range(0, nb, tj)]
+    groups = [range(a, min(a + eo, d_out)) for a in range(0, d_out, eo)]
+    passes = [range(a, min(a + dk, db)) for a in range(0, db, dk)]
 
-    w_rows = np.asarray(weights, np.int8).reshape(d_out, db, n).transpose(1, 0, 2)
+    # constants: weight chunks (group, pass), then per group bias and requantization rows
+    w_rows = np.asarray(weights, np.int8).reshape(d_out, db, n)
     lanes = np.ones((1, n), np.int64)
-    b_rows = (np.asarray(bias, np.int64)[:, None] * lanes).astype("<i4")
-    p_rows = np.stack([np.asarray(multiplier, np.int64), np.asarray(shift, np.int64)], 1)
-    p_rows = (p_rows.reshape(-1, 1) * lanes).astype("<i4")
-    w_off = consts.offset
-    b_off = w_off + _align(w_rows.nbytes)
-    p_off = b_off + _align(b_rows.nbytes)
-    blob = bytearray(p_off + p_rows.nbytes - consts.offset)
-    for off, arr in ((w_off, w_rows), (b_off, b_rows), (p_off, p_rows)):
-        raw = arr.tobytes()
-        blob[off - consts.offset:off - consts.offset + len(raw)] = raw
-    cs = consts.slot
+    blob = bytearray()
 
-    prog = [
-        isa.load(Buffer.INP, slot=cs, sp_base=win, offset=w_off, y_size=1, x_size=db * d_out,
-                 y_stride=db * d_out),
-        isa.load(Buffer.ACC, slot=cs, sp_base=bias_r, offset=b_off, y_size=1, x_size=d_out,
-                 y_stride=d_out),
-        isa.load(Buffer.ACC, slot=cs, sp_base=par, offset=p_off, y_size=1, x_size=2 * d_out,
-                 y_stride=2 * d_out),
-        isa.load(Buffer.WGT, slot=x.slot, sp_base=0, offset=x.offset, y_size=nb, x_size=db,
-                 y_stride=db, push_next=1),
-    ]
-    for j in range(nb):
-        for dd in range(db):
-            prog.append(isa.gemm(reset=int(dd == 0), acc_base=yr + j * d_out,
-                                 inp_base=win + dd * d_out, wgt_base=j * db + dd, outer=1,
-                                 inner=d_out, acc_si=1, inp_si=1,
-                                 pop_prev=int(j == 0 and dd == 0)))
-    prog += [
-        isa.alu(AluOp.ADD, dst_base=yr, src_base=bias_r, outer=nb, inner=d_out, dst_so=d_out,
-                dst_si=1, src_si=1),
-        isa.req(zero_point, dst_base=yr, src_base=par, outer=nb, inner=d_out, dst_so=d_out,
-                dst_si=1, src_si=2, push_next=1),
-        isa.store(Buffer.ACC8, slot=y.slot, sp_base=yr, offset=y.offset, y_size=1,
-                  x_size=nb * d_out, y_stride=nb * d_out, pop_prev=1),
-        isa.end(),
-    ]
-    return LinearT(prog, bytes(blob))
+    def put(raw: bytes) -> int:
+        blob.extend(bytes(_align(len(blob)) - len(blob)))
+        at = consts.offset + len(blob)
+        blob.extend(raw)
+        return at
+
+    w_off = {(gi, pi): put(np.ascontiguousarray(
+        w_rows[g.start:g.stop, p.start:p.stop].transpose(1, 0, 2)).tobytes())
+        for gi, g in enumerate(groups) for pi, p in enumerate(passes)}
+    b64 = np.asarray(bias, np.int64)
+    prm = np.stack([np.asarray(multiplier, np.int64), np.asarray(shift, np.int64)], 1)
+    b_off, p_off = {}, {}
+    for gi, g in enumerate(groups):
+        b_off[gi] = put((b64[g.start:g.stop, None] * lanes).astype("<i4").tobytes())
+        p_off[gi] = put((prm[g.start:g.stop].reshape(-1, 1) * lanes).astype("<i4").tobytes())
+
+    inp_cap = _region(cfg.inp_depth, plan.inp_v, INP_REGIONS)
+    wgt_cap = _region(cfg.wgt_depth, plan.wgt_v, WGT_REGIONS)
+    acc_cap = _region(cfg.acc_depth, plan.acc_v, ACC_REGIONS)
+    cs = consts.slot
+    ver = {"inp": -1, "wgt": -1, "acc": -1}
+    key: dict[str, tuple[int, int] | None] = {"inp": None, "wgt": None, "acc": None}
+    steps = []
+    for ti, t in enumerate(tiles):
+        for gi, g in enumerate(groups):
+            for pi, p in enumerate(passes):
+                new = {}
+                for res, k in (("inp", (gi, pi)), ("wgt", (ti, pi)), ("acc", (ti, gi))):
+                    new[res] = key[res] != k
+                    if new[res]:
+                        key[res] = k
+                        ver[res] += 1
+                ib = _base(ver["inp"], plan.inp_v, INP_REGIONS, inp_cap)
+                wb = _base(ver["wgt"], plan.wgt_v, WGT_REGIONS, wgt_cap)
+                ab = _base(ver["acc"], plan.acc_v, ACC_REGIONS, acc_cap)
+                ne, nt, nd = len(g), len(t), len(p)
+                pr = ab + nt * ne                          # the group's REQ rows
+                loads: list[int] = []
+                if new["acc"]:
+                    loads += [W.load(Buffer.ACC, slot=cs, sp_base=ab, offset=b_off[gi],
+                                     y_size=nt, x_size=ne, y_stride=0),
+                              W.load(Buffer.ACC, slot=cs, sp_base=pr, offset=p_off[gi],
+                                     y_size=1, x_size=2 * ne, y_stride=2 * ne)]
+                if new["inp"]:
+                    loads += _load_contig(Buffer.INP, ib, cs, w_off[(gi, pi)], nd * ne, n)
+                if new["wgt"]:
+                    loads.append(W.load(Buffer.WGT, slot=x.slot, sp_base=wb,
+                                        offset=x.offset + (t.start * db + p.start) * n * n,
+                                        y_size=nt, x_size=nd, y_stride=db))
+                compute = [W.gemm(acc_base=ab + j * ne, inp_base=ib + dd * ne,
+                                  wgt_base=wb + j * nd + dd, outer=1, inner=ne, acc_si=1,
+                                  inp_si=1)
+                           for j in range(nt) for dd in range(nd)]
+                stores: list[int] = []
+                if pi == len(passes) - 1:
+                    compute.append(W.req(zero_point, dst_base=ab, src_base=pr, outer=nt,
+                                         inner=ne, dst_so=ne, dst_si=1, src_so=0, src_si=2))
+                    stores.append(W.store(Buffer.ACC8, slot=y.slot, sp_base=ab,
+                                          offset=y.offset + (t.start * d_out + g.start) * n,
+                                          y_size=nt, x_size=ne, y_stride=d_out))
+                steps.append(_Step(loads, compute, stores, new["acc"]))
+    program = list(isa.Stream.from_words(_pipeline(steps))) + [isa.end()]
+    return LinearT(program, bytes(blob), plan)
