@@ -215,26 +215,31 @@ def i_gelu(q: np.ndarray, scale: float) -> tuple[np.ndarray, float]:
 
 
 def i_layernorm(q: np.ndarray, scale: float, eps: float = 1e-12, out_bits: int = 10,
-                axis: int = -1) -> tuple[np.ndarray, float]:
-    """(x - mean(x)) / sqrt(var(x) + eps) along ``axis`` for int32 q with |q| < 2**8 (int8
-    values), as integers with ``out_bits`` fraction bits. gamma and beta are not applied."""
+                axis: int = -1, var_shift: int = 0) -> tuple[np.ndarray, float]:
+    """(x - mean(x)) / sqrt(var(x) + eps) along ``axis`` for int32 q whose rows span less
+    than 2**(8 + var_shift) (int8 values: var_shift 0), as integers with ``out_bits`` fraction
+    bits. With ``var_shift`` the squares are summed over the deviations shifted right by it
+    (rounding), so that wider rows (per-feature activations brought to one fine scale) keep the
+    sums in 31 bits. gamma and beta are not applied."""
     q = _i(q)
-    if (np.abs(q) >= 1 << 8).any():
-        raise ValueError("i_layernorm takes int8 values")
+    if (np.ptp(q, axis=axis) >= 1 << (8 + var_shift)).any():
+        raise ValueError(f"i_layernorm: a row spans 2**{8 + var_shift} or more")
     h = q.shape[axis]
     if h > 512:
         raise ValueError("i_layernorm: rows of at most 512 (the sums below stay in 31 bits)")
+    vs = var_shift
     total = np.sum(q, axis=axis, keepdims=True)            # ADD over the row
     mean = div(add(total, h // 2 * np.sign(total)), h)     # rounded: (sum +- h/2) / h
     rem = add(total, mul(mean, -h))                        # h (exact mean - mean), |rem| <= h/2
-    c = add(q, mul(mean, -1))                              # |c| < 2**8
-    # 16 h var: the sum of squares about the rounded mean less rem^2 / h (|rem^2| <= 2**16)
-    ss16 = add(mul(np.sum(mul(c, c), axis=axis, keepdims=True), 16),
-               mul(div(mul(mul(rem, rem), 16), h), -1))
-    eps_q = round(eps / (scale * scale) * h * 16)
-    root = sqrt(add(ss16, max(eps_q, 1)))                  # 4 sqrt(h (var + eps)), >= 1
-    # 1 / std = sqrt(h) / sqrt(h var): sqrt(h) * 2**24 / root = 2**22 / std, one per row
-    recip = div(_imm(round(math.sqrt(h) * (1 << 24)), "sqrt(h) 2**24"), root)
+    c = add(q, mul(mean, -1))                              # |c| < 2**(8 + vs)
+    cs = shr(c, vs) if vs else c
+    # 16 h var / 4**vs: the sum of squares about the rounded mean less rem^2 / h
+    ss16 = add(mul(np.sum(mul(cs, cs), axis=axis, keepdims=True), 16),
+               mul(div(mul(mul(rem, rem), 16), h << (2 * vs)), -1))
+    eps_q = round(eps / (scale * scale) * h * 16 / (1 << (2 * vs)))
+    root = sqrt(add(ss16, max(eps_q, 1)))                  # 4 sqrt(h (var + eps)) / 2**vs, >= 1
+    # 1 / std = sqrt(h) / sqrt(h var): sqrt(h) * 2**(24 - vs) / root = 2**22 / std, per row
+    recip = div(_imm(round(math.sqrt(h) * (1 << (24 - vs))), "sqrt(h) 2**24"), root)
     # (c - rem / h) / std * 2**22: c * recip (|c| / std <= sqrt(h) < 2**4.5) less the
     # rounded mean's error, rem * recip / h, one per row
     corr = div(mul(rem, recip), h)
@@ -268,7 +273,7 @@ def i_gelu_insns(q_row: int, rows: int, tmp: int, out: int, scale: float) -> lis
 
 
 def i_layernorm_insns(x: int, h: int, blocks: int, tmp: int, scale: float, eps: float = 1e-12,
-                      out_bits: int = 10) -> list:
+                      out_bits: int = 10, var_shift: int = 0) -> list:
     """:func:`i_layernorm` as ALU/XALU instructions in the transposed layout: ``blocks`` blocks
     of ``h`` accumulator rows from ``x`` (block J's row e = feature e of N tokens, one per
     lane), normalized in place over the features of each token. Rows tmp .. tmp + h * blocks
@@ -293,8 +298,9 @@ def i_layernorm_insns(x: int, h: int, blocks: int, tmp: int, scale: float, eps: 
     def each_row(op: AluOp, dst: int, src: int):      # rows of block J op= the block's src row
         return alu(op, dst, nb, h, src=src, dst_so=h, dst_si=1, src_so=1)
 
-    eps_q = max(round(eps / (scale * scale) * h * 16), 1)
-    c_num = _imm(round(math.sqrt(h) * (1 << 24)), "sqrt(h) 2**24")
+    vs = var_shift
+    eps_q = max(round(eps / (scale * scale) * h * 16 / (1 << (2 * vs))), 1)
+    c_num = _imm(round(math.sqrt(h) * (1 << (24 - vs))), "sqrt(h) 2**24")
     prog = reduce_into(total, x)
     prog += [                                          # mean = (total +- h/2) / h
         per_block(AluOp.MOV, sgn, src=total),
@@ -310,7 +316,11 @@ def i_layernorm_insns(x: int, h: int, blocks: int, tmp: int, scale: float, eps: 
         per_block(AluOp.MUL, mean, imm=-1),            # c = q - mean, in place
         each_row(AluOp.ADD, x, mean),
         alu(AluOp.MOV, sq, inner=h * nb, src=x, dst_si=1, src_si=1),
-        alu(AluOp.MUL, sq, inner=h * nb, src=x, dst_si=1, src_si=1),
+    ]
+    if vs:
+        prog.append(alu(AluOp.SHR, sq, inner=h * nb, dst_si=1, imm=vs))
+    prog += [
+        alu(AluOp.MUL, sq, inner=h * nb, src=sq, dst_si=1, src_si=1),
     ]
     prog += reduce_into(ss, sq)
     prog += [                                          # 16 ss - 16 rem^2 / h
@@ -318,7 +328,7 @@ def i_layernorm_insns(x: int, h: int, blocks: int, tmp: int, scale: float, eps: 
         per_block(AluOp.MOV, rem2, src=rem),
         per_block(AluOp.MUL, rem2, src=rem),
         per_block(AluOp.MUL, rem2, imm=16),
-        per_block(XAluOp.DIV, rem2, imm=h),
+        per_block(XAluOp.DIV, rem2, imm=h << (2 * vs)),
         per_block(AluOp.MUL, rem2, imm=-1),
         per_block(AluOp.ADD, ss, src=rem2),
         per_block(AluOp.ADD, ss, imm=eps_q),           # root = sqrt(16 h (var + eps))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import zipfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -90,9 +90,13 @@ def _check_calibration_array(name: str, path: Path, a: np.ndarray, dtype: str) -
 
 
 def collect_ranges(graph: Graph, samples: Iterable[Mapping[str, np.ndarray]],
-                   method: str = "minmax", percentile: float = 99.99
+                   method: str = "minmax", percentile: float = 99.99,
+                   features: Collection[Tensor] = (),
+                   feature_absmax: dict[Tensor, np.ndarray] | None = None
                    ) -> dict[Tensor, tuple[float, float]]:
-    """(lo, hi) of every float tensor the graph computes (model inputs included).
+    """(lo, hi) of every float tensor the graph computes (model inputs included); for the
+    ``features`` tensors also each feature's (last axis) largest magnitude over all samples,
+    into ``feature_absmax`` (rounded to float32).
 
     ``minmax`` takes the extremes over all samples; ``percentile`` takes, per sample, the
     ``percentile``-th and (100 - ``percentile``)-th percentiles and averages them over samples,
@@ -120,6 +124,10 @@ def collect_ranges(graph: Graph, samples: Iterable[Mapping[str, np.ndarray]],
         else:
             lo, hi = (float(x) for x in np.percentile(v, [100 - percentile, percentile]))
         per.setdefault(t, []).append((lo, hi))
+        if t in features and feature_absmax is not None and v.ndim >= 1 and finite.all():
+            a = np.abs(v).reshape(-1, v.shape[-1]).max(axis=0)
+            prev = feature_absmax.get(t)
+            feature_absmax[t] = a if prev is None else np.maximum(prev, a)
 
     # in float64 (`CpuRunner` wide), ranges rounded to float32 below: the same on every CPU
     runner = CpuRunner(graph.root_subgraph, observer=observe, wide=True)
@@ -142,6 +150,9 @@ def collect_ranges(graph: Graph, samples: Iterable[Mapping[str, np.ndarray]],
             f"{k}: its range is not finite, so it has no int8 form. The calibration inputs "
             "are outside what the model computes finitely (e.g. Sqrt or Log of negative values "
             'from random calibration); give real samples as an .npz ("calibration": "data.npz")')
+    if feature_absmax is not None:
+        for t in list(feature_absmax):
+            feature_absmax[t] = feature_absmax[t].astype(np.float32).astype(np.float64)
     out = {}
     for t, rs in per.items():
         if method == "minmax":

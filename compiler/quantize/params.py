@@ -17,24 +17,51 @@ WMAX = 127
 
 @dataclass(frozen=True)
 class ActQuant:
-    """Per-tensor activation parameters: real = scale * (q - zero_point)."""
+    """Activation parameters: real = scale * (q - zero_point), per tensor; or, with
+    ``feature_scales`` (one per element of the last axis, zero point 0), real =
+    feature_scales[f] * q for feature f: the per-feature form of a transformer's (1, tokens,
+    features) activations, whose few outlier features would leave the others a handful of
+    levels at one scale per tensor. ``scale`` is then the largest feature scale."""
 
     scale: float
     zero_point: int
+    feature_scales: tuple[float, ...] | None = None
 
     def to_attr(self) -> dict[str, object]:
-        return {"dtype": "int8", "scale": self.scale, "zero_point": self.zero_point}
+        d: dict[str, object] = {"dtype": "int8", "scale": self.scale,
+                                "zero_point": self.zero_point}
+        if self.feature_scales is not None:
+            d["feature_scales"] = list(self.feature_scales)
+        return d
 
     @classmethod
     def from_attr(cls, d: dict[str, object]) -> ActQuant:
-        return cls(float(d["scale"]), int(d["zero_point"]))  # type: ignore[arg-type]
+        fs = d.get("feature_scales")
+        return cls(float(d["scale"]), int(d["zero_point"]),  # type: ignore[arg-type]
+                   tuple(float(v) for v in fs) if fs is not None else None)  # type: ignore
+
+    @property
+    def scales(self) -> np.ndarray | float:
+        """The scale to divide by, broadcast along the last axis when per feature."""
+        if self.feature_scales is None:
+            return self.scale
+        return np.asarray(self.feature_scales, np.float64)
 
     def quantize(self, x: np.ndarray) -> np.ndarray:
-        q = np.rint(np.asarray(x, np.float64) / self.scale) + self.zero_point
+        q = np.rint(np.asarray(x, np.float64) / self.scales) + self.zero_point
         return np.clip(q, QMIN, QMAX).astype(np.int8)
 
     def dequantize(self, q: np.ndarray) -> np.ndarray:
-        return ((q.astype(np.int64) - self.zero_point) * self.scale).astype(np.float32)
+        return ((q.astype(np.int64) - self.zero_point) * self.scales).astype(np.float32)
+
+
+def feature_params(absmax: np.ndarray) -> ActQuant:
+    """Per-feature symmetric parameters from each feature's largest magnitude."""
+    a = np.asarray(absmax, np.float64).reshape(-1)
+    if not np.isfinite(a).all():
+        raise QuantizationError("a feature's calibrated range is not finite")
+    fs = tuple(max(f32(v / QMAX), MIN_SCALE) if v > 0 else 1.0 for v in a)
+    return ActQuant(max(fs), 0, fs)
 
 
 def f32(x: float) -> float:

@@ -26,7 +26,12 @@ import numpy as np
 from compiler.errors import QuantizationError
 from compiler.options import QuantizeOptions
 from compiler.quantize.calibrate import calibration_samples, collect_ranges
-from compiler.quantize.params import ActQuant, activation_params, weight_params
+from compiler.quantize.params import (
+    ActQuant,
+    activation_params,
+    feature_params,
+    weight_params,
+)
 from compiler.quantize.requant import quantize_multipliers
 from compiler.xir import CONST, Graph, Op, Tensor
 
@@ -61,17 +66,24 @@ def tensor_quant(t: Tensor) -> ActQuant | None:
 def quantize_graph(graph: Graph, opts: QuantizeOptions) -> dict[str, Any]:
     """Calibrate on the options' samples and annotate ``graph``; returns a small report."""
     samples = calibration_samples(graph, opts)
-    ranges = collect_ranges(graph, samples, opts.method, opts.percentile)
+    sym = _matmul_operands(graph)
+    per_feature = _feature_tensors(graph, sym)
+    absmax: dict[Tensor, np.ndarray] = {}
+    ranges = collect_ranges(graph, samples, opts.method, opts.percentile, per_feature, absmax)
     params: dict[Tensor, ActQuant] = {}
     shared = _shared_params(graph, ranges, opts.symmetric_activations)
-    sym = _matmul_operands(graph)
     for op in graph.topological_sort():
         t = op.output
         if op.type == CONST or t not in ranges:
             continue
         src = op.input_tensors()[0] if op.type in SCALE_PRESERVING and op.input_tensors() else None
+        if src is not None and src in params and params[src].feature_scales is not None \
+                and (t.shape is None or src.shape is None or t.shape[-1:] != src.shape[-1:]):
+            src = None                   # a view that moves features: its own parameters
         if t in shared:
             params[t] = shared[t]
+        elif t in absmax:
+            params[t] = feature_params(absmax[t])
         elif src is not None and src in params:
             params[t] = params[src]
         else:
@@ -88,6 +100,9 @@ def quantize_graph(graph: Graph, opts: QuantizeOptions) -> dict[str, Any]:
     skipped: dict[str, str] = {}
     for op in graph.topological_sort():
         done = False
+        if any(params.get(t) is not None and params[t].feature_scales is not None
+               for t in (*op.input_tensors(), op.output)):
+            continue                     # the encoder kernels quantize these ops themselves
         try:
             if op.type in ("Conv", "Gemm", "MatMul"):
                 done = _quantize_linear_op(op, params, notes)
@@ -109,6 +124,52 @@ def quantize_graph(graph: Graph, opts: QuantizeOptions) -> dict[str, Any]:
     if skipped:
         report["float_ops"] = skipped
     return report
+
+
+#: Ops of a transformer encoder that make or read a per-feature activation (`_feature_tensors`).
+FEATURE_MAKERS = frozenset({"MatMul", "Add", "LayerNormalization", "Gelu", "Reshape"})
+FEATURE_READERS = frozenset({"MatMul", "Add", "LayerNormalization", "Gelu", "Identity"})
+
+
+def _feature_tensors(graph: Graph, operands: set[Tensor]) -> set[Tensor]:
+    """The activations quantized per feature (`ActQuant.feature_scales`): (1, tokens, features)
+    float tensors of a transformer encoder, made by a linear layer (a MatMul by constant
+    weights), an Add of two such tensors (or one and a constant), a LayerNormalization, a
+    Gelu or the Reshape that merges attention heads, and read only by those (a MatMul as its
+    activation operand): the residual stream, LayerNorm's outputs and the feed-forward
+    activations, where a few outlier features are orders of magnitude above the rest (the
+    model's outputs among them, and an Identity of one). Not the
+    operands of attention's products (`_matmul_operands`), which stay per tensor."""
+    out: set[Tensor] = set()
+
+    def encoder_tensor(t: Tensor) -> bool:
+        s = t.shape
+        return (t.dtype == "float32" and s is not None and len(s) == 3 and int(s[0]) == 1
+                and int(s[2]) > 1 and t not in operands)
+
+    def linear(op: Op) -> bool:
+        b = op.input_tensors("B")
+        return (bool(b) and b[0].producer.type == CONST and b[0].shape is not None
+                and len(b[0].shape) == 2)
+
+    for op in graph.ops:
+        t = op.output
+        if op.type not in FEATURE_MAKERS or not encoder_tensor(t):
+            continue
+        if op.type == "MatMul" and not linear(op):
+            continue
+        if op.type == "Add" and not all(encoder_tensor(x) or x.producer.type == CONST
+                                        for x in op.input_tensors()):
+            continue
+        readers = t.consumers
+        if (not readers and t not in graph.outputs) or any(u.type not in FEATURE_READERS
+                                                           for u in readers):
+            continue
+        if any(u.type == "MatMul" and (not linear(u) or u.input_tensors("A")[0] is not t)
+               for u in readers):
+            continue
+        out.add(t)
+    return out
 
 
 def _matmul_operands(graph: Graph) -> set[Tensor]:

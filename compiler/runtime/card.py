@@ -604,8 +604,9 @@ class CardExecutor:
                               "step produced")
         if v.dev is not None:
             assert v.spec is not None
-            if (v.spec.nbytes, v.spec.scale, v.spec.zero_point, v.spec.n) != \
-                    (spec.nbytes, spec.scale, spec.zero_point, spec.n):
+            if (v.spec.nbytes, v.spec.scale, v.spec.zero_point, v.spec.n,
+                    v.spec.feature_scales) != (spec.nbytes, spec.scale, spec.zero_point,
+                                               spec.n, spec.feature_scales):
                 raise CardRuntimeError(f"tensor {spec.name!r}: the producer's layout "
                                        f"{v.spec} differs from the consumer's {spec}")
             return v.dev

@@ -127,7 +127,8 @@ class IoSpec:
 
     Its bytes are the blocked int8 layout of `pyhost.accel.layout` ("nchwc": channel blocks of
     N lanes; a (M, K) matrix is (M, K, 1, 1)) with real = scale * (q - zero_point); padding lanes
-    hold `fill`.
+    hold `fill`. With ``feature_scales`` (one per element of the last axis, zero point 0) real
+    = feature_scales[f] * q: a transformer's per-feature activations.
     """
 
     name: str
@@ -140,10 +141,15 @@ class IoSpec:
     n: int
     fill: int
     layout: str = "nchwc"
+    feature_scales: tuple[float, ...] | None = None
 
     def to_attr(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["shape"] = list(self.shape)
+        if self.feature_scales is None:
+            del d["feature_scales"]
+        else:
+            d["feature_scales"] = list(self.feature_scales)
         return d
 
     @classmethod
@@ -152,7 +158,7 @@ class IoSpec:
             raise AbiError(f"accel_io entry must be an object, got {type(d).__name__}; "
                            "recompile")
         names = {f.name for f in dataclasses.fields(cls)}
-        missing = sorted(names - set(d) - {"layout"})
+        missing = sorted(names - set(d) - {"layout", "feature_scales"})
         if missing:
             raise AbiError(f"accel_io entry {dict(d)!r} lacks {missing}; recompile")
         unknown = sorted(str(k) for k in set(d) - names)
@@ -171,6 +177,17 @@ class IoSpec:
         if isinstance(scale, bool) or not isinstance(scale, (int, float)) \
                 or not math.isfinite(scale) or scale <= 0:
             raise AbiError(f"{what}: scale must be a finite positive number, got {scale!r}")
+        fs = d.get("feature_scales")
+        if fs is not None:
+            if not isinstance(fs, (list, tuple)) or len(fs) != dims[-1] or not all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool)
+                    and math.isfinite(v) and v > 0 for v in fs):
+                raise AbiError(f"{what}: feature_scales must be {dims[-1]} finite positive "
+                               "numbers (one per element of the last axis)")
+            if d["zero_point"] != 0:
+                raise AbiError(f"{what}: a per-feature tensor has zero point 0, got "
+                               f"{d['zero_point']!r}")
+            fs = tuple(float(v) for v in fs)
         layout_name = d.get("layout", "nchwc")
         if layout_name != "nchwc" or d["role"] not in ("in", "out"):
             raise AbiError(f"{what}: layout {layout_name!r} / role {d['role']!r} unknown to "
@@ -181,7 +198,8 @@ class IoSpec:
                    scale=float(scale),
                    zero_point=_int(d["zero_point"], f"{what}: zero_point", -128, 127),
                    n=_int(d["n"], f"{what}: n", 1, 1 << 16),
-                   fill=_int(d["fill"], f"{what}: fill", -128, 127), layout=layout_name)
+                   fill=_int(d["fill"], f"{what}: fill", -128, 127), layout=layout_name,
+                   feature_scales=fs)
         b, c, h, w = spec.nchw
         want = layout.act_bytes(c, h, w, spec.n, b)
         if spec.nbytes != want:
@@ -206,14 +224,18 @@ class IoSpec:
                            "(the CPU path would give NaN outputs): check the input")
         if x.dtype.kind not in "biuf":
             raise AbiError(f"tensor {self.name!r} is {x.dtype}, not a number")
-        q = np.clip(np.rint(x.astype(np.float64) / self.scale) + self.zero_point, -128, 127)
+        q = np.clip(np.rint(x.astype(np.float64) / self._scales) + self.zero_point, -128, 127)
         raw = layout.pack_act(q.astype(np.int8).reshape(self.nchw), self.n, self.zero_point)
         return np.frombuffer(raw, np.uint8)
 
     def unpack(self, raw: np.ndarray | bytes) -> np.ndarray:
         """Blocked bytes -> the dequantized float32 array of `shape`."""
         q = layout.unpack_act(raw, self.nchw, self.n).reshape(self.shape)
-        return ((q.astype(np.int64) - self.zero_point) * self.scale).astype(np.float32)
+        return ((q.astype(np.int64) - self.zero_point) * self._scales).astype(np.float32)
+
+    @property
+    def _scales(self) -> np.ndarray | float:
+        return self.scale if self.feature_scales is None else np.asarray(self.feature_scales)
 
 
 @dataclass(frozen=True)

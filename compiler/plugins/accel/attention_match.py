@@ -162,9 +162,10 @@ def match_attention(sm: Op) -> AttentionMatch:
         ops.append(p)
     ops.append(qk)
     if mask is not None and (mask.shape is None or tuple(int(v) for v in mask.shape)
-                             != (1, 1, 1, keys) or _const(mask) is not None):
+                             not in ((1, 1, 1, keys), (1, 1, seq, keys))
+                             or _const(mask) is not None):
         raise NoMatch(f"the mask {mask.name!r} of shape {mask.shape} is not a (1, 1, 1, "
-                      f"{keys}) key mask computed by the graph")
+                      f"{keys}) or (1, 1, {seq}, {keys}) mask computed by the graph")
     # down: the probabilities, perhaps through a NaN guard, into P V
     p_t = sm.output
     users = p_t.consumers

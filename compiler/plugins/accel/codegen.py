@@ -111,7 +111,8 @@ def compile_subgraph(subgraph: Subgraph, cfg: AccelConfig,
                 name=t.name, role=role, slot=plan.refs[t].slot,
                 nbytes=tensor_bytes(t.shape, n), shape=tuple(int(v) for v in t.shape or ()),
                 scale=q.scale, zero_point=q.zero_point, n=n,
-                fill=fills[t] if role == "out" else q.zero_point).to_attr())
+                fill=fills[t] if role == "out" else q.zero_point,
+                feature_scales=q.feature_scales).to_attr())
     macs = sum(p["macs"] for p in per_layer)
     subgraph.set_attr("accel_program", raw)
     subgraph.set_attr("accel_consts", bytes(blob))

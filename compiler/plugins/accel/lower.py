@@ -230,7 +230,7 @@ def temp_bytes(layer: Layer) -> int:
     if layer.kind != "attention":
         return 0
     s = layer.sources[0].shape
-    return int(s[1]) ** 2 if s is not None else 0
+    return K.encoder.attention_scratch(int(s[1]), len(layer.sources) > 3) if s else 0
 
 
 def _tokens_features(t: Tensor, what: str) -> tuple[int, int]:
@@ -252,29 +252,24 @@ def _const_vector(t: Tensor, size: int, what: str) -> np.ndarray:
 
 def _encoder_kernel(layer: Layer, cfg: AccelConfig, ins: Sequence[K.Ref], out: K.Ref,
                     consts: K.Ref, temp: K.Ref | None) -> K.Kernel:
-    """The kernels of `kernels.encoder`: linear, layernorm, gelu, attention."""
+    """The kernels of `kernels.encoder`: linear, layernorm, gelu, attention, and the residual
+    add of (1, tokens, features) tensors."""
     head, kind = layer.head, layer.kind
     oq = act_quant(layer.output)
+    enc = K.encoder
     if kind == "linear":
-        q = _op_quant(head, ("weight", "weight_scale", "bias_corrected", "weight_axis"))
         x = layer.inputs[0]
         tokens, d_in = _tokens_features(x, "MatMul input")
-        iq = act_quant(x)
-        w = np.asarray(q["weight"])
-        w_t = w.T if int(q["weight_axis"]) == 1 else w           # (d_out, d_in)
-        d_out = w_t.shape[0]
-        s_w = np.asarray(q["weight_scale"], np.float64).reshape(-1)
-        bias = np.asarray(q["bias_corrected"], np.int64)
+        w = head.input_tensors("B")[0]
+        if w.producer.type != CONST:
+            raise LoweringError(f"MatMul {head.name!r}: the weights are not a constant")
+        wf = np.asarray(w.producer.attrs["data"], np.float64)
+        bias = None
         if layer.post is not None:
             b_t = next(t for t in layer.post.input_tensors() if t is not head.output)
-            b = _const_vector(b_t, d_out, "bias")
-            bias = bias + np.rint(b / (iq.scale * s_w)).astype(np.int64)
-        if np.abs(bias).max(initial=0) >= 2**30:
-            raise LoweringError(f"MatMul {head.name!r}: the bias overflows the accumulator at "
-                                "this weight scale")
-        mult, shift = requant_params(iq.scale, s_w, oq.scale)
-        return K.encoder.linear(tokens, w_t, bias, mult, shift, oq.zero_point, inp=ins[0],
-                                out=out, consts=consts, cfg=cfg, name=head.name)
+            bias = _const_vector(b_t, wf.shape[1], "bias")
+        return enc.linear(tokens, wf, bias, act_quant(x), oq, inp=ins[0], out=out,
+                          consts=consts, cfg=cfg, name=head.name)
     if kind == "layernorm":
         x = layer.inputs[0]
         tokens, h = _tokens_features(x, "LayerNormalization input")
@@ -283,35 +278,68 @@ def _encoder_kernel(layer: Layer, cfg: AccelConfig, ins: Sequence[K.Ref], out: K
         gamma = _const_vector(head.input_tensors("Scale")[0], h, "gamma")
         b_in = head.input_tensors("B")
         beta = _const_vector(b_in[0], h, "beta") if b_in else np.zeros(h)
-        return K.encoder.layernorm(tokens, h, act_quant(x).scale,
-                                   float(head.attrs.get("epsilon", 1e-5)), gamma, beta,
-                                   oq.scale, oq.zero_point, inp=ins[0], out=out,
-                                   consts=consts, cfg=cfg, name=head.name)
+        return enc.layernorm(tokens, h, act_quant(x), float(head.attrs.get("epsilon", 1e-5)),
+                             gamma, beta, oq, inp=ins[0], out=out, consts=consts, cfg=cfg,
+                             name=head.name)
     if kind == "gelu":
         x = layer.inputs[0]
         tokens, h = _tokens_features(x, "Gelu input")
         if head.attrs.get("approximate", "none") != "none":
             raise LoweringError(f"Gelu {head.name!r}: only the erf form (approximate='none')")
-        iq = act_quant(x)
-        return K.encoder.gelu(tokens, h, iq.scale, iq.zero_point, oq.scale, oq.zero_point,
-                              inp=ins[0], out=out, consts=consts, cfg=cfg, name=head.name)
+        return enc.gelu(tokens, h, act_quant(x), oq, inp=ins[0], out=out, consts=consts,
+                        cfg=cfg, name=head.name)
+    if kind == "add":
+        tokens, h = _tokens_features(layer.output, "Add output")
+        xs = head.input_tensors()
+        acts = [t for t in xs if t.producer.type != CONST]
+        cst = [t for t in xs if t.producer.type == CONST]
+        if len(xs) != 2 or not acts or head.type != "Add":
+            raise LoweringError(f"{head.type} {head.name!r}: only the sum of two tensors")
+        for t in acts:
+            if tuple(t.shape or ()) != (1, tokens, h):
+                raise LoweringError(f"Add {head.name!r}: {t.name!r} of shape {t.shape} is not "
+                                    f"(1, {tokens}, {h})")
+        b_const = None
+        if cst:
+            b_const = np.asarray(cst[0].producer.attrs["data"], np.float64)
+            if b_const.size not in (h, tokens * h):
+                raise LoweringError(f"Add {head.name!r}: a constant of shape "
+                                    f"{b_const.shape} (only per feature or per element)")
+        return enc.add(tokens, h, act_quant(acts[0]),
+                       act_quant(acts[1]) if len(acts) > 1 else None, oq, a=ins[0],
+                       b=ins[1] if len(acts) > 1 else None, out=out, consts=consts,
+                       b_const=b_const, cfg=cfg, name=head.name)
     # attention
     m = match_attention(head)
     qq, kq, vq = (act_quant(t) for t in (m.q, m.k, m.v))
     for t, tq in ((m.q, qq), (m.k, kq), (m.v, vq)):
-        if tq.zero_point != 0:
-            raise LoweringError(f"attention {head.name!r}: {t.name!r} has zero point "
-                                f"{tq.zero_point} (Q, K and V must be symmetric: is the graph "
-                                "quantized by this compiler?)")
+        if tq.zero_point != 0 or tq.feature_scales is not None:
+            raise LoweringError(f"attention {head.name!r}: {t.name!r} is not symmetric per "
+                                "tensor (Q, K and V must be: is the graph quantized by this "
+                                "compiler?)")
     mq = act_quant(m.mask) if m.mask is not None else None
     if temp is None:
         raise LoweringError(f"attention {head.name!r}: no scratch memory for the probabilities")
-    return K.encoder.attention(
+    return enc.attention(
         m.tokens, m.heads * m.head_size, m.heads, qq.scale * kq.scale * m.factor, vq.scale,
-        oq.scale, oq.zero_point, q=ins[0], k=ins[1], v=ins[2], out=out, scratch=temp,
+        oq, q=ins[0], k=ins[1], v=ins[2], out=out, scratch=temp,
         consts=consts, mask=ins[3] if mq is not None else None,
+        mask_full=m.mask is not None and int((m.mask.shape or (1,))[-2]) > 1,
         mask_scale=mq.scale if mq is not None else 0.0,
         mask_zero_point=mq.zero_point if mq is not None else 0, cfg=cfg, name=head.name)
+
+
+def _per_feature(layer: Layer) -> bool:
+    return any(isinstance(t.attrs.get("quant"), dict) and "feature_scales" in t.attrs["quant"]
+               for t in (*layer.inputs, layer.output))
+
+
+def encoder_add(layer: Layer) -> bool:
+    """An Add that the encoder's add kernel computes: a (1, tokens, features) sum with a
+    per-feature tensor among its operands or its output."""
+    s = layer.output.shape
+    return (layer.kind == "add" and layer.head.type == "Add" and layer.act is None
+            and s is not None and len(s) == 3 and _per_feature(layer))
 
 
 def build_kernel(layer: Layer, cfg: AccelConfig, ins: Sequence[K.Ref], out: K.Ref,
@@ -323,7 +351,7 @@ def build_kernel(layer: Layer, cfg: AccelConfig, ins: Sequence[K.Ref], out: K.Re
     so that the kernel copies only the others. ``temp``: the layer's own scratch memory
     (`temp_bytes`)."""
     head, kind = layer.head, layer.kind
-    if kind in ENCODER_KINDS:
+    if kind in ENCODER_KINDS or encoder_add(layer):
         for t in layer.inputs:
             act_quant(t)
         kern = _encoder_kernel(layer, cfg, ins, out, consts, temp)
@@ -332,6 +360,9 @@ def build_kernel(layer: Layer, cfg: AccelConfig, ins: Sequence[K.Ref], out: K.Re
             raise LoweringError(f"{head.type} {head.name!r}: the kernel computes {got}, the "
                                 f"graph says {layer.output.shape}")
         return kern
+    if _per_feature(layer):
+        raise LoweringError(f"{head.type} {head.name!r}: a tensor is quantized per feature (a "
+                            "transformer's activations), which only the encoder kernels read")
     if kind == "add" and len(head.input_tensors()) != 2:
         raise LoweringError(f"{head.type} {head.name!r}: only two operands "
                             f"({len(head.input_tensors())} given)")
