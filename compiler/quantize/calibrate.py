@@ -92,11 +92,13 @@ def _check_calibration_array(name: str, path: Path, a: np.ndarray, dtype: str) -
 def collect_ranges(graph: Graph, samples: Iterable[Mapping[str, np.ndarray]],
                    method: str = "minmax", percentile: float = 99.99,
                    features: Collection[Tensor] = (),
-                   feature_absmax: dict[Tensor, np.ndarray] | None = None
+                   feature_absmax: dict[Tensor, np.ndarray] | None = None,
+                   keep: dict[Tensor, list[np.ndarray]] | None = None
                    ) -> dict[Tensor, tuple[float, float]]:
     """(lo, hi) of every float tensor the graph computes (model inputs included); for the
     ``features`` tensors also each feature's (last axis) largest magnitude over all samples,
-    into ``feature_absmax`` (rounded to float32).
+    into ``feature_absmax`` (rounded to float32), and, with ``keep``, their values (float32,
+    at most 4 samples).
 
     ``minmax`` takes the extremes over all samples; ``percentile`` takes, per sample, the
     ``percentile``-th and (100 - ``percentile``)-th percentiles and averages them over samples,
@@ -128,6 +130,8 @@ def collect_ranges(graph: Graph, samples: Iterable[Mapping[str, np.ndarray]],
             a = np.abs(v).reshape(-1, v.shape[-1]).max(axis=0)
             prev = feature_absmax.get(t)
             feature_absmax[t] = a if prev is None else np.maximum(prev, a)
+            if keep is not None and len(keep.setdefault(t, [])) < 4:
+                keep[t].append(v.astype(np.float32))
 
     # in float64 (`CpuRunner` wide), ranges rounded to float32 below: the same on every CPU
     runner = CpuRunner(graph.root_subgraph, observer=observe, wide=True)

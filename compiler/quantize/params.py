@@ -55,11 +55,14 @@ class ActQuant:
         return ((q.astype(np.int64) - self.zero_point) * self.scales).astype(np.float32)
 
 
-def feature_params(absmax: np.ndarray) -> ActQuant:
-    """Per-feature symmetric parameters from each feature's largest magnitude."""
+def feature_params(absmax: np.ndarray, ratio: float = math.inf) -> ActQuant:
+    """Per-feature symmetric parameters from each feature's largest magnitude, no scale below
+    the largest / ``ratio`` (see `quantizer._feature_ratio`)."""
     a = np.asarray(absmax, np.float64).reshape(-1)
     if not np.isfinite(a).all():
         raise QuantizationError("a feature's calibrated range is not finite")
+    if a.size and math.isfinite(ratio):
+        a = np.maximum(a, float(a.max()) / ratio)
     fs = tuple(max(f32(v / QMAX), MIN_SCALE) if v > 0 else 1.0 for v in a)
     return ActQuant(max(fs), 0, fs)
 
