@@ -6,7 +6,13 @@ accelerator plugin and run on the RTL card under Verilator with a card memory sm
 the memory manager must evict; the summary compares it with onnxruntime and with the functional
 card, and the run leaves an FST with its GTKWave save file and a Perfetto timeline.
 
-Options (environment or flags): MODEL=demo|<light model>|<file.onnx>, SIM=verilator|icarus,
+``MODEL=minilm`` runs the real all-MiniLM-L6-v2 sentence encoder (from its pinned PyPI package)
+on a fixed sentence of SEQ tokens (default 128) instead, calibrated on eight other sentences,
+and prints the sentence embedding's cosine against onnxruntime fp32; ``MODEL=bert`` the small
+encoder compiler.zoo builds.
+
+Options (environment or flags): MODEL=demo|minilm|bert|<light model>|<file.onnx>,
+SIM=verilator|icarus,
 CARD_MEM=<bytes, K/M/G suffix>, BACKEND=rtl|model, IMAGES=<n>, LINK=pcie|axi (the RTL card's
 host link: the PCIe endpoint behind the hard IP model and a root complex, or the AXI fast mode),
 WAVES=1|0 (0: no FST, the fastest run). Every value, whether a flag or a variable (``make sim
@@ -99,7 +105,11 @@ def check_options(args: argparse.Namespace) -> argparse.Namespace:
     args.sim = _choice(args.sim, "SIM", tuple(simulator.SIMULATORS))
     args.backend = _choice(args.backend, "BACKEND", ("rtl", "model"))
     args.link = _choice(args.link, "LINK", ("pcie", "axi"))
-    args.waves = _choice(str(getattr(args, "waves", "1")), "WAVES", ("1", "0")) == "1"
+    waves = str(getattr(args, "waves", "1") or ("0" if args.model == "minilm" else "1"))
+    args.waves = _choice(waves, "WAVES", ("1", "0")) == "1"
+    args.seq = _count(str(getattr(args, "seq", "128")), "SEQ", 512)
+    if args.seq % 8:
+        raise UsageError(f"SEQ={args.seq}: a multiple of 8 tokens (the accelerator's blocks)")
     args.images = _count(str(args.images), "IMAGES", MAX_IMAGES)
     args.cycles = _count(str(args.cycles), "CYCLES", MAX_CYCLES)
     args.card_mem = parse_size(args.card_mem) if args.card_mem else None
@@ -207,8 +217,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--link", default=os.environ.get("LINK") or "pcie")
     ap.add_argument("--images", default=os.environ.get("IMAGES") or "2")
     ap.add_argument("--cycles", default=os.environ.get("CYCLES") or "40000")
-    ap.add_argument("--waves", default=os.environ.get("WAVES") or "1",
-                    help="write the FST (default 1; WAVES=0: no waveform, the fastest run)")
+    ap.add_argument("--waves", default=os.environ.get("WAVES") or "",
+                    help="write the FST (default 1, for MODEL=minilm 0: its 30 M cycles would "
+                         "make a file of many GB; WAVES=0: no waveform, the fastest run)")
+    ap.add_argument("--seq", default=os.environ.get("SEQ") or "128",
+                    help="tokens of the sentence MODEL=minilm runs (8 to 512, a multiple of 8)")
     try:
         args = check_options(ap.parse_args(argv))
     except UsageError as e:
@@ -223,7 +236,7 @@ def e2e(args: argparse.Namespace) -> int:
     from tb.demo import DemoError, DemoOptions, run_demo
 
     opts = DemoOptions(model=args.model, sim=args.sim, backend=args.backend,
-                       images=args.images, link=args.link, waves=args.waves)
+                       images=args.images, link=args.link, waves=args.waves, seq=args.seq)
     if args.card_mem:
         opts.card_mem = args.card_mem
     elif args.model != "demo":
