@@ -14,7 +14,7 @@ from compiler.ops.op_dequantize_linear import DequantizeLinear
 from compiler.ops.op_elementwise import BINARY, UNARY, VARIADIC
 from compiler.ops.op_expand import Expand
 from compiler.ops.op_flatten import Flatten
-from compiler.ops.op_gather import Gather
+from compiler.ops.op_gather import Gather, GatherND
 from compiler.ops.op_gemm import Gemm
 from compiler.ops.op_global_pool import GlobalAveragePool, GlobalMaxPool
 from compiler.ops.op_identity import Dropout, Identity
@@ -41,7 +41,8 @@ def _definitions() -> list[OpDef]:
         Conv(), Gemm(), MatMul(), MaxPool(), AveragePool(), GlobalAveragePool(),
         GlobalMaxPool(), BatchNormalization(), LRN(), Softmax(), LogSoftmax(), Clip(),
         Reshape(), Flatten(), Transpose(), Concat(), Squeeze(), Unsqueeze(), Slice(), Pad(),
-        Gather(), Shape(), Cast(), Tile(), Expand(), ConstantOfShape(), Identity(), Dropout(),
+        Gather(), GatherND(), Shape(), Cast(), Tile(), Expand(), ConstantOfShape(), Identity(),
+        Dropout(),
         QuantizeLinear(), DequantizeLinear(), QLinearConv(), QLinearMatMul(),
         LayerNormalization(), Gelu(),
         *UNARY, *BINARY, *VARIADIC, *REDUCE,

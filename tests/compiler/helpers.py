@@ -121,3 +121,82 @@ def assert_graphs_equal(a: Graph, b: Graph) -> None:
 
     assert tree(a.root_subgraph) == tree(b.root_subgraph)
     attrs(a.root_subgraph, b.root_subgraph)
+
+
+def encoder_model(tokens: int = 32, hidden: int = 32, ffn: int = 64, heads: int = 2,
+                  seed: int = 0, outliers: float = 40.0, full_mask: bool = True
+                  ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """One transformer encoder layer with float inputs, in the spelling of torch exports
+    (opset 17): x (1, tokens, hidden) and an additive mask (1, 1, tokens, tokens) (or a key mask
+    (1, 1, 1, tokens)); Q, K, V projections scaled by 1/sqrt(sqrt(d)) each, heads split by
+    Reshape/Transpose, K^T by Transpose, the mask added, Softmax, the NaN guard
+    Where(IsNaN(P), 0, P), P V, heads merged; output projection, residual Add, fused
+    LayerNormalization, FFN with the decomposed Erf GELU, residual Add, LayerNormalization.
+    A few features of x and of the FFN's output carry ``outliers`` times the rest (as trained
+    encoders' residual streams do), so per-feature quantization matters. Returns the model and
+    its inputs (the second half of the keys masked)."""
+    rng = np.random.default_rng(seed)
+    d = hidden // heads
+    inits: dict[str, np.ndarray] = {
+        "qk_scale": np.array(1 / np.sqrt(np.sqrt(d)), np.float32),
+        "split": np.array([1, tokens, heads, d], np.int64),
+        "merge": np.array([1, tokens, hidden], np.int64),
+        "sqrt2": np.array(np.sqrt(2), np.float32), "one": np.array(1, np.float32),
+        "half": np.array(0.5, np.float32), "zero": np.array(0, np.float32),
+    }
+    nodes: list[onnx.NodeProto] = []
+
+    def node(op: str, ins: list[str], out: str, **attrs: Any) -> str:
+        nodes.append(helper.make_node(op, ins, [out], name=out, **attrs))
+        return out
+
+    def linear(x: str, name: str, cin: int, cout: int, boost: bool = False) -> str:
+        w = rng.standard_normal((cin, cout)) / np.sqrt(cin)
+        if boost:
+            w[:, :2] *= outliers
+        inits[f"{name}_w"] = w.astype(np.float32)
+        inits[f"{name}_b"] = (rng.standard_normal(cout) * 0.1).astype(np.float32)
+        return node("Add", [node("MatMul", [x, f"{name}_w"], f"{name}_mm"), f"{name}_b"], name)
+
+    def heads_of(t: str, name: str, perm: list[int]) -> str:
+        return node("Transpose", [node("Reshape", [t, "split"], f"{name}_r")], f"{name}_t",
+                    perm=perm)
+
+    def layernorm(x: str, name: str) -> str:
+        inits[f"{name}_g"] = rng.uniform(0.5, 1.5, hidden).astype(np.float32)
+        inits[f"{name}_g"][3] = 8.0                  # an outlier gamma, as BERT's have
+        inits[f"{name}_b"] = (rng.standard_normal(hidden) * 0.1).astype(np.float32)
+        return node("LayerNormalization", [x, f"{name}_g", f"{name}_b"], name, axis=-1,
+                    epsilon=1e-12)
+
+    q = node("Mul", [heads_of(linear("x", "q", hidden, hidden), "q", [0, 2, 1, 3]),
+                     "qk_scale"], "q_s")
+    k = node("Mul", [heads_of(linear("x", "k", hidden, hidden), "k", [0, 2, 3, 1]),
+                     "qk_scale"], "k_s")
+    v = heads_of(linear("x", "v", hidden, hidden), "v", [0, 2, 1, 3])
+    s = node("Add", [node("MatMul", [q, k], "qk"), "mask"], "scores")
+    p = node("Softmax", [s], "probs", axis=-1)
+    p = node("Where", [node("IsNaN", [p], "nan"), "zero", p], "probs_safe")
+    ctx = node("Transpose", [node("MatMul", [p, v], "pv")], "ctx_t", perm=[0, 2, 1, 3])
+    ctx = node("Reshape", [ctx, "merge"], "ctx")
+    x1 = layernorm(node("Add", [linear(ctx, "o", hidden, hidden), "x"], "res1"), "ln1")
+    f = linear(x1, "ff1", hidden, ffn)
+    e = node("Erf", [node("Div", [f, "sqrt2"], "gelu_div")], "gelu_erf")
+    g = node("Mul", [f, node("Mul", ["half", node("Add", [e, "one"], "gelu_1p")],
+                             "gelu_h")], "gelu")
+    y = layernorm(node("Add", [linear(g, "ff2", ffn, hidden, boost=True), x1], "res2"), "ln2")
+    mshape = [1, 1, tokens, tokens] if full_mask else [1, 1, 1, tokens]
+    graph = helper.make_graph(
+        nodes, "encoder_layer",
+        [tensor_info("x", [1, tokens, hidden]), tensor_info("mask", mshape)],
+        [tensor_info(y, [1, tokens, hidden])],
+        initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                              ir_version=8)
+    onnx.checker.check_model(model, full_check=True)
+    x = rng.standard_normal((1, tokens, hidden)).astype(np.float32)
+    x[..., :2] *= outliers
+    keep = np.arange(tokens) < tokens // 2
+    mask = np.where(keep, 0.0, np.finfo(np.float32).min).astype(np.float32)
+    mask = np.broadcast_to(mask, mshape).copy()
+    return model, {"x": x, "mask": mask}

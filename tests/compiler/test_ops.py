@@ -137,6 +137,9 @@ for size in (1, 3, 5):  # onnxruntime accepts odd sizes only
 case("Softmax", {"x": r(2, 3, 4)}, axis=1)
 case("Softmax", {"x": r(2, 3, 4)})
 case("LogSoftmax", {"x": r(2, 3, 4)}, axis=0)
+case("GatherND", {"x": r(2, 3, 4)}, {"i": np.array([[0, 1], [1, -1]], np.int64)})
+case("GatherND", {"x": r(2, 3, 4)}, {"i": np.array([[[1], [0]], [[2], [1]]], np.int64)},
+     batch_dims=1)
 case("LayerNormalization", {"x": r(2, 3, 8)}, {"g": r(8), "b": r(8)}, axis=-1, epsilon=1e-3)
 case("LayerNormalization", {"x": r(2, 3, 4)}, {"g": r(3, 4)}, axis=1)
 case("Gelu", {"x": r(2, 3, 4) * 3}, opset=20)
