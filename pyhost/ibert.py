@@ -228,22 +228,39 @@ def i_layernorm(q: np.ndarray, scale: float, eps: float = 1e-12, out_bits: int =
     if h > 512:
         raise ValueError("i_layernorm: rows of at most 512 (the sums below stay in 31 bits)")
     vs = var_shift
+    if not 0 <= vs <= 7:
+        raise ValueError("i_layernorm: var_shift 0 .. 7 (the squares stay below 2**30)")
+    m16, w = _ln_var_scaling(vs)
     total = np.sum(q, axis=axis, keepdims=True)            # ADD over the row
     mean = div(add(total, h // 2 * np.sign(total)), h)     # rounded: (sum +- h/2) / h
     rem = add(total, mul(mean, -h))                        # h (exact mean - mean), |rem| <= h/2
     c = add(q, mul(mean, -1))                              # |c| < 2**(8 + vs)
-    cs = shr(c, vs) if vs else c
-    # 16 h var / 4**vs: the sum of squares about the rounded mean less rem^2 / h
-    ss16 = add(mul(np.sum(mul(cs, cs), axis=axis, keepdims=True), 16),
-               mul(div(mul(mul(rem, rem), 16), h << (2 * vs)), -1))
-    eps_q = round(eps / (scale * scale) * h * 16 / (1 << (2 * vs)))
-    root = sqrt(add(ss16, max(eps_q, 1)))                  # 4 sqrt(h (var + eps)) / 2**vs, >= 1
-    # 1 / std = sqrt(h) / sqrt(h var): sqrt(h) * 2**(24 - vs) / root = 2**22 / std, per row
-    recip = div(_imm(round(math.sqrt(h) * (1 << (24 - vs))), "sqrt(h) 2**24"), root)
+    sq = mul(c, c)                                         # < 2**30 for vs <= 7
+    if w:
+        sq = shr(sq, 2 * w)
+    # m h var / 4**w: the sum of squares about the rounded mean less rem^2 / h
+    ss16 = add(mul(np.sum(sq, axis=axis, keepdims=True), m16),
+               mul(div(mul(mul(rem, rem), m16), h << (2 * w)), -1))
+    eps_q = round(eps / (scale * scale) * h * m16 / (1 << (2 * w)))
+    root = sqrt(add(ss16, max(eps_q, 1)))                  # sqrt(m h (var + eps)) / 2**w, >= 1
+    # 1 / std = sqrt(h) / sqrt(h var): sqrt(h m) 2**(22 - w) / root = 2**22 / std, per row
+    recip = div(_imm(_ln_numerator(h, m16, w), "sqrt(h) 2**24"), root)
     # (c - rem / h) / std * 2**22: c * recip (|c| / std <= sqrt(h) < 2**4.5) less the
     # rounded mean's error, rem * recip / h, one per row
     corr = div(mul(rem, recip), h)
     return shr(add(mul(c, recip), mul(corr, -1)), 22 - out_bits), 2.0 ** -out_bits
+
+
+def _ln_var_scaling(var_shift: int) -> tuple[int, int]:
+    """(m, w) of i_layernorm's sum of squares: sum((c * c) >> 2w) * m stays in 31 bits. int8
+    rows (var_shift 0): m = 16 (two more bits for the square root), w = 0; wider rows: m = 1
+    and the squares shifted by w = var_shift - 3 (rows of 512: 2**(16 + 2 * 3) x 2**9)."""
+    return (16, 0) if var_shift == 0 else (1, max(0, var_shift - 3))
+
+
+def _ln_numerator(h: int, m: int, w: int) -> int:
+    """sqrt(h m) 2**(22 - w): the reciprocal's numerator (2**22 / std)."""
+    return round(math.sqrt(h * m) * (1 << 22) / (1 << w))
 
 
 def i_gelu_insns(q_row: int, rows: int, tmp: int, out: int, scale: float) -> list:
@@ -298,9 +315,9 @@ def i_layernorm_insns(x: int, h: int, blocks: int, tmp: int, scale: float, eps: 
     def each_row(op: AluOp, dst: int, src: int):      # rows of block J op= the block's src row
         return alu(op, dst, nb, h, src=src, dst_so=h, dst_si=1, src_so=1)
 
-    vs = var_shift
-    eps_q = max(round(eps / (scale * scale) * h * 16 / (1 << (2 * vs))), 1)
-    c_num = _imm(round(math.sqrt(h) * (1 << (24 - vs))), "sqrt(h) 2**24")
+    m16, w = _ln_var_scaling(var_shift)
+    eps_q = max(round(eps / (scale * scale) * h * m16 / (1 << (2 * w))), 1)
+    c_num = _imm(_ln_numerator(h, m16, w), "sqrt(h) 2**24")
     prog = reduce_into(total, x)
     prog += [                                          # mean = (total +- h/2) / h
         per_block(AluOp.MOV, sgn, src=total),
@@ -316,19 +333,17 @@ def i_layernorm_insns(x: int, h: int, blocks: int, tmp: int, scale: float, eps: 
         per_block(AluOp.MUL, mean, imm=-1),            # c = q - mean, in place
         each_row(AluOp.ADD, x, mean),
         alu(AluOp.MOV, sq, inner=h * nb, src=x, dst_si=1, src_si=1),
+        alu(AluOp.MUL, sq, inner=h * nb, src=x, dst_si=1, src_si=1),
     ]
-    if vs:
-        prog.append(alu(AluOp.SHR, sq, inner=h * nb, dst_si=1, imm=vs))
-    prog += [
-        alu(AluOp.MUL, sq, inner=h * nb, src=sq, dst_si=1, src_si=1),
-    ]
+    if w:
+        prog.append(alu(AluOp.SHR, sq, inner=h * nb, dst_si=1, imm=2 * w))
     prog += reduce_into(ss, sq)
     prog += [                                          # 16 ss - 16 rem^2 / h
-        per_block(AluOp.MUL, ss, imm=16),
+        per_block(AluOp.MUL, ss, imm=m16),
         per_block(AluOp.MOV, rem2, src=rem),
         per_block(AluOp.MUL, rem2, src=rem),
-        per_block(AluOp.MUL, rem2, imm=16),
-        per_block(XAluOp.DIV, rem2, imm=h << (2 * vs)),
+        per_block(AluOp.MUL, rem2, imm=m16),
+        per_block(XAluOp.DIV, rem2, imm=h << (2 * w)),
         per_block(AluOp.MUL, rem2, imm=-1),
         per_block(AluOp.ADD, ss, src=rem2),
         per_block(AluOp.ADD, ss, imm=eps_q),           # root = sqrt(16 h (var + eps))
