@@ -170,6 +170,7 @@ UNARY: list[OpDef] = [
     Unary("Sign", lambda op, x: np.sign(x)),
     Unary("Erf", lambda op, x: _special().erf(x)),
     Unary("Not", lambda op, x: np.logical_not(x), out_dtype="bool"),
+    Unary("IsNaN", lambda op, x: np.isnan(x), out_dtype="bool"),
     Where(),
     PRelu(),
 ]

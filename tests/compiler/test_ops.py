@@ -137,6 +137,7 @@ for size in (1, 3, 5):  # onnxruntime accepts odd sizes only
 case("Softmax", {"x": r(2, 3, 4)}, axis=1)
 case("Softmax", {"x": r(2, 3, 4)})
 case("LogSoftmax", {"x": r(2, 3, 4)}, axis=0)
+case("IsNaN", {"x": np.array([[0.0, np.nan], [np.inf, -1.0]], np.float32)}, out_type=B)
 case("GatherND", {"x": r(2, 3, 4)}, {"i": np.array([[0, 1], [1, -1]], np.int64)})
 case("GatherND", {"x": r(2, 3, 4)}, {"i": np.array([[[1], [0]], [[2], [1]]], np.int64)},
      batch_dims=1)

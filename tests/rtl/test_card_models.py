@@ -59,3 +59,13 @@ def test_bert_tiny_on_the_rtl_card(sim: str) -> None:
     res = _run(sim, CARD_MEM, ["test_bert_tiny"],
                {"BERT_LAYERS": "2" if sim == "verilator" else "1"})
     assert res.tests == 1
+
+
+@pytest.mark.rtl
+def test_encoder_layer_on_the_rtl_card(sim: str) -> None:
+    """A 128-token encoder layer with a full mask (query groups, per-feature activations) on
+    the RTL card, Verilator only (Icarus runs bert_tiny's layer above)."""
+    if sim != "verilator":
+        pytest.skip("Icarus runs one bert_tiny layer (test_bert_tiny_on_the_rtl_card)")
+    res = _run(sim, CARD_MEM, ["test_encoder_layer"])
+    assert res.tests == 1
