@@ -385,6 +385,9 @@ def run_demo(opts: DemoOptions) -> int:
         print(f"error: the RTL run failed; see {res.run_dir / 'sim.log'}", file=sys.stderr)
         return 1
     r = json.loads(files["out.json"].read_text())
+    (out / "run.json").write_text(json.dumps({"compile_s": round(compile_s, 2),
+                                              "functional_s": round(model_s, 2),
+                                              "rtl_s": round(rtl_s, 2)}) + "\n")
     if r.get("lspci"):
         from tb.common.pcie_card import format_lspci
         _say(opts, "\nPCIe enumeration (what lspci would show)\n" + format_lspci(r["lspci"]))

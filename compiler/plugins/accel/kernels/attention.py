@@ -1,6 +1,6 @@
 """One attention head on the accelerator, in the transposed activation layout of
-docs/transformers.md: the building block of the transformer kernels (issue 16; not yet wired
-into the plugin's partitioner, which will hand it its tensors as `Ref`s).
+docs/transformers.md: the building block of the encoder's attention layer
+(`kernels.encoder.attention`, one program per head and group of query blocks).
 
 Layout in card memory (int8, "tile-major transposed"): a matrix X^T of H features by L tokens
 is stored as elements of N bytes, element (J, e) = tokens J*N .. J*N + N-1 of feature e, at
