@@ -11,8 +11,8 @@ and the RTL card under Verilator through the PCIe link, waves off) and reports:
   GEMM), per layer kind and in total; and of the whole run (MACs / N*N x cycles);
 - cycles spent in the non-linear parts: the ALU and XALU instructions' busy cycles of the
   Softmax (in the attention layers), LayerNorm, GELU and the residual adds;
-- bytes moved between host and card against the memory manager's bound (every constant, input
-  and output once: nothing evicted or moved twice);
+- bytes moved between host and card against the memory manager's bound (every program,
+  constant, input and output once: nothing evicted or moved twice);
 - the sentence embedding's cosine (mean pooling) against onnxruntime fp32, and that the RTL
   is bit-exact with the functional card;
 - which ops stayed on the CPU, with the compiler's reasons.
@@ -106,8 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     mm_gemm = sum(v["gemm_cycles"] for v in mm.values())
     nonlinear = {k: v["alu_cycles"] for k, v in kinds.items()}
     mem = run["memory"]
-    bound = sum(len(c.get_attr("accel_consts")) for c in graph.root_subgraph.children
-                if c.attrs.get("device") == "ACCEL")
+    bound = sum(len(c.get_attr("accel_consts")) + len(c.get_attr("accel_program"))
+                for c in graph.root_subgraph.children if c.attrs.get("device") == "ACCEL")
     io = [d for c in graph.root_subgraph.children if c.attrs.get("device") == "ACCEL"
           for d in c.get_attr("accel_io")]
     bound_h2c = bound + sum(d["nbytes"] for d in io if d["role"] == "in")
