@@ -2,7 +2,7 @@
 
 ``python -m bench minilm`` runs what ``make sim MODEL=minilm`` runs (tb.demo: all-MiniLM-L6-v2
 from its pinned package, a fixed sentence padded to ``--seq`` tokens (default 128), int8
-calibrated on eight other sentences, compiled with the accelerator plugin, the functional card
+calibrated on 32 other sentences, compiled with the accelerator plugin, the functional card
 and the RTL card under Verilator through the PCIe link, waves off) and reports:
 
 - wall time: the compile, the RTL simulation and the whole run; the simulated cycles;

