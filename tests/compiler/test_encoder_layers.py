@@ -16,6 +16,7 @@ from onnx import helper
 from compiler.pipeline import compile_model
 from compiler.plugins.accel.layers import layers_of
 from compiler.quantize.params import ActQuant
+from compiler.quantize.quantizer import FEATURE_RATIOS
 from compiler.runtime.card import CardExecutor, CardSession
 from pyhost.accel.abi import AbiError, IoSpec
 from pyhost.driver import PcieDriver
@@ -84,6 +85,15 @@ def test_per_feature_quantization_where_the_encoder_needs_it(tmp_path) -> None:
         assert len(q.feature_scales) == g.get_tensor(name).shape[-1]
     res2 = np.asarray(quant("res2").feature_scales)
     assert res2[:2].min() > 4 * np.median(res2[2:])          # the outlier features
+    # read by a linear layer: the feature scales' ratio capped (quantizer._feature_ratio);
+    # read by LayerNorm only: not
+    def ratio(name: str) -> float:
+        fs = np.asarray(quant(name).feature_scales)
+        return float(fs.max() / fs.min())
+
+    for name in ("ln1", "gelu"):
+        assert any(abs(ratio(name) - r) < 1e-3 for r in FEATURE_RATIOS[:-1]), name
+    assert all(abs(ratio("res1") - r) > 1e-3 for r in FEATURE_RATIOS[:-1])
     for name in ("q", "k", "v"):
         q = quant(name)
         assert q.feature_scales is None and q.zero_point == 0, name
