@@ -112,12 +112,19 @@ def test_per_feature_quantization_where_the_encoder_needs_it(tmp_path) -> None:
 
 def test_attention_blocks_the_matcher_refuses_are_reasons(tmp_path) -> None:
     """Scores that are also a model output cannot be fused into the block: the Softmax (and
-    the attention MatMuls) stay on the CPU with the matcher's reason in the compile report;
-    the rest of the layer still runs on the accelerator."""
+    the attention MatMuls) stay on the CPU with the matcher's reason in the compile report,
+    and so does the masking Add before it (as int8 with the mask's range the scores would
+    have no levels left: the layer's output cosine was 0.30 when the plugin took it); the
+    rest of the layer still runs on the accelerator, within cosine 0.997 of fp32."""
     model, feeds = encoder_model()
     model.graph.output.append(helper.make_tensor_value_info("scores", onnx.TensorProto.FLOAT,
                                                             None))
     r = _compile(model, feeds, tmp_path)
     cpu = next(p for p in r.report["plugins"] if p["device"] == "CPU")["cpu_ops"]
     assert "read outside the attention block" in cpu["probs"], cpu
+    assert "scores for a Softmax that stays on the CPU" in cpu["scores"], cpu
     assert "ln2" not in cpu and "ff1_mm" not in cpu
+    want = float_reference(model, feeds)
+    with PcieDriver(ModelCard(16 << 20)) as drv:
+        got = CardExecutor(r.graph, CardSession(drv)).run(feeds)
+    assert _cos(got["ln2"], want["ln2"]) >= 0.997

@@ -155,6 +155,20 @@ class AccelPartitioner:
             units.append(unit)
         return units
 
+    def _scores_of_cpu_softmax(self, op: Op) -> bool:
+        """Whether ``op``'s output reaches an unclaimed Softmax through elementwise ops only
+        (the scaling and masking of attention scores)."""
+        seen, todo = set(), [op]
+        while todo:
+            o = todo.pop()
+            for u in o.output.consumers:
+                if u.type == "Softmax" and u not in self._claimed:
+                    return True
+                if u.type in ("Add", "Sub", "Mul", "Div") and u not in seen and len(seen) < 8:
+                    seen.add(u)
+                    todo.append(u)
+        return False
+
     def _accept(self, kind: str) -> Callable[[Mapping[str, Op]], bool]:
         def accept(match: Mapping[str, Op]) -> bool:
             ops = list(match.values())
@@ -165,6 +179,14 @@ class AccelPartitioner:
                 return False               # a MatMul is a gemm or a linear, not both
             act, view, post = match.get("act"), match.get("view"), match.get("post")
             if kind == "linear" and post is not None and linear_bias(head) is not post:
+                return False
+            if kind == "add" and self._scores_of_cpu_softmax(head):
+                # attention scores the block could not take: one int8 scale for them and an
+                # additive mask (-1e4, the float's lowest) would leave the scores no levels
+                self.rejected.setdefault(head.name, "it computes scores for a Softmax that "
+                                         "stays on the CPU (an attention block the plugin "
+                                         "does not take); int8 would lose them to the mask's "
+                                         "range")
                 return False
             if act is not None and fusable_act(head) is not act:
                 return False
