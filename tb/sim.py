@@ -233,10 +233,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def e2e(args: argparse.Namespace) -> int:
-    from tb.demo import DemoError, DemoOptions, run_demo
+    from tb.demo import ENCODERS, DemoError, DemoOptions, run_demo
 
+    # an encoder runs one sentence
+    images = 1 if args.model in ENCODERS else args.images
     opts = DemoOptions(model=args.model, sim=args.sim, backend=args.backend,
-                       images=args.images, link=args.link, waves=args.waves, seq=args.seq)
+                       images=images, link=args.link, waves=args.waves, seq=args.seq)
     if args.card_mem:
         opts.card_mem = args.card_mem
     elif args.model != "demo":
@@ -245,7 +247,9 @@ def e2e(args: argparse.Namespace) -> int:
         opts.max_layers = None
     print(f"make sim: {args.model} end to end on the {args.backend.upper()} card"
           + (f" ({args.sim})" if args.backend == "rtl" else "")
-          + f", {opts.card_mem >> 10} KiB card memory, {opts.images} image(s)")
+          + f", {opts.card_mem >> 10} KiB card memory, "
+          + (f"one sentence of {opts.seq} tokens" if args.model == "minilm"
+             else f"{opts.images} image(s)"))
     try:
         return run_demo(opts)
     except DemoError as e:

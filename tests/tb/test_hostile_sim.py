@@ -14,7 +14,8 @@ from tb import sim
 from tb.demo import DemoError, DemoOptions, check_demo_options
 
 ROOT = Path(__file__).resolve().parents[2]
-VARS = ("DEMO", "MODEL", "SIM", "CARD_MEM", "BACKEND", "LINK", "IMAGES", "CYCLES", "WAVES")
+VARS = ("DEMO", "MODEL", "SIM", "CARD_MEM", "BACKEND", "LINK", "IMAGES", "CYCLES", "WAVES",
+        "SEQ")
 
 
 @pytest.fixture(autouse=True)
@@ -57,6 +58,10 @@ BAD = [
     ("CARD_MEM", "lots", ["CARD_MEM='lots'", "byte count"]),
     ("CARD_MEM", "64X", ["CARD_MEM='64X'", "byte count"]),
     ("CARD_MEM", "1.5G", ["CARD_MEM='1.5G'"]),
+    ("SEQ", "0", ["SEQ='0'", "1 to 512"]),
+    ("SEQ", "1024", ["SEQ='1024'"]),
+    ("SEQ", "twelve", ["SEQ='twelve'"]),
+    ("SEQ", "12", ["SEQ=12", "multiple of 8"]),
 ]
 
 
@@ -112,6 +117,10 @@ def test_waves_reach_the_demo(monkeypatch: pytest.MonkeyPatch) -> None:
     assert sim.main([]) == 0
     assert sim.main(["--waves", "1"]) == 0
     assert seen == [True, False, True]
+    monkeypatch.delenv("WAVES")
+    assert sim.main(["--model", "minilm"]) == 0       # 30 M cycles: no FST unless asked
+    assert sim.main(["--model", "minilm", "--waves", "1"]) == 0
+    assert seen[3:] == [False, True]
 
 
 def test_the_flag_wins_over_the_environment(nothing_runs: list[str],
