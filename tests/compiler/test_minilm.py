@@ -91,6 +91,9 @@ def test_minilm_on_the_accelerator(tmp_path: Path) -> None:
     cpu = next(p for p in r.report["plugins"] if p["device"] == "CPU")["cpu_ops"]
     assert sorted(v.split(":")[0] for v in cpu.values()) == \
         ["And", "Cast", "Gather", "Gather", "GatherND", "Where"], cpu
+    assert all("no indexed load" in v for v in cpu.values() if v.startswith("Gather:")), cpu
+    assert all("with bool values" in v or "with int64 values" in v
+               for v in cpu.values() if not v.startswith("Gather:")), cpu
     accel = [c for c in r.graph.root_subgraph.children if c.attrs.get("device") == "ACCEL"]
     assert len(accel) == 1
     kinds: dict[str, int] = {}

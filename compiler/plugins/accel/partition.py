@@ -33,6 +33,7 @@ from compiler.plugins.accel.attention_match import NoMatch
 from compiler.plugins.accel.layers import (
     ACTS,
     HEADS,
+    KIND_OF,
     VIEWS,
     Layer,
     absorbable_view,
@@ -43,7 +44,7 @@ from compiler.plugins.accel.layers import (
     shuffle_views,
 )
 from compiler.plugins.accel.memplan import estimate_step_bytes, external_tensors, plan_step
-from compiler.xir import Graph, GraphTemplate, Op, Subgraph, creates_cycle
+from compiler.xir import CONST, Graph, GraphTemplate, Op, Subgraph, creates_cycle
 from pyhost.accel.abi import MAX_IO
 from pyhost.spec.accel import AccelConfig
 
@@ -120,9 +121,31 @@ class AccelPartitioner:
                 units.append(s)
         for op in self._claimed:
             self.rejected.pop(op.name, None)
+        self._explain_the_rest()
         if not units:
             return set()
         return self._group(units)
+
+    def _explain_the_rest(self) -> None:
+        """A reason for every computing op no layer took and no check refused: what about it
+        the accelerator has no kernel for."""
+        for op in self.graph.ops:
+            if op in self._claimed or op.name in self.rejected or op.type in (CONST, "data"):
+                continue
+            floats = ("float32", "float64", "float16")
+            other = [t.dtype for t in (*op.input_tensors(), op.output)
+                     if t.dtype not in floats and t.producer.type != CONST]
+            if op.type == "Gather":
+                why = ("a lookup of rows by index (an embedding table): the accelerator has no "
+                       "indexed load")
+            elif other:
+                why = (f"it computes with {other[0]} values; the accelerator computes quantized "
+                       "real values only")
+            elif op.type in KIND_OF or op.type == "MatMul":
+                continue                   # a head whose layer was not matched: said above
+            else:
+                why = f"no accelerator kernel computes {op.type}"
+            self.rejected[op.name] = why
 
     def _attention_units(self, root: Subgraph) -> list[Subgraph]:
         """Claim every attention block (from its Softmax, `attention_match`) whose kernel maps:
