@@ -230,7 +230,7 @@ def i_layernorm(q: np.ndarray, scale: float, eps: float = 1e-12, out_bits: int =
     vs = var_shift
     if not 0 <= vs <= 7:
         raise ValueError("i_layernorm: var_shift 0 .. 7 (the squares stay below 2**30)")
-    m16, w = _ln_var_scaling(vs)
+    m, w = _ln_var_scaling(vs)
     total = np.sum(q, axis=axis, keepdims=True)            # ADD over the row
     mean = div(add(total, h // 2 * np.sign(total)), h)     # rounded: (sum +- h/2) / h
     rem = add(total, mul(mean, -h))                        # h (exact mean - mean), |rem| <= h/2
@@ -239,12 +239,12 @@ def i_layernorm(q: np.ndarray, scale: float, eps: float = 1e-12, out_bits: int =
     if w:
         sq = shr(sq, 2 * w)
     # m h var / 4**w: the sum of squares about the rounded mean less rem^2 / h
-    ss16 = add(mul(np.sum(sq, axis=axis, keepdims=True), m16),
-               mul(div(mul(mul(rem, rem), m16), h << (2 * w)), -1))
-    eps_q = round(eps / (scale * scale) * h * m16 / (1 << (2 * w)))
-    root = sqrt(add(ss16, max(eps_q, 1)))                  # sqrt(m h (var + eps)) / 2**w, >= 1
+    ss = add(mul(np.sum(sq, axis=axis, keepdims=True), m),
+             mul(div(mul(mul(rem, rem), m), h << (2 * w)), -1))
+    eps_q = round(eps / (scale * scale) * h * m / (1 << (2 * w)))
+    root = sqrt(add(ss, max(eps_q, 1)))                  # sqrt(m h (var + eps)) / 2**w, >= 1
     # 1 / std = sqrt(h) / sqrt(h var): sqrt(h m) 2**(22 - w) / root = 2**22 / std, per row
-    recip = div(_imm(_ln_numerator(h, m16, w), "sqrt(h) 2**24"), root)
+    recip = div(_imm(_ln_numerator(h, m, w), "sqrt(h) 2**24"), root)
     # (c - rem / h) / std * 2**22: c * recip (|c| / std <= sqrt(h) < 2**4.5) less the
     # rounded mean's error, rem * recip / h, one per row
     corr = div(mul(rem, recip), h)
@@ -315,9 +315,9 @@ def i_layernorm_insns(x: int, h: int, blocks: int, tmp: int, scale: float, eps: 
     def each_row(op: AluOp, dst: int, src: int):      # rows of block J op= the block's src row
         return alu(op, dst, nb, h, src=src, dst_so=h, dst_si=1, src_so=1)
 
-    m16, w = _ln_var_scaling(var_shift)
-    eps_q = max(round(eps / (scale * scale) * h * m16 / (1 << (2 * w))), 1)
-    c_num = _imm(_ln_numerator(h, m16, w), "sqrt(h) 2**24")
+    m, w = _ln_var_scaling(var_shift)
+    eps_q = max(round(eps / (scale * scale) * h * m / (1 << (2 * w))), 1)
+    c_num = _imm(_ln_numerator(h, m, w), "sqrt(h) 2**24")
     prog = reduce_into(total, x)
     prog += [                                          # mean = (total +- h/2) / h
         per_block(AluOp.MOV, sgn, src=total),
@@ -338,11 +338,11 @@ def i_layernorm_insns(x: int, h: int, blocks: int, tmp: int, scale: float, eps: 
     if w:
         prog.append(alu(AluOp.SHR, sq, inner=h * nb, dst_si=1, imm=2 * w))
     prog += reduce_into(ss, sq)
-    prog += [                                          # 16 ss - 16 rem^2 / h
-        per_block(AluOp.MUL, ss, imm=m16),
+    prog += [                                          # m ss - m rem^2 / h
+        per_block(AluOp.MUL, ss, imm=m),
         per_block(AluOp.MOV, rem2, src=rem),
         per_block(AluOp.MUL, rem2, src=rem),
-        per_block(AluOp.MUL, rem2, imm=m16),
+        per_block(AluOp.MUL, rem2, imm=m),
         per_block(XAluOp.DIV, rem2, imm=h << (2 * w)),
         per_block(AluOp.MUL, rem2, imm=-1),
         per_block(AluOp.ADD, ss, src=rem2),

@@ -160,7 +160,6 @@ class DemoOptions:
     quiet: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
     seq: int = MINILM_SEQ             # tokens of an encoder's sentence (MODEL=minilm)
-    extra_mask: np.ndarray | None = None   # set by run_demo for an encoder's summary
 
 
 class DemoError(Exception):
@@ -342,8 +341,8 @@ def run_demo(opts: DemoOptions) -> int:
                         f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                         ) from None
     out_names = [o.name for o in sess.get_outputs()]
-    if encoder:
-        opts.extra_mask = feeds["attention_mask"][0]
+    # an encoder's attention mask: its summary and verdict use the sentence embedding
+    mask = feeds["attention_mask"][0] if encoder else None
     try:
         with PcieDriver(ModelCard(opts.card_mem)) as drv:
             ex = CardExecutor(graph, CardSession(drv))
@@ -357,8 +356,9 @@ def run_demo(opts: DemoOptions) -> int:
          f"{model_s:.2f} s")
 
     if opts.backend == "model":
-        _summary(opts, model_stats.to_dict(), None, model_out, None, ort_out, out_names)
-        return _verdict(opts, model_out, None, ort_out, out_names)
+        _summary(opts, model_stats.to_dict(), None, model_out, None, ort_out, out_names,
+                 mask=mask)
+        return _verdict(opts, model_out, None, ort_out, out_names, mask)
 
     # 3. the RTL card
     from tb.common import waves
@@ -392,7 +392,8 @@ def run_demo(opts: DemoOptions) -> int:
         _say(opts, "\nPCIe enumeration (what lspci would show)\n" + format_lspci(r["lspci"]))
     npz = np.load(files["outputs.npz"])
     rtl_out = [{n: npz[f"{n}/{i}"] for n in out_names} for i in range(opts.images)]
-    _summary(opts, r["runs"][-1], r, model_out, rtl_out, ort_out, out_names, rtl_s=rtl_s)
+    _summary(opts, r["runs"][-1], r, model_out, rtl_out, ort_out, out_names, rtl_s=rtl_s,
+             mask=mask)
     if res.waves is not None:
         gtkw = waves.save_file_for(res.waves)
         _say(opts, f"\nwaveform   {os.path.relpath(res.waves)}\nGTKWave    {os.path.relpath(gtkw)}"
@@ -400,7 +401,7 @@ def run_demo(opts: DemoOptions) -> int:
     _say(opts, f"timeline   {os.path.relpath(files['trace.json'])}   (open in ui.perfetto.dev "
          "or chrome://tracing)")
     _say(opts, f"total      {time.perf_counter() - t_start:.1f} s wall")
-    return _verdict(opts, model_out, rtl_out, ort_out, out_names)
+    return _verdict(opts, model_out, rtl_out, ort_out, out_names, mask)
 
 
 #: How start_clock drove the card's clock (tb/common/clocking.py), as the summary says it.
@@ -453,7 +454,7 @@ def run_with_progress(build: Any, module: str, testcase: str, env: dict[str, str
 
 def _summary(opts: DemoOptions, run: dict[str, Any], rtl: dict[str, Any] | None,
              model_out: list, rtl_out: list | None, ort_out: list, names: list[str],
-             rtl_s: float = 0.0) -> None:
+             rtl_s: float = 0.0, mask: np.ndarray | None = None) -> None:
     where = f"RTL card ({opts.sim})" if rtl is not None else "functional card"
     _say(opts, f"\nsummary: last image on the {where}")
     _say(opts, f"  {'subgraph':24} {'device':7} {'cycles':>10} {'MACs':>12} {'MAC util':>9}")
@@ -485,10 +486,10 @@ def _summary(opts: DemoOptions, run: dict[str, Any], rtl: dict[str, Any] | None,
             same_top = int(np.argmax(got)) == int(np.argmax(ref))
             line = (f"  image {i} {n}: max |diff| vs onnxruntime fp32 {diff:.4f}, top-1 "
                     f"{'agrees' if same_top else 'DIFFERS'} ({int(np.argmax(got))})")
-            if opts.extra_mask is not None:
-                cos = float(embedding(got, opts.extra_mask) @ embedding(ref, opts.extra_mask))
+            if mask is not None:
+                cos = float(embedding(got, mask) @ embedding(ref, mask))
                 line = (f"  {n}: sentence embedding cosine vs onnxruntime fp32 {cos:.5f} "
-                        f"(mean pooling over {int(np.sum(opts.extra_mask))} tokens), max "
+                        f"(mean pooling over {int(np.sum(mask))} tokens), max "
                         f"|diff| {diff:.4f}")
             if rtl_out is not None:
                 exact = np.array_equal(rtl_out[i][n], model_out[i][n])
@@ -501,7 +502,7 @@ MAX_PROB_DIFF = 0.05
 
 
 def _verdict(opts: DemoOptions, model_out: list, rtl_out: list | None, ort_out: list,
-             names: list[str]) -> int:
+             names: list[str], mask: np.ndarray | None = None) -> int:
     ok = True
     for i in range(opts.images):
         for n in names:
@@ -512,9 +513,8 @@ def _verdict(opts: DemoOptions, model_out: list, rtl_out: list | None, ort_out: 
             if opts.model == "demo" and (float(np.max(np.abs(got - ref))) > MAX_PROB_DIFF
                                          or int(np.argmax(got)) != int(np.argmax(ref))):
                 ok = False
-            if opts.extra_mask is not None and float(
-                    embedding(got, opts.extra_mask) @ embedding(ref, opts.extra_mask)
-            ) < MIN_EMBED_COS:
+            if mask is not None and float(embedding(got, mask) @ embedding(ref, mask)
+                                          ) < MIN_EMBED_COS:
                 ok = False
     _say(opts, "\nPASS" if ok else "\nFAIL")
     return 0 if ok else 1

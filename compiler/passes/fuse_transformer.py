@@ -71,6 +71,13 @@ def _single_user(t: Tensor, graph: Graph, types: tuple[str, ...]) -> Op | None:
     return users[0]
 
 
+def _step(t: Tensor, graph: Graph, op_type: str) -> tuple[Op, Tensor] | None:
+    """(the binary ``op_type`` op that alone reads ``t``, its other operand), or None."""
+    op = _single_user(t, graph, (op_type,))
+    other = _other(op, t) if op is not None else None
+    return (op, other) if op is not None and other is not None else None
+
+
 class FuseTransformer(Pass):
     name = "fuse_transformer"
     description = "decomposed LayerNorm and Erf GELU -> LayerNormalization, Gelu"
@@ -110,27 +117,33 @@ class FuseTransformer(Pass):
         var = _single_user(sq.output, graph, ("ReduceMean",))
         if var is None or not _last_axis(var):
             return False
-        add = _single_user(var.output, graph, ("Add",))
-        eps_t = add and _other(add, var.output)
-        eps = _scalar(eps_t) if eps_t is not None else None
-        if add is None or eps is None or eps < 0:
+        st = _step(var.output, graph, "Add")
+        eps = _scalar(st[1]) if st is not None else None
+        if st is None or eps is None or eps < 0:
             return False
+        add = st[0]
         sqrt = _single_user(add.output, graph, ("Sqrt",))
         if sqrt is None or _single_user(sqrt.output, graph, ("Div",)) is not div \
                 or div.input_tensors()[1] is not sqrt.output:
             return False
         h = int(x.shape[-1])
         last, gamma, beta = div, np.ones(h, np.float32), np.zeros(h, np.float32)
-        mul = _single_user(div.output, graph, ("Mul",))
-        g = _const(_other(mul, div.output)) if mul is not None and _other(mul, div.output) \
-            is not None else None
-        if mul is not None and g is not None and g.size in (1, h) and g.ndim <= 1:
-            gamma, last = np.broadcast_to(g.reshape(-1), (h,)).astype(np.float32), mul
-            badd = _single_user(mul.output, graph, ("Add",))
-            b = _const(_other(badd, mul.output)) if badd is not None and _other(
-                badd, mul.output) is not None else None
-            if badd is not None and b is not None and b.size in (1, h) and b.ndim <= 1:
-                beta, last = np.broadcast_to(b.reshape(-1), (h,)).astype(np.float32), badd
+
+        def vector(st: tuple[Op, Tensor] | None) -> np.ndarray | None:
+            """The step's constant operand as h values, if it is one."""
+            c = _const(st[1]) if st is not None else None
+            if c is None or c.size not in (1, h) or c.ndim > 1:
+                return None
+            return np.broadcast_to(c.reshape(-1), (h,)).astype(np.float32)
+
+        mul = _step(div.output, graph, "Mul")
+        g = vector(mul)
+        if mul is not None and g is not None:
+            gamma, last = g, mul[0]
+            badd = _step(mul[0].output, graph, "Add")
+            b = vector(badd)
+            if badd is not None and b is not None:
+                beta, last = b, badd[0]
         if x.dtype != "float32":
             return False
         g_op = graph.create_const(graph.unique_name(f"{last.name}/gamma"), gamma.copy())
@@ -150,25 +163,18 @@ class FuseTransformer(Pass):
         want = math.sqrt(2) if pre.type == "Div" else 1 / math.sqrt(2)
         if not _near(c, want):
             return False
-        add = _single_user(erf.output, graph, ("Add",))
-        if add is None or not _near(_scalar(_other(add, erf.output) or erf.output), 1.0):
+        add = _step(erf.output, graph, "Add")
+        if add is None or not _near(_scalar(add[1]), 1.0):
             return False
-        m1 = _single_user(add.output, graph, ("Mul",))
-        if m1 is None:
+        m1 = _step(add[0].output, graph, "Mul")
+        m2 = _step(m1[0].output, graph, "Mul") if m1 is not None else None
+        if m1 is None or m2 is None:
             return False
-        o1 = _other(m1, add.output)
-        if o1 is None:
-            return False
-        m2 = _single_user(m1.output, graph, ("Mul",))
-        if m2 is None:
-            return False
-        o2 = _other(m2, m1.output)
-        if o2 is None:
-            return False
+        o1, o2 = m1[1], m2[1]
         # 0.5 * (1 + erf) then * x, or x * (1 + erf) then * 0.5
         if not ((_near(_scalar(o1), 0.5) and o2 is x) or (o1 is x and _near(_scalar(o2), 0.5))):
             return False
         if x.dtype != "float32":
             return False
-        graph.rewrite_op(m2, "Gelu", {"X": [x]}, {"approximate": "none"})
+        graph.rewrite_op(m2[0], "Gelu", {"X": [x]}, {"approximate": "none"})
         return True

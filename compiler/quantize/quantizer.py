@@ -195,14 +195,14 @@ def _feature_ratio(t: Tensor, absmax: np.ndarray, values: list[np.ndarray] | Non
     if not mats or not values:
         return math.inf
     x = np.concatenate([v.reshape(-1, v.shape[-1]) for v in values]).astype(np.float64)
+    ys = [x @ w for w in mats]
     best, best_err = math.inf, math.inf
     for r in FEATURE_RATIOS:
         a = np.maximum(absmax, absmax.max() / r) if math.isfinite(r) else absmax
         s = np.where(a > 0, a / QMAX, 1.0)
         xi = np.clip(np.rint(x / s), -QMAX, QMAX)
         err = 0.0
-        for w in mats:
-            y = x @ w
+        for w, y in zip(mats, ys, strict=True):
             wq, sw = weight_params(w * s[:, None], 1)
             err += float(np.linalg.norm(xi @ (wq * sw[None, :]) - y)
                          / max(np.linalg.norm(y), 1e-30))

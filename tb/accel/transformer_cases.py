@@ -43,20 +43,28 @@ class HeadCase:
         return raw.reshape(nb, self.d, self.n).transpose(0, 2, 1).reshape(self.seq, self.d)
 
 
+def _random_qkv(rng: np.random.Generator, seq: int, width: int, spread: float = 1.0
+                ) -> tuple[list[np.ndarray], list[np.ndarray], list[float]]:
+    """Q, K, V (normal, sigma ``spread``, seq x width) quantized symmetrically to int8: their
+    integers, the values those stand for, and the scales."""
+    ints, floats, scales = [], [], []
+    for _ in range(3):
+        x = rng.standard_normal((seq, width)) * spread
+        s = float(np.abs(x).max()) / 127
+        qx = np.clip(np.round(x / s), -127, 127).astype(np.int64)
+        ints.append(qx)
+        floats.append(qx * s)
+        scales.append(s)
+    return ints, floats, scales
+
+
 def multi_head_memory(cfg: AccelConfig, rng: np.random.Generator, seq: int, heads: int,
                       d: int) -> tuple[list[HeadCase], bytearray]:
     """Q, K, V of ``heads`` heads of ``d`` features each in one tensor per role (seq x heads*d,
     tile-major transposed int8), and one HeadCase per head whose program reads its slice
     (``width`` = heads * d) into its own P and output buffers; all in one memory."""
     n, width = cfg.n, heads * d
-    ints, floats, scales = [], [], []
-    for _ in range(3):
-        x = rng.standard_normal((seq, width))
-        s = float(np.abs(x).max()) / 127
-        qx = np.clip(np.round(x / s), -127, 127).astype(np.int64)
-        ints.append(qx)
-        floats.append(qx * s)
-        scales.append(s)
+    ints, floats, scales = _random_qkv(rng, seq, width)
     size = seq * width
     q, k, v = 0, size, 2 * size
     scratch = 3 * size
@@ -90,14 +98,7 @@ def head_memory(cfg: AccelConfig, rng: np.random.Generator, seq: int, d: int,
     """Random Q, K, V (normal, sigma ``spread``) quantized to int8, placed from ``base`` in a
     memory of ``mem_size`` bytes (default: just large enough), with the program."""
     n = cfg.n
-    ints, floats, scales = [], [], []
-    for _ in range(3):
-        x = rng.standard_normal((seq, d)) * spread
-        s = float(np.abs(x).max()) / 127
-        qx = np.clip(np.round(x / s), -127, 127).astype(np.int64)
-        ints.append(qx)
-        floats.append(qx * s)
-        scales.append(s)
+    ints, floats, scales = _random_qkv(rng, seq, d, spread)
     size = seq * d
     q, k, v = base, base + size, base + 2 * size
     p = base + 3 * size

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from compiler.errors import PartitionError
-from compiler.plugins.accel.attention_match import NoMatch, match_attention
+from compiler.plugins.accel.attention_match import AttentionMatch, NoMatch, match_attention
 from compiler.xir import CONST, Op, Tensor
 from pyhost.accel import layout
 
@@ -108,6 +108,8 @@ class Layer:
     post: Op | None = None
     extra: tuple[Op, ...] = ()
     sources: tuple[Tensor, ...] = ()
+    #: an attention layer's block as `attention_match` found it
+    match: AttentionMatch | None = None
 
     @property
     def name(self) -> str:
@@ -233,7 +235,7 @@ def attention_layer(head: Op) -> Layer:
     """The attention layer of Softmax ``head`` (attention_match.NoMatch if there is none)."""
     m = match_attention(head)
     sources = (m.q, m.k, m.v) + ((m.mask,) if m.mask is not None else ())
-    return Layer("attention", head, post=m.last, extra=m.ops, sources=sources)
+    return Layer("attention", head, post=m.last, extra=m.ops, sources=sources, match=m)
 
 
 def layer_of(kind: str, head: Op, opset: set[Op] | None = None) -> Layer:

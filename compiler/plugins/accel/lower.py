@@ -13,7 +13,7 @@ import numpy as np
 
 from compiler.errors import QuantizationError
 from compiler.plugins.accel import kernels as K
-from compiler.plugins.accel.attention_match import NoMatch, match_attention
+from compiler.plugins.accel.attention_match import NoMatch
 from compiler.plugins.accel.layers import Layer, is_byte_view, shuffle_views
 from compiler.quantize.params import ActQuant, activation_params
 from compiler.quantize.quantizer import requant_params
@@ -310,7 +310,9 @@ def _encoder_kernel(layer: Layer, cfg: AccelConfig, ins: Sequence[K.Ref], out: K
                        b=ins[1] if len(acts) > 1 else None, out=out, consts=consts,
                        b_const=b_const, cfg=cfg, name=head.name)
     # attention
-    m = match_attention(head)
+    m = layer.match
+    if m is None:
+        raise LoweringError(f"Softmax {head.name!r}: an attention layer without its block")
     qq, kq, vq = (act_quant(t) for t in (m.q, m.k, m.v))
     for t, tq in ((m.q, qq), (m.k, kq), (m.v, vq)):
         if tq.zero_point != 0 or tq.feature_scales is not None:

@@ -29,12 +29,15 @@ import math
 import numpy as np
 
 from compiler.plugins.accel.kernels.base import Ref
-from compiler.plugins.accel.kernels.linear_t import _align, as_ref
+from compiler.plugins.accel.kernels.linear_t import as_ref
 from pyhost import ibert
+from pyhost.accel.abi import align_up
 from pyhost.spec import isa
 from pyhost.spec.accel import AccelConfig
 from pyhost.spec.isa import AluOp, Buffer, XAluOp
 
+#: Alignment of the parts of the layer's constants and scratch memory (one 512-bit beat).
+ALIGN = 64
 #: Fraction bits of the probabilities (P^T as int8: 0 .. 127 = 0 .. 127/128)
 P_BITS = 7
 #: Scores this far below the row's maximum (in the refined units of i_exp, at most 2**15 - 1)
@@ -56,10 +59,10 @@ def attention_consts(n: int, multiplier: np.ndarray, shift: np.ndarray) -> bytes
     pairs = np.stack([np.asarray(multiplier, np.int64).reshape(-1),
                       np.asarray(shift, np.int64).reshape(-1)], 1).reshape(-1, 1)
     rows = pairs * np.ones((1, n), np.int64)
-    blob = bytearray(REQ_AT(n) + rows.size * 4)
+    blob = bytearray(req_offset(n) + rows.size * 4)
     blob[:n * n] = ones.tobytes()
     blob[n * n:2 * n * n] = np.eye(n, dtype=np.int8).tobytes()
-    blob[REQ_AT(n):] = rows.astype("<i4").tobytes()
+    blob[req_offset(n):] = rows.astype("<i4").tobytes()
     return bytes(blob)
 
 
@@ -69,9 +72,9 @@ def score_shift(score_scale: float) -> int:
     return max(0, math.ceil(math.log2(6e-4 / score_scale))) if score_scale < 6e-4 else 0
 
 
-def REQ_AT(n: int) -> int:  # noqa: N802 - a layout constant of the blob
+def req_offset(n: int) -> int:
     """Byte offset of the requantization rows in `attention_consts`."""
-    return _align(2 * n * n)
+    return align_up(2 * n * n, ALIGN)
 
 
 def query_groups(cfg: AccelConfig, seq: int, d: int) -> int:
@@ -214,7 +217,7 @@ def attention_head(cfg: AccelConfig, seq: int, d: int, score_scale: float, *, q:
     if out_zero_point is not None:
         assert consts is not None
         prog.append(isa.load(Buffer.ACC, slot=consts.slot, sp_base=prm,
-                             offset=consts.offset + REQ_AT(n) + feature0 * 2 * 4 * n,
+                             offset=consts.offset + req_offset(n) + feature0 * 2 * 4 * n,
                              y_size=1, x_size=2 * d, y_stride=2 * d))
     if mask_t is not None:
         prog.append(isa.load(Buffer.ACC8, slot=mask_t.slot, sp_base=s_,

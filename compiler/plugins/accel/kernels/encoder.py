@@ -35,6 +35,7 @@ import numpy as np
 
 from compiler.errors import QuantizationError
 from compiler.plugins.accel.kernels.attention import (
+    ALIGN,
     P_BITS,
     SCORE_CLAMP,
     AttentionError,
@@ -52,12 +53,13 @@ from compiler.plugins.accel.kernels.base import (
     Kernel,
     Ref,
     TensorInfo,
+    _Blob,
     _check_ref,
     _int8,
     _need,
 )
 from compiler.plugins.accel.kernels.join import join
-from compiler.plugins.accel.kernels.linear_t import LinearTError, _align, linear_t
+from compiler.plugins.accel.kernels.linear_t import LinearTError, linear_t
 from compiler.quantize.params import ActQuant, feature_params, weight_params
 from compiler.quantize.quantizer import (
     BIAS_LIMIT,
@@ -67,6 +69,7 @@ from compiler.quantize.quantizer import (
 from compiler.quantize.requant import quantize_multiplier, quantize_multipliers
 from pyhost import ibert
 from pyhost.accel import layout
+from pyhost.accel.abi import align_up
 from pyhost.fixedpoint import MAX_SHIFT
 from pyhost.spec import isa
 from pyhost.spec.accel import AccelConfig
@@ -90,16 +93,12 @@ def _tokens_ok(tokens: int, n: int, what: str) -> int:
     return tokens // n
 
 
-def _blob(consts: Ref, parts: Sequence[tuple[str, bytes]]) -> tuple[ConstBlob, list[int]]:
-    """A blob of 64-byte aligned parts at ``consts``; the absolute offset of each part."""
-    data = bytearray()
-    offs, sections = [], []
-    for name, raw in parts:
-        data += bytes(_align(len(data)) - len(data))
-        offs.append(consts.offset + len(data))
-        sections.append((name, len(data), len(raw)))
-        data += raw
-    return ConstBlob(consts, bytes(data), tuple(sections)), offs
+def _blob(consts: Ref, parts: Sequence[tuple[str, bytes]], n: int
+          ) -> tuple[ConstBlob, list[int]]:
+    """`base._Blob` of these parts at ``consts``; the offset of each part from the slot."""
+    blob = _Blob(consts, n)
+    offs = [blob.add(name, raw) for name, raw in parts]
+    return blob.done(), offs
 
 
 def _rows(values: np.ndarray, n: int) -> bytes:
@@ -252,7 +251,7 @@ def layernorm(tokens: int, h: int, in_q: ActQuant, epsilon: float, gamma: np.nda
              ("requant", _rows([mult, shift], n))]
     if r is not None:
         parts.append(("rescale", _rows(r, n)))
-    blob, offs = _blob(consts, parts)
+    blob, offs = _blob(consts, parts, n)
     g_r, b_r, p_r, r_r = 0, h, 2 * h, 2 * h + 2       # ACC: the parameter rows
     x0 = 2 * h + 2 + (h if r is not None else 0)
     per = (cfg.acc_depth - x0) // (2 * h + 9)         # token blocks per chunk
@@ -331,7 +330,7 @@ def gelu(tokens: int, h: int, in_q: ActQuant, out_q: ActQuant, *, inp: Ref, out:
     mult, shift = quantize_multipliers(abs(s_gelu) / feature_vector(out_q, h))
     prm = np.stack([mult, shift], 1).reshape(-1)
     parts = [("requant", _rows(prm, n))] + ([("rescale", _rows(r, n))] if r is not None else [])
-    blob, offs = _blob(consts, parts)
+    blob, offs = _blob(consts, parts, n)
     # chunks of features x all token blocks (x token blocks in parts when the accumulator
     # cannot hold a feature of every block): each chunk loads its features' parameter rows
     pw = 3 if r is not None else 2                    # parameter rows per feature
@@ -434,13 +433,13 @@ def add(tokens: int, h: int, a_q: ActQuant, b_q: ActQuant | None, out_q: ActQuan
              ("requant", _rows([one, sc], n))]
     if b_rows is not None:
         parts.append(("constant operand", b_rows))
-    blob, offs = _blob(consts, parts)
+    blob, offs = _blob(consts, parts, n)
     ra, rb, rc, rp = 0, h, 2 * h, 3 * h
     x0 = 3 * h + 2
-    two = b is not None or b_rows is not None
+    # the second operand in memory: the input b, or the constant's rows in the blob
+    b_src = b if b is not None else Ref(consts.slot, offs[4]) if b_rows is not None else None
     per = min((cfg.acc_depth - x0) // (2 * h), _LOOP // h, nb)
     _need(per >= 1, f"{name}: the accumulator is too small for one token block")
-    b_src = b if b is not None else (consts.slot, offs[4]) if b_rows is not None else None
     pieces = []
     for j0 in range(0, nb, per):
         c_ = min(per, nb - j0)
@@ -455,15 +454,15 @@ def add(tokens: int, h: int, a_q: ActQuant, b_q: ActQuant | None, out_q: ActQuan
         prog.append(isa.load(Buffer.ACC8, slot=a.slot, sp_base=xa,
                              offset=a.offset + j0 * h * n, y_size=1, x_size=rows,
                              y_stride=rows))
-        if two:
-            slot, off = (b.slot, b.offset) if b is not None else b_src  # type: ignore[misc]
-            prog.append(isa.load(Buffer.ACC8, slot=slot, sp_base=xb, offset=off + j0 * h * n,
-                                 y_size=1, x_size=rows, y_stride=rows))
+        if b_src is not None:
+            prog.append(isa.load(Buffer.ACC8, slot=b_src.slot, sp_base=xb,
+                                 offset=b_src.offset + j0 * h * n, y_size=1, x_size=rows,
+                                 y_stride=rows))
         prog[-1] = isa.Insn(prog[-1].op, {**prog[-1].fields, "push_next": 1})
         per_row = {"outer": c_, "inner": h, "dst_so": h, "dst_si": 1, "src_so": 0,
                    "src_si": 1}
         body = [isa.alu(AluOp.MUL, dst_base=xa, src_base=ra, **per_row)]
-        if two:
+        if b_src is not None:
             body += [isa.alu(AluOp.MUL, dst_base=xb, src_base=rb, **per_row),
                      ibert.rows_insn(AluOp.ADD, xa, rows, src=xb)]
         body.append(isa.alu(AluOp.ADD, dst_base=xa, src_base=rc, **per_row))
@@ -528,7 +527,7 @@ def attention(tokens: int, hidden: int, heads: int, score_scale: float, v_scale:
     try:
         if mask is not None:
             _check_ref(mask, n, "mask")
-            mask_t = scratch + _align(tokens * tokens)
+            mask_t = scratch + align_up(tokens * tokens, ALIGN)
             m_mult = mask_multiplier(mask_scale, score_scale,
                                      SCORE_CLAMP << score_shift(score_scale))
             for i, prog in enumerate(mask_rows(cfg, tokens, mask=mask, full=mask_full,
@@ -563,4 +562,4 @@ def attention(tokens: int, hidden: int, heads: int, score_scale: float, v_scale:
 def attention_scratch(tokens: int, masked: bool) -> int:
     """Scratch bytes of `attention`: the probabilities (tokens x tokens), and the mask in the
     scores' layout as many."""
-    return _align(tokens * tokens) * (2 if masked else 1)
+    return align_up(tokens * tokens, ALIGN) * (2 if masked else 1)

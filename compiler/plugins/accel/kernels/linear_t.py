@@ -19,10 +19,10 @@ that never changes (one group and one pass: the weights; one token tile and one 
 loaded once and kept. The plan is the cheapest by `pipeline._pipe_cost`-style accounting with
 the RTL's memory latency.
 
-Constants (`LinearT.blob`, placed at the program's ``consts``): the weight rows chunk by chunk
-(group, pass: dk x eo rows of N bytes, row (dd, e)), then per group its bias rows (eo rows of N
-int32 lanes, the bias in every lane) and requantization rows (eo pairs: multiplier, shift),
-each part 64-byte aligned.
+Constants (`LinearT.blob`, placed at the program's ``consts``, a `base._Blob`): the weight
+rows chunk by chunk (group, pass: dk x eo rows of N bytes, row (dd, e)), then per group its
+bias rows (eo rows of N int32 lanes, the bias in every lane) and requantization rows (eo pairs:
+multiplier, shift), each part aligned to a weight tile.
 """
 
 from __future__ import annotations
@@ -33,15 +33,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from compiler.plugins.accel.kernels import words as W
-from compiler.plugins.accel.kernels.base import _LOOP, _XY, Ref
+from compiler.plugins.accel.kernels.base import _LOOP, _XY, Ref, _Blob
 from compiler.plugins.accel.kernels.pipeline import (
     ACC_REGIONS,
     INP_REGIONS,
     WGT_REGIONS,
-    _base,
     _load_contig,
     _pipeline,
     _region,
+    _Regions,
     _Step,
 )
 from pyhost.accel.timing import RTL_MEM_LATENCY, mem_cycles
@@ -75,10 +75,6 @@ class LinearPlan:
     wgt_v: int
     acc_v: int
     cost: int
-
-
-def _align(v: int, a: int = 64) -> int:
-    return -(-v // a) * a
 
 
 def as_ref(where: int | Ref) -> Ref:
@@ -161,43 +157,27 @@ def linear_t(cfg: AccelConfig, tokens: int, weights: np.ndarray, bias: np.ndarra
     # constants: weight chunks (group, pass), then per group bias and requantization rows
     w_rows = np.asarray(weights, np.int8).reshape(d_out, db, n)
     lanes = np.ones((1, n), np.int64)
-    blob = bytearray()
-
-    def put(raw: bytes) -> int:
-        blob.extend(bytes(_align(len(blob)) - len(blob)))
-        at = consts.offset + len(blob)
-        blob.extend(raw)
-        return at
-
-    w_off = {(gi, pi): put(np.ascontiguousarray(
+    blob = _Blob(consts, n)
+    w_off = {(gi, pi): blob.add(f"weights {gi}.{pi}", np.ascontiguousarray(
         w_rows[g.start:g.stop, p.start:p.stop].transpose(1, 0, 2)).tobytes())
         for gi, g in enumerate(groups) for pi, p in enumerate(passes)}
     b64 = np.asarray(bias, np.int64)
     prm = np.stack([np.asarray(multiplier, np.int64), np.asarray(shift, np.int64)], 1)
     b_off, p_off = {}, {}
     for gi, g in enumerate(groups):
-        b_off[gi] = put((b64[g.start:g.stop, None] * lanes).astype("<i4").tobytes())
-        p_off[gi] = put((prm[g.start:g.stop].reshape(-1, 1) * lanes).astype("<i4").tobytes())
+        b_off[gi] = blob.add(f"bias {gi}",
+                             (b64[g.start:g.stop, None] * lanes).astype("<i4").tobytes())
+        p_off[gi] = blob.add(f"requantization {gi}", (prm[g.start:g.stop].reshape(-1, 1)
+                                                      * lanes).astype("<i4").tobytes())
 
-    inp_cap = _region(cfg.inp_depth, plan.inp_v, INP_REGIONS)
-    wgt_cap = _region(cfg.wgt_depth, plan.wgt_v, WGT_REGIONS)
-    acc_cap = _region(cfg.acc_depth, plan.acc_v, ACC_REGIONS)
     cs = consts.slot
-    ver = {"inp": -1, "wgt": -1, "acc": -1}
-    key: dict[str, tuple[int, int] | None] = {"inp": None, "wgt": None, "acc": None}
+    # the weights (INP) change per group and pass, X^T's tiles (WGT) per token tile and pass
+    rot = _Regions(cfg, plan.inp_v, plan.wgt_v, plan.acc_v)
     steps = []
     for ti, t in enumerate(tiles):
         for gi, g in enumerate(groups):
             for pi, p in enumerate(passes):
-                new = {}
-                for res, k in (("inp", (gi, pi)), ("wgt", (ti, pi)), ("acc", (ti, gi))):
-                    new[res] = key[res] != k
-                    if new[res]:
-                        key[res] = k
-                        ver[res] += 1
-                ib = _base(ver["inp"], plan.inp_v, INP_REGIONS, inp_cap)
-                wb = _base(ver["wgt"], plan.wgt_v, WGT_REGIONS, wgt_cap)
-                ab = _base(ver["acc"], plan.acc_v, ACC_REGIONS, acc_cap)
+                new, (ib, wb, ab) = rot.step((gi, pi), (ti, pi), (ti, gi))
                 ne, nt, nd = len(g), len(t), len(p)
                 pr = ab + nt * ne                          # the group's REQ rows
                 loads: list[int] = []
@@ -225,4 +205,4 @@ def linear_t(cfg: AccelConfig, tokens: int, weights: np.ndarray, bias: np.ndarra
                                           y_size=nt, x_size=ne, y_stride=d_out))
                 steps.append(_Step(loads, compute, stores, new["acc"]))
     program = list(isa.Stream.from_words(_pipeline(steps))) + [isa.end()]
-    return LinearT(program, bytes(blob), plan)
+    return LinearT(program, blob.done().data, plan)

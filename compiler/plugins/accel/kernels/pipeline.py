@@ -161,6 +161,37 @@ def _base(version: int, versions: int, regions: int, size: int) -> int:
 _INSN_COST = 4
 _STEP_COST = 8
 
+class _Regions:
+    """The versions of the INP, WGT and ACC regions of a tiled loop nest: a step whose key for
+    a region differs from the previous step's needs a fresh copy of it, which goes to the next
+    version (double buffering for INP and WGT, three ACC regions); a single version has the
+    whole scratchpad. The ACC regions start after ``params`` rows."""
+
+    def __init__(self, cfg: AccelConfig, inp_v: int, wgt_v: int, acc_v: int,
+                 params: int = 0) -> None:
+        self.versions = {"inp": inp_v, "wgt": wgt_v, "acc": acc_v}
+        self.regions = {"inp": INP_REGIONS, "wgt": WGT_REGIONS, "acc": ACC_REGIONS}
+        self.caps = {"inp": _region(cfg.inp_depth, inp_v, INP_REGIONS),
+                     "wgt": _region(cfg.wgt_depth, wgt_v, WGT_REGIONS),
+                     "acc": _region(cfg.acc_depth - params, acc_v, ACC_REGIONS)}
+        self.params = params
+        self.ver = {"inp": -1, "wgt": -1, "acc": -1}
+        self.key: dict[str, Any] = {"inp": None, "wgt": None, "acc": None}
+
+    def step(self, inp: Any, wgt: Any, acc: Any) -> tuple[dict[str, bool], tuple[int, int, int]]:
+        """(which regions are new, their (INP, WGT, ACC) base rows) for a step with these
+        keys."""
+        new = {}
+        for res, k in (("inp", inp), ("wgt", wgt), ("acc", acc)):
+            new[res] = self.key[res] != k
+            if new[res]:
+                self.key[res] = k
+                self.ver[res] += 1
+        ib, wb, ab = (_base(self.ver[r], self.versions[r], self.regions[r], self.caps[r])
+                      for r in ("inp", "wgt", "acc"))
+        return new, (ib, wb, self.params + ab)
+
+
 def _tile_steps(plan: _Plan, tiles: int, groups: int, passes: int, cfg: AccelConfig,
                 params: int) -> Iterator[tuple[int, int, int, int, dict[str, bool], int, int,
                                                int]]:
@@ -169,25 +200,15 @@ def _tile_steps(plan: _Plan, tiles: int, groups: int, passes: int, cfg: AccelCon
     region r ("inp" per tile and pass, "wgt" per group and pass, "acc" per tile and group), which
     then goes to the next version of that region (double buffering); the bases are the
     scratchpad rows of the current versions (ACC after the ``params`` rows)."""
-    inp_cap = _region(cfg.inp_depth, plan.inp_v, INP_REGIONS)
-    acc_cap = _region(cfg.acc_depth - params, plan.acc_v, ACC_REGIONS)
-    wgt_cap = _region(cfg.wgt_depth, plan.wgt_v, WGT_REGIONS)
+    rot = _Regions(cfg, plan.inp_v, plan.wgt_v, plan.acc_v, params)
     if plan.order == "rt":
         seq = [(t, gi, pi) for t in range(tiles) for gi in range(groups) for pi in range(passes)]
     else:
         seq = [(t, gi, pi) for gi in range(groups) for t in range(tiles) for pi in range(passes)]
-    ver = {"inp": -1, "wgt": -1, "acc": -1}
-    key: dict[str, Any] = {"inp": None, "wgt": None, "acc": None}
     for si, (t, gi, pi) in enumerate(seq):
-        new = {}
-        for res, k in (("inp", (t, pi)), ("wgt", (gi, pi)), ("acc", (t, gi))):
-            new[res] = key[res] != k
-            if new[res]:
-                key[res] = k
-                ver[res] += 1
-        yield (si, t, gi, pi, new, _base(ver["inp"], plan.inp_v, INP_REGIONS, inp_cap),
-               _base(ver["wgt"], plan.wgt_v, WGT_REGIONS, wgt_cap),
-               params + _base(ver["acc"], plan.acc_v, ACC_REGIONS, acc_cap))
+        new, (ib, wb, ab) = rot.step((t, pi), (gi, pi), (t, gi))
+        yield si, t, gi, pi, new, ib, wb, ab
+    ver = rot.ver
     assert (ver["inp"] + 1, ver["acc"] + 1) == (plan.inp_v, plan.acc_v), (ver, plan)
     assert plan.resident or ver["wgt"] + 1 == plan.wgt_v, (ver, plan)
 
