@@ -247,6 +247,11 @@ def encoder_inputs(model_name: str, seq: int) -> tuple[dict[str, np.ndarray],
     from compiler import zoo
 
     if model_name == "minilm":
+        longest = max(len(t) for t in (zoo.MINILM_TOKENS, *(c for _, c in
+                                                            zoo.MINILM_CALIBRATION)))
+        if seq < longest:
+            raise DemoError(f"SEQ={seq}: MiniLM's sentence and calibration sentences have up "
+                            f"to {longest} tokens; give SEQ={-(-longest // 8) * 8} or more")
         return zoo.minilm_inputs(seq), zoo.minilm_calibration(seq)
     feeds = zoo.bert_inputs()
     return feeds, {k: v[None] for k, v in feeds.items()}

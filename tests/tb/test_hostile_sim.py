@@ -161,3 +161,13 @@ def test_a_bad_model_is_refused_before_simulation(tmp_path: Path) -> None:
     with pytest.raises(DemoError, match="is not a valid ONNX model"):
         load_model(str(tmp_path), tmp_path)
 
+
+
+def test_a_sequence_too_short_for_minilm_is_refused(tmp_path: Path) -> None:
+    """SEQ shorter than MiniLM's sentences: a DemoError naming the length to give, before
+    anything is compiled."""
+    from tb.demo import DemoError, DemoOptions, run_demo
+
+    with pytest.raises(DemoError, match="SEQ=8: .* give SEQ=24 or more"):
+        run_demo(DemoOptions(model="minilm", backend="model", seq=8, out=tmp_path,
+                             quiet=True))
