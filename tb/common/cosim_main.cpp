@@ -78,6 +78,7 @@ constexpr uint64_t kNever = ~static_cast<uint64_t>(0);
 // The built-in clock.
 struct BuiltinClock {
     vpiHandle signal = nullptr;
+    CData* port = nullptr;  // the signal's storage, when it is a plain writable bit
     bool running = false;
     bool pending = false;   // the value below waits to be written at the next put point
     int value = 0;
@@ -85,11 +86,19 @@ struct BuiltinClock {
     uint64_t high = 0;
     uint64_t next_edge = kNever;
 
+    // A plain public one-bit signal is written in place: the same bytes vpi_put_value writes
+    // (VerilatedVpioVar's data is the VerilatedVar's), without its per-call checks, format
+    // conversion and error bookkeeping; the model is evaluated after every edge anyway, so its
+    // eval-needed flag is not needed. Anything else goes through VPI.
     void write() {
-        s_vpi_value v;
-        v.format = vpiIntVal;
-        v.value.integer = value;
-        vpi_put_value(signal, &v, nullptr, vpiNoDelay);
+        if (port) {
+            *port = static_cast<CData>(value);
+        } else {
+            s_vpi_value v;
+            v.format = vpiIntVal;
+            v.value.integer = value;
+            vpi_put_value(signal, &v, nullptr, vpiNoDelay);
+        }
         pending = false;
     }
 
@@ -339,16 +348,61 @@ struct StreamSource {
 
 std::vector<std::unique_ptr<StreamSource>> stream_sources;
 
-// Value-change callbacks may write signals that trigger more of them: run until quiet.
-void settle() {
-    while (VerilatedVpi::callValueCbs()) {
-    }
+// Counts the callback phases in which a callback ran (cocotb's, or a C++ stream source's value-
+// change callback). Only callbacks queue inertial writes or register new callbacks, so while it
+// does not move there is nothing to apply and no new watcher of the clock.
+uint64_t callbacks_ran = 0;
+
+// A phase of callbacks of `reason`, when any is due (the due timed ones were moved to the
+// current lists by the step's first callCbs, cbNextSimTime's). True when one ran.
+bool run_cbs(uint32_t reason) {
+    if (!VerilatedVpi::hasCbs(reason) || !VerilatedVpi::callCbs(reason)) return false;
+    ++callbacks_ran;
+    return true;
 }
 
-// The writes of a step: VPI inertial puts, then the clock's pending value.
-void apply_writes() {
-    VerilatedVpi::doInertialPuts();
-    if (clock_gen.pending) clock_gen.write();
+// Value-change callbacks may write signals that trigger more of them: run until quiet. Values
+// change only by an evaluation, a VPI write or the clock's edge, so the main loop settles only
+// after one of those (each call compares every watched signal with its last value). True when
+// a callback ran.
+bool settle() {
+    if (!VerilatedVpi::hasCbs(cbValueChange)) return false;
+    bool ran = false;
+    while (VerilatedVpi::callValueCbs()) ran = true;
+    if (ran) ++callbacks_ran;
+    return ran;
+}
+
+// After a phase of callbacks: settle if one ran and wrote something without delay.
+void settle_after(bool ran) {
+    if (ran && VerilatedVpi::evalNeeded()) settle();
+}
+
+// The writes of a step: VPI inertial puts (when a callback ran since the last time), then the
+// clock's pending value. True when a value may have changed since the eval-needed flag was last
+// cleared (the model must evaluate again).
+uint64_t puts_checked = ~static_cast<uint64_t>(0);
+bool apply_writes() {
+    if (puts_checked != callbacks_ran) {
+        VerilatedVpi::doInertialPuts();
+        puts_checked = callbacks_ran;
+    }
+    bool wrote = VerilatedVpi::evalNeeded();
+    if (clock_gen.pending) {
+        clock_gen.write();
+        wrote = true;
+    }
+    return wrote;
+}
+
+// The value-change callbacks after a clock edge, before the model evaluates it (cocotb's
+// RisingEdge(clk) sees the values before the edge). Only the clock changed at such a point
+// when no callback ran since the last one, so when that one found no watcher of the clock,
+// there is still none and the check is skipped (it compares every watched signal).
+uint64_t clock_unwatched_at = ~static_cast<uint64_t>(0);
+void settle_edge() {
+    if (clock_unwatched_at == callbacks_ran) return;
+    if (!settle()) clock_unwatched_at = callbacks_ran;
 }
 
 void wrap_up() {
@@ -360,6 +414,28 @@ void wrap_up() {
 
 }  // namespace
 
+// The storage of `name` (scope.signal) when it is a public, writable, one-bit signal without
+// unpacked dimensions (a CData); otherwise nullptr. Found as vpi_handle_by_name finds it: a
+// signal of the top module ("card_top.clk") is the model's port in scope TOP (the module's own
+// copy of the port is overwritten from it at every evaluation), any other in its own scope.
+static CData* plain_bit(const char* name) {
+    const std::string full = name;
+    const size_t dot = full.rfind('.');
+    if (dot == std::string::npos) return nullptr;
+    const std::string scope_name = full.substr(0, dot), base = full.substr(dot + 1);
+    const VerilatedVar* var = nullptr;
+    auto find = [&](const char* scope) {
+        const VerilatedScope* sp = Verilated::threadContextp()->scopeFind(scope);
+        if (sp) var = sp->varFind(base.c_str());
+    };
+    if (scope_name.find('.') == std::string::npos) find("TOP");
+    if (!var) find(scope_name.c_str());
+    if (!var || var->vltype() != VLVT_UINT8 || var->udims() != 0 || !var->isPublicRW()
+        || var->entBits() != 1)
+        return nullptr;
+    return static_cast<CData*>(var->datap());
+}
+
 // Start driving `name` (a full VPI name, e.g. "card_top.clk") with a clock of `period` steps,
 // `high` of them high, from now; the first value (1 when start_high) is written with the
 // current step's writes. Returns 0, or -1 when the signal does not exist or is not writable, or
@@ -370,6 +446,7 @@ extern "C" int cosim_clock_start(const char* name, uint64_t period, uint64_t hig
     vpiHandle h = vpi_handle_by_name(const_cast<PLI_BYTE8*>(name), nullptr);
     if (!h) return -1;
     clock_gen.signal = h;
+    clock_gen.port = plain_bit(name);
     clock_gen.period = period;
     clock_gen.high = high;
     clock_gen.value = start_high ? 1 : 0;
@@ -525,22 +602,25 @@ int main(int argc, char** argv) {
     vlog_startup_routines_bootstrap();
     Verilated::addExitCb([](void*) { wrap_up(); }, nullptr);
     VerilatedVpi::callCbs(cbStartOfSimulation);
+    ++callbacks_ran;
     settle();
 
     while (!Verilated::gotFinish()) {
+        bool again;
         do {
             do {
                 top->eval_step();
                 VerilatedVpi::clearEvalNeeded();
-                apply_writes();
+                const bool wrote = apply_writes();
                 settle();
-            } while (VerilatedVpi::evalNeeded());
-            VerilatedVpi::callCbs(cbReadWriteSynch);
-            apply_writes();
-            settle();
-        } while (VerilatedVpi::evalNeeded());
+                again = wrote || VerilatedVpi::evalNeeded();
+            } while (again);
+            run_cbs(cbReadWriteSynch);
+            again = apply_writes();
+            if (again) settle();
+        } while (again || VerilatedVpi::evalNeeded());
         top->eval_end_step();
-        VerilatedVpi::callCbs(cbReadOnlySynch);
+        run_cbs(cbReadOnlySynch);
 #if VM_TRACE
         if (trace_file) {
             trace_file->dump(sim_time);
@@ -552,14 +632,17 @@ int main(int argc, char** argv) {
         if (clock_gen.running && clock_gen.next_edge < next) next = clock_gen.next_edge;
         if (next == kNever) break;  // nothing can happen any more
         sim_time = next;
-        VerilatedVpi::callCbs(cbNextSimTime);
-        settle();
-        VerilatedVpi::callTimedCbs();
-        settle();
+        // cbNextSimTime's phase always calls into Verilator: it moves the callbacks due now
+        // from the future lists to the current ones
+        if (VerilatedVpi::callCbs(cbNextSimTime)) {
+            ++callbacks_ran;
+            settle_after(true);
+        }
+        settle_after(run_cbs(cbAfterDelay));  // the timed callbacks
         if (clock_gen.running && clock_gen.next_edge == sim_time) {
             clock_gen.edge(sim_time);
             apply_writes();  // the edge with the timed callbacks' writes, before evaluating
-            settle();
+            settle_edge();
         }
     }
 
