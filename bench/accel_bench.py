@@ -25,9 +25,9 @@ by compiler.plugins.accel.kernels with random quantizer parameters.
   ``--builds lean`` skips it). On a shared machine the host's speed drifts by tens of percent
   within minutes, so the lean ratio is the median of ``--pairs`` (default 5) co-simulation and
   harness runs done back to back in alternating order, each pair's ratio reported; every run
-  must leave the same counters and memory. The lean build also runs once with cocotb's Clock instead of the
-  model's C++ clock (tb/common/cosim_main.cpp), so the clock's share is measured in the same
-  run, with the same counters required.
+  must leave the same counters and memory. The lean build also runs once with cocotb's Clock
+  instead of the model's C++ clock (tb/common/cosim_main.cpp), so the clock's share is
+  measured in the same run, with the same counters required.
 - Checks: the co-simulation's output equals the numpy reference (qgemm / qconv) and all of card
   memory the job uses equals AccelModel's bit for bit; the exact counters (instructions, MACs,
   bytes) equal the model's; the C++ harness leaves the same memory and counters. A wrong result
@@ -470,7 +470,6 @@ def main(argv: list[str] | None = None) -> int:
     rows, errors = [], []
     for la in layers:
         job = jobs[la.name]
-        d = WORK / la.name
         oa, on = job["regions"]["output"]
         cos, comems = {}, {}
         for v in runs:
@@ -539,7 +538,8 @@ def main(argv: list[str] | None = None) -> int:
             "speed_pairs": [{"cosim_cycles_per_s": a["cycles_per_s"],
                              "harness_cycles_per_s": b["cycles_per_s"],
                              "ratio": round(r, 3), "ratio_cpu": round(rc, 3)}
-                            for (a, b), r, rc in zip(pairs, pair_ratios, pair_ratios_cpu)],
+                            for (a, b), r, rc in zip(pairs, pair_ratios, pair_ratios_cpu,
+                                                     strict=True)],
             # cocotb's Clock against the first pair, the runs nearest it in time
             "speed_ratio_cocotb_clock": round(pyclk["cycles_per_s"]
                                               / hres["lean"]["cycles_per_s"], 3),

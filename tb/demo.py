@@ -156,6 +156,9 @@ class DemoOptions:
     images: int = 2
     max_layers: int | None = 2
     waves: bool = True
+    #: what the FST records under Verilator: () the signals the top's GTKWave save file shows
+    #: (its scopes), more scopes (each with everything below it), or None the whole hierarchy
+    wave_scopes: tuple[str, ...] | None = ()
     out: Path = OUT_ROOT
     quiet: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
@@ -190,6 +193,15 @@ def check_demo_options(opts: DemoOptions) -> None:
         raise DemoError(f"seq {opts.seq!r}: a whole number of tokens from 8 to 512")
     if opts.max_layers is not None and not whole(opts.max_layers, 1, 1 << 20):
         raise DemoError(f"max_layers {opts.max_layers!r}: a positive whole number or None")
+    if opts.wave_scopes is not None:
+        top = demo_top(opts)
+        if not isinstance(opts.wave_scopes, tuple):
+            raise DemoError(f"wave_scopes {opts.wave_scopes!r}: a tuple of scope names or None")
+        for name in opts.wave_scopes:
+            try:
+                simulator.wave_control(top, [(name, None)])
+            except (ValueError, TypeError) as e:
+                raise DemoError(str(e)) from None
 
 
 def _say(opts: DemoOptions, *a: Any) -> None:
@@ -401,8 +413,12 @@ def run_demo(opts: DemoOptions) -> int:
              mask=mask)
     if res.waves is not None:
         gtkw = waves.save_file_for(res.waves)
-        _say(opts, f"\nwaveform   {os.path.relpath(res.waves)}\nGTKWave    {os.path.relpath(gtkw)}"
-             "   (`make waves` opens it)")
+        what = "every signal"
+        if opts.sim == "verilator" and opts.wave_scopes is not None:
+            what = "the save file's signals" + "".join(f", {s}" for s in opts.wave_scopes) \
+                + " (WAVES=all: every signal)"
+        _say(opts, f"\nwaveform   {os.path.relpath(res.waves)}: {what}\n"
+             f"GTKWave    {os.path.relpath(gtkw)}   (`make waves` opens it)")
     _say(opts, f"timeline   {os.path.relpath(files['trace.json'])}   (open in ui.perfetto.dev "
          "or chrome://tracing)")
     _say(opts, f"total      {time.perf_counter() - t_start:.1f} s wall")
@@ -414,16 +430,27 @@ CLOCK_NAMES = {"builtin": "clock generated in C++ by the model's main",
                "cocotb": "clock toggled by cocotb"}
 
 
-def demo_build(opts: DemoOptions) -> Any:
-    """The card model the demo runs on (card_top_pcie for the PCIe link, card_top for the AXI
-    fast mode): under Verilator the lean -O3 build (only the top's ports and own signals visible
-    to cocotb, the model's C++ at -O3; the runtime and the link model touch only the ports, and
-    FST tracing still records the whole hierarchy), with waves when asked."""
-    from tb.common import simulator
+def demo_top(opts: DemoOptions) -> str:
+    """card_top_pcie for the PCIe link, card_top for the AXI fast mode."""
+    return "card_top_pcie" if opts.link == "pcie" else "card_top"
 
-    top = "card_top_pcie" if opts.link == "pcie" else "card_top"
+
+def demo_build(opts: DemoOptions) -> Any:
+    """The card model the demo runs on (:func:`demo_top`): under Verilator the lean -O3 build
+    (only the top's ports and own signals visible to cocotb, the model's C++ at -O3; the runtime
+    and the link model touch only the ports), with waves when asked: by default the FST records
+    the scopes the top's GTKWave save file shows (plus ``wave_scopes``; None: everything).
+    Tracing costs per recorded signal, so the default FST is nearly free where the whole
+    hierarchy halves the demo's speed."""
+    from tb.common import simulator, waves
+
+    top = demo_top(opts)
+    scopes = None
+    if opts.waves and opts.wave_scopes is not None:
+        scopes = [(s, 1) for s in waves.save_file_scopes(top)] \
+            + [(s, None) for s in opts.wave_scopes]
     return simulator.card_build(opts.sim, {"MEM_SIZE": f"64'd{opts.card_mem}"}, waves=opts.waves,
-                                top=top)
+                                top=top, wave_scopes=scopes)
 
 
 def run_with_progress(build: Any, module: str, testcase: str, env: dict[str, str],

@@ -15,9 +15,13 @@ Options (environment or flags): MODEL=demo|minilm|bert|<light model>|<file.onnx>
 SIM=verilator|icarus,
 CARD_MEM=<bytes, K/M/G suffix>, BACKEND=rtl|model, IMAGES=<n>, LINK=pcie|axi (the RTL card's
 host link: the PCIe endpoint behind the hard IP model and a root complex, or the AXI fast mode),
-WAVES=1|0 (0: no FST, the fastest run). Every value, whether a flag or a variable (``make sim
-SIM=...`` or the environment), is checked before anything is built (`check_options`): an unknown
-or out-of-range value is a one-line error and exit status 2, never run as something else.
+WAVES=1|all|0 (1: an FST of the signals the GTKWave save file shows, nearly free under
+Verilator; all: every signal of the design, about half the speed; 0: no FST), WAVE_SCOPES=
+"<scope> ..." (with WAVES=1: more scopes recorded, each with everything below it, e.g.
+card_top_pcie.core.accel; Icarus records the whole design either way). Every value, whether
+a flag or a variable (``make sim SIM=...`` or the environment), is checked before anything is
+built (`check_options`): an unknown or out-of-range value is a one-line error and exit status 2,
+never run as something else.
 
 ``DEMO=card`` runs the earlier hardware demos instead:
 1. Builds dram_ctrl (product size under Verilator; a smaller card under Icarus, whose 4-state
@@ -98,7 +102,8 @@ def _choice(text: str, what: str, choices: tuple[str, ...]) -> str:
 
 def check_options(args: argparse.Namespace) -> argparse.Namespace:
     """Every make sim value checked and converted in one place (flags and variables alike):
-    DEMO, SIM, BACKEND, LINK, WAVES (1 or 0, default 1) from their lists, IMAGES and CYCLES whole
+    DEMO, SIM, BACKEND, LINK, WAVES (1, all or 0, default 1) from their lists, WAVE_SCOPES
+    scope names under the top, IMAGES and CYCLES whole
     numbers in range, CARD_MEM a size (`parse_size`), MODEL a non-empty name. UsageError names
     the first bad one."""
     args.demo = _choice(args.demo, "DEMO", ("e2e", "card"))
@@ -106,7 +111,19 @@ def check_options(args: argparse.Namespace) -> argparse.Namespace:
     args.backend = _choice(args.backend, "BACKEND", ("rtl", "model"))
     args.link = _choice(args.link, "LINK", ("pcie", "axi"))
     waves = str(getattr(args, "waves", "1") or ("0" if args.model == "minilm" else "1"))
-    args.waves = _choice(waves, "WAVES", ("1", "0")) == "1"
+    waves = _choice(waves, "WAVES", ("1", "all", "0"))
+    args.waves = waves != "0"
+    extra = tuple(str(getattr(args, "wave_scopes", "") or "").replace(",", " ").split())
+    if extra and waves != "1":
+        raise UsageError(f"WAVE_SCOPES={' '.join(extra)!r} needs WAVES=1 (WAVES={waves} records "
+                         + ("every signal already)" if waves == "all" else "no waveform)"))
+    top = "card_top_pcie" if args.link == "pcie" else "card_top"
+    for name in extra:
+        try:
+            simulator.wave_control(top, [(name, None)])
+        except ValueError as e:
+            raise UsageError(f"WAVE_SCOPES: {e}") from None
+    args.wave_scopes = None if waves == "all" else extra
     args.seq = _count(str(getattr(args, "seq", "128")), "SEQ", 512)
     if args.seq % 8:
         raise UsageError(f"SEQ={args.seq}: a multiple of 8 tokens (the accelerator's blocks)")
@@ -218,8 +235,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--images", default=os.environ.get("IMAGES") or "2")
     ap.add_argument("--cycles", default=os.environ.get("CYCLES") or "40000")
     ap.add_argument("--waves", default=os.environ.get("WAVES") or "",
-                    help="write the FST (default 1, for MODEL=minilm 0: its 30 M cycles would "
-                         "make a file of many GB; WAVES=0: no waveform, the fastest run)")
+                    help="write the FST: 1 (default; for MODEL=minilm 0: its 30 M cycles would "
+                         "make a file of many GB) the signals the GTKWave save file shows, all "
+                         "every signal (about half the speed), 0 none")
+    ap.add_argument("--wave-scopes", default=os.environ.get("WAVE_SCOPES") or "",
+                    help="with WAVES=1, more scopes the FST records (space- or comma-separated "
+                         "hierarchical names, each with everything below it)")
     ap.add_argument("--seq", default=os.environ.get("SEQ") or "128",
                     help="tokens of the sentence MODEL=minilm runs (8 to 512, a multiple of 8)")
     try:
@@ -238,7 +259,8 @@ def e2e(args: argparse.Namespace) -> int:
     # an encoder runs one sentence
     images = 1 if args.model in ENCODERS else args.images
     opts = DemoOptions(model=args.model, sim=args.sim, backend=args.backend,
-                       images=images, link=args.link, waves=args.waves, seq=args.seq)
+                       images=images, link=args.link, waves=args.waves, seq=args.seq,
+                       wave_scopes=args.wave_scopes)
     if args.card_mem:
         opts.card_mem = args.card_mem
     elif args.model != "demo":

@@ -15,7 +15,7 @@ from tb.demo import DemoError, DemoOptions, check_demo_options
 
 ROOT = Path(__file__).resolve().parents[2]
 VARS = ("DEMO", "MODEL", "SIM", "CARD_MEM", "BACKEND", "LINK", "IMAGES", "CYCLES", "WAVES",
-        "SEQ")
+        "WAVE_SCOPES", "SEQ")
 
 
 @pytest.fixture(autouse=True)
@@ -42,8 +42,10 @@ BAD = [
     ("BACKEND", "fpga", ["BACKEND='fpga'", "rtl, model"]),
     ("LINK", "cxl", ["LINK='cxl'", "pcie, axi"]),
     ("LINK", "PCIe", ["LINK='PCIe'"]),
-    ("WAVES", "yes", ["WAVES='yes'", "1, 0"]),
+    ("WAVES", "yes", ["WAVES='yes'", "1, all, 0"]),
     ("WAVES", "2", ["WAVES='2'"]),
+    ("WAVE_SCOPES", "card_top_pcie.core\" -levels 9", ["WAVE_SCOPES", "hierarchical name"]),
+    ("WAVE_SCOPES", "card_top.core", ["WAVE_SCOPES", "under card_top_pcie"]),
     ("IMAGES", "0", ["IMAGES='0'", "1 to 1000"]),
     ("IMAGES", "-2", ["IMAGES='-2'"]),
     ("IMAGES", "two", ["IMAGES='two'"]),
@@ -121,6 +123,32 @@ def test_waves_reach_the_demo(monkeypatch: pytest.MonkeyPatch) -> None:
     assert sim.main(["--model", "minilm"]) == 0       # 30 M cycles: no FST unless asked
     assert sim.main(["--model", "minilm", "--waves", "1"]) == 0
     assert seen[3:] == [False, True]
+
+
+def test_what_the_waves_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    """WAVES=1 (default): the save file's scopes plus WAVE_SCOPES; WAVES=all: the whole design
+    (None); WAVE_SCOPES with WAVES=0 or all is refused rather than ignored."""
+    seen: list[tuple[bool, object]] = []
+    monkeypatch.setattr(sim, "e2e", lambda args: seen.append((args.waves, args.wave_scopes)) or 0)
+    assert sim.main([]) == 0
+    assert sim.main(["--waves", "all"]) == 0
+    monkeypatch.setenv("WAVE_SCOPES", "card_top_pcie.core.accel, card_top_pcie.core.dma")
+    assert sim.main([]) == 0
+    assert sim.main(["--link", "axi", "--wave-scopes", "card_top.core"]) == 0
+    assert seen == [(True, ()), (True, None),
+                    (True, ("card_top_pcie.core.accel", "card_top_pcie.core.dma")),
+                    (True, ("card_top.core",))]
+    assert sim.main(["--waves", "0"]) == 2
+    assert sim.main(["--waves", "all"]) == 2
+
+
+def test_the_demo_refuses_a_bad_wave_scope(tmp_path: Path) -> None:
+    with pytest.raises(DemoError, match="under card_top"):
+        check_demo_options(DemoOptions(out=tmp_path, link="axi", wave_scopes=("card_top_pcie",)))
+    with pytest.raises(DemoError, match="tuple"):
+        check_demo_options(DemoOptions(out=tmp_path, wave_scopes=["card_top_pcie"]))  # type: ignore[arg-type]
+    check_demo_options(DemoOptions(out=tmp_path, wave_scopes=None))
+    check_demo_options(DemoOptions(out=tmp_path, wave_scopes=("card_top_pcie.core",)))
 
 
 def test_the_flag_wins_over_the_environment(nothing_runs: list[str],
