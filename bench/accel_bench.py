@@ -47,6 +47,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -293,21 +294,37 @@ OPTION_SETS: dict[str, list[str]] = {
     "output-split": ["--output-split", "5000", "--output-split-cfuncs", "500"],
     "O2": ["-MAKEFLAGS", "OPT_FAST=-O2 OPT_GLOBAL=-O2"],
     "march-native": ["-CFLAGS", "-march=native"],
+    # gcc's profile-guided optimization: built with -fprofile-generate, run on the benchmark's
+    # jobs, built again with -fprofile-use (build_harness does the three steps)
+    "pgo": [],
 }
+#: Options combine with "+" (``--options x-fast+march-native+pgo``).
+PGO_GENERATE = ["-CFLAGS", "-fprofile-generate", "-LDFLAGS", "-fprofile-generate"]
+PGO_USE = ["-CFLAGS", "-fprofile-use -fprofile-correction -Wno-missing-profile"]
 
 
-def build_harness(variant: str = "full", option: str | None = None) -> Harness:
+def build_harness(variant: str = "full", option: str | None = None,
+                  train: Sequence[dict[str, Any]] = ()) -> Harness:
     """Build (or reuse) the C++ harness with `verilator --cc --exe --build` into
     sim_build/verilator/accel_harness[-lean][-<option>]; a stamp of the sources, flags and
-    Verilator version decides, like tb/common/simulator.py. ``option`` (one of OPTION_SETS) adds
-    its flags to the lean build's (the last -MAKEFLAGS wins)."""
+    Verilator version decides, like tb/common/simulator.py. ``option`` (OPTION_SETS names joined
+    by "+") adds its flags to the lean build's (the last -MAKEFLAGS wins); with ``pgo`` the
+    harness is built instrumented, run on the ``train`` jobs, and built again from the profile
+    (without the object cache: its key does not cover the profile)."""
     if variant not in HARNESS_VARIANTS:
         raise ValueError(f"harness variant {variant!r}: expected one of {HARNESS_VARIANTS}")
+    parts = option.split("+") if option else []
+    unknown = [o for o in parts if o not in OPTION_SETS]
+    if unknown:
+        raise ValueError(f"harness option {unknown[0]!r}: expected some of {list(OPTION_SETS)}")
+    pgo = "pgo" in parts
+    if pgo and not train:
+        raise ValueError("the pgo option needs jobs to train the profile on")
     sources = simulator.card_sources()
     name = "accel_harness" + ("" if variant == "full" else f"-{variant}") \
         + (f"-{option}" if option else "")
     bdir = simulator.BUILD_ROOT / "verilator" / name
-    flags = cocotb_verilator_flags(variant) + (OPTION_SETS[option] if option else [])
+    flags = cocotb_verilator_flags(variant) + [f for o in parts for f in OPTION_SETS[o]]
     extra: dict[str, str] = {}
     if variant == "lean":
         # the cocotb lean build's public signals (the same model), plus the DRAM array, writable
@@ -333,21 +350,40 @@ def build_harness(variant: str = "full", option: str | None = None) -> Harness:
             stamp_file.unlink(missing_ok=True)
             for fname, text in extra.items():
                 (bdir / fname).write_text(text)
-            cmd = ["verilator", "--cc", "--exe", "--build", "-j", "2", "-Mdir", str(bdir),
-                   "--top-module", "card_top", "-o", "accel_harness", *flags, str(HARNESS_CPP),
-                   *[str(s) for s in sources]]
             log = bdir / "build.log"
+            log.write_text("")
             t0 = time.monotonic()
-            with open(log, "w") as f:
-                f.write(" ".join(cmd) + "\n")
-                f.flush()
-                r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT)
-            if r.returncode:
-                raise RuntimeError(f"building the C++ harness failed ({r.returncode}); see {log}")
-            print(f"built the C++ harness ({variant}) in {time.monotonic() - t0:.0f} s",
-                  flush=True)
+
+            def verilate(extra_flags: list[str]) -> None:
+                cmd = ["verilator", "--cc", "--exe", "--build", "-j", "2", "-Mdir", str(bdir),
+                       "--top-module", "card_top", "-o", "accel_harness", *flags, *extra_flags,
+                       str(HARNESS_CPP), *[str(s) for s in sources]]
+                env = {**os.environ, "OBJCACHE": ""} if pgo else None
+                with open(log, "a") as f:
+                    f.write(" ".join(cmd) + "\n")
+                    f.flush()
+                    r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+                if r.returncode:
+                    raise RuntimeError(f"building the C++ harness failed ({r.returncode}); "
+                                       f"see {log}")
+
+            if pgo:
+                for old in [*bdir.glob("*.gcda"), *bdir.glob("*.o"), *bdir.glob("*.a"),
+                            *bdir.glob("*.gch"), exe]:
+                    old.unlink(missing_ok=True)
+                verilate(PGO_GENERATE)
+                for job in train:
+                    run_harness(Harness("pgo-training", exe, tuple(flags)), job)
+                for old in [*bdir.glob("*.o"), *bdir.glob("*.a"), *bdir.glob("*.gch"), exe]:
+                    old.unlink()           # the same sources, compiled again with the profile
+                verilate(PGO_USE)
+            else:
+                verilate([])
+            print(f"built the C++ harness ({variant}{'+' + option if option else ''}) in "
+                  f"{time.monotonic() - t0:.0f} s", flush=True)
             stamp_file.write_text(stamp)
-    return Harness(variant + (f"+{option}" if option else ""), exe, tuple(flags))
+    return Harness(variant + (f"+{option}" if option else ""), exe,
+                   tuple(flags + (PGO_USE if pgo else [])))
 
 
 def compile_command(build_dir: Path) -> str:
@@ -418,8 +454,8 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(RESULTS / "accel.json"))
     ap.add_argument("--options", default="",
-                    help="Verilator option sets to measure on the lean harness, comma-separated: "
-                    + ", ".join(OPTION_SETS))
+                    help="Verilator option sets to measure on the lean harness, comma-separated "
+                    "(several in one harness joined by +): " + ", ".join(OPTION_SETS))
     ap.add_argument("--builds", default=",".join(BUILDS),
                     help="the cocotb builds and their harnesses (lean is always run): "
                     + ", ".join(BUILDS) + "; lean alone skips the full build's figures")
@@ -448,9 +484,10 @@ def main(argv: list[str] | None = None) -> int:
     harnesses = {v: build_harness(v) for v in variants}
     runs = {r: be for r, be in COSIM_RUNS.items() if be[0] in builds}
     for o in filter(None, args.options.split(",")):
-        if o not in OPTION_SETS:
-            raise SystemExit(f"--options: unknown {o!r}; expected some of {list(OPTION_SETS)}")
-        harnesses[f"lean+{o}"] = build_harness("lean", o)
+        if not set(o.split("+")) <= set(OPTION_SETS):
+            raise SystemExit(f"--options: unknown {o!r}; expected some of {list(OPTION_SETS)} "
+                             "(several joined by +)")
+        harnesses[f"lean+{o}"] = build_harness("lean", o, train=list(jobs.values()))
     if args.pairs < 1:
         raise SystemExit("--pairs: at least 1")
 
@@ -492,6 +529,18 @@ def main(argv: list[str] | None = None) -> int:
                               "differently from the lean one (counters or card memory)")
             hres[v] = h
             hmems[v] = hmem
+        # each option against the lean harness in --pairs back-to-back pairs (alternating order):
+        # the option's speed-up is their median CPU-time ratio
+        for v in [v for v in harnesses if "+" in v]:
+            ratios = []
+            for i in range(args.pairs):
+                cps = {}
+                for w in (("lean", v) if i % 2 == 0 else (v, "lean")):
+                    ph, _ = run_harness(harnesses[w], job)
+                    cps[w] = ph["cycles_per_cpu_s"]
+                ratios.append(cps[v] / cps["lean"])
+            hres[v]["speedup_pairs"] = [round(x, 3) for x in ratios]
+            hres[v]["speedup"] = round(sorted(ratios)[(len(ratios) - 1) // 2], 3)
         for v in runs:
             if v != "lean" and cos[v]["counters"] != cos["lean"]["counters"]:
                 errors.append(f"{la.name}: the co-simulation's counters differ between the "
@@ -627,13 +676,11 @@ def _summary(rows: list[dict[str, Any]], result: dict[str, Any]) -> list[str]:
                   + f"{min(q['harness_cycles_per_s'] for q in r['speed_pairs']):.0f}-"
                   + f"{max(q['harness_cycles_per_s'] for q in r['speed_pairs']):.0f} cycles/s)")
     for r in rows:
-        base = r["harness"]["lean"]["cycles_per_s"]
         for v, h in r["harness"].items():
             if "+" in v:
-                cpu = h["cycles_per_cpu_s"] / r["harness"]["lean"]["cycles_per_cpu_s"]
-                print(f"  {r['layer']}: harness with {v.split('+', 1)[1]}: "
-                      f"{h['cycles_per_s']:.0f} cycles/s = {h['cycles_per_s'] / base:.2f}x the "
-                      f"lean harness (by CPU time {cpu:.2f}x), same behaviour")
+                print(f"  {r['layer']}: harness with {v.split('+', 1)[1]}: {h['speedup']:.2f}x "
+                      "the lean harness's cycles per CPU second (median of pairs "
+                      + ", ".join(f"{x:.2f}" for x in h["speedup_pairs"]) + "), same behaviour")
     print()
     for r in rows:
         c, co = r["counters"], r["cosim"]
