@@ -26,14 +26,30 @@ def conv_nd(x: np.ndarray, w: np.ndarray, strides: list[int], pads: list[int],
                            pads[i + nd]) for i in range(nd)]
     acc = np.dtype(acc_dtype or x.dtype)
     win = windows(x.astype(acc, copy=False), kernel, strides, dilations, pads, out, 0)
-    p = int(np.prod(out, dtype=np.int64))
     k = int(np.prod(kernel, dtype=np.int64))
     mg = m // group
-    # (N, G, Cg, *O, *K) -> (G, N*P, Cg*K): one contiguous im2col matrix per group
-    cols = win.reshape(n, group, cg, p, k).transpose(1, 0, 3, 2, 4).reshape(group, n * p, cg * k)
     wmat = w.astype(acc, copy=False).reshape(group, mg, cg * k).transpose(0, 2, 1)
-    y = np.matmul(cols, wmat)  # (G, N*P, Mg)
-    return y.reshape(group, n, p, mg).transpose(1, 0, 3, 2).reshape(n, m, *out)
+    # im2col a block of output rows (first output axis) at a time, each block at most
+    # IM2COL_BYTES: each output element is still one dot product over Cg*K, without a matrix of
+    # every window at once (VGG-19's second convolution would need 231 MB of it in float64, and
+    # as much again for its copies)
+    inner = int(np.prod(out[1:], dtype=np.int64))
+    row_bytes = max(n * group * inner * cg * k * acc.itemsize, 1)
+    rows = max(1, min(out[0], IM2COL_BYTES // row_bytes))
+    y = np.empty((n, group, mg, out[0], inner), dtype=np.result_type(acc, wmat.dtype))
+    for r0 in range(0, out[0], rows):
+        r1 = min(out[0], r0 + rows)
+        pb = (r1 - r0) * inner
+        # (N, G, Cg, *O_block, *K) -> (G, N*Pb, Cg*K): one contiguous im2col matrix per group
+        cols = win[:, :, r0:r1].reshape(n, group, cg, pb, k).transpose(1, 0, 3, 2, 4) \
+            .reshape(group, n * pb, cg * k)
+        yb = np.matmul(cols, wmat)  # (G, N*Pb, Mg)
+        y[:, :, :, r0:r1] = yb.reshape(group, n, r1 - r0, inner, mg).transpose(1, 0, 4, 2, 3)
+    return y.reshape(n, m, *out)
+
+
+#: The largest im2col block conv_nd builds at once.
+IM2COL_BYTES = 32 << 20
 
 
 def output_size_raw(size: int, k: int, s: int, d: int, pb: int, pe: int) -> int:

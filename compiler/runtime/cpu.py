@@ -66,6 +66,7 @@ class CpuRunner(Runner):
     def _run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         env: dict[str, np.ndarray] = self.check_inputs(inputs)
         wide = self.wide
+        lazy: set[str] = set()      # large constants kept narrow in env (wide runs)
         if wide:
             env = {k: _widen(v) for k, v in env.items()}
         for i, (op, kernel, names) in enumerate(self._steps):
@@ -73,16 +74,24 @@ class CpuRunner(Runner):
                 data = op.attrs["data"]
                 if wide:
                     hit = self._wide_consts.get(op.name)
-                    if hit is None:
+                    if hit is None and np.asarray(data).nbytes <= WIDE_CACHE_BYTES:
                         hit = self._wide_consts[op.name] = _widen(np.asarray(data))
-                    data = hit
+                    if hit is None:
+                        lazy.add(op.name)        # widened where it is used, then freed
+                    else:
+                        data = hit
                 env[op.name] = data
             elif op.type == DATA:
                 pass  # fed through the inputs
             else:
                 assert kernel is not None
+                args = [None if n is None else env[n] for n in names]
+                if lazy:
+                    args = [_widen(np.asarray(a)) if n in lazy else a
+                            for n, a in zip(names, args, strict=True)]
                 try:
-                    y = kernel(*[None if n is None else env[n] for n in names])
+                    y = kernel(*args)
+                    del args
                 except CompilerError:
                     raise
                 except Exception as e:
@@ -102,7 +111,16 @@ class CpuRunner(Runner):
                 self.observer(op.output, env[op.name])
             for n in self._free_after[i]:
                 env.pop(n, None)
-        return {t.name: env[t.name] for t in self._outputs}
+        return {t.name: _widen(env[t.name]) if t.name in lazy else env[t.name]
+                for t in self._outputs}
+
+
+#: In a wide run, a constant of at most this many bytes is widened once and kept for the next
+#: run; a larger one (VGG-19's first fully connected weight: 411 MB, 822 MB in float64) stays
+#: as it is and is widened for each op that reads it, so that a run holds one such copy at a
+#: time (and no wide copy of every weight at once: the light VGG-19's calibration peaked at
+#: 2.2 GB with that, 1.6 GB without).
+WIDE_CACHE_BYTES = 16 << 20
 
 
 def _widen(a: np.ndarray) -> np.ndarray:

@@ -269,3 +269,37 @@ def test_exact_cases_do_not_depend_on_onnxruntime(monkeypatch: pytest.MonkeyPatc
 
 def test_every_numpy_kernel_has_a_case() -> None:
     assert sorted(set(OPS) - {c.op_type for c in CASES}) == []
+
+
+@pytest.mark.parametrize("budget", [1, 4096, 1 << 25])
+def test_conv_im2col_in_row_blocks(monkeypatch: pytest.MonkeyPatch, budget: int) -> None:
+    """conv_nd builds its im2col in blocks of output rows (at most IM2COL_BYTES each): with
+    integer-valued float64 data (every sum exact, whatever the BLAS order) any block size gives
+    the direct sum's values, for 1-, 2- and 3-d, groups, strides, dilations, padding, batches."""
+    from compiler.ops import op_conv
+
+    monkeypatch.setattr(op_conv, "IM2COL_BYTES", budget)
+    rng = np.random.default_rng(7)
+    for shape, wshape, s, d, p, g in [((2, 4, 11, 9), (6, 2, 3, 2), [2, 1], [1, 2],
+                                       [1, 0, 2, 1], 2),
+                                      ((1, 3, 17), (5, 3, 4), [3], [1], [2, 1], 1),
+                                      ((1, 2, 5, 6, 4), (4, 2, 2, 3, 2), [1, 2, 1], [1, 1, 2],
+                                       [0, 1, 1, 1, 0, 0], 1)]:
+        x = rng.integers(-8, 8, shape).astype(np.float64)
+        w = rng.integers(-8, 8, wshape).astype(np.float64)
+        got = op_conv.conv_nd(x, w, s, p, d, g)
+        # the direct sum over every output position and tap
+        nd = len(shape) - 2
+        n, c = shape[:2]
+        m, cg = wshape[:2]
+        xp = np.pad(x, [(0, 0), (0, 0)] + [(p[i], p[i + nd]) for i in range(nd)])
+        want = np.zeros(got.shape)
+        for o in np.ndindex(*got.shape[2:]):
+            for mi in range(m):
+                gi = mi // (m // g)
+                for tap in np.ndindex(*wshape[2:]):
+                    idx = tuple(o[i] * s[i] + tap[i] * d[i] for i in range(nd))
+                    want[(slice(None), mi, *o)] += (
+                        xp[(slice(None), slice(gi * cg, (gi + 1) * cg), *idx)]
+                        * w[(mi, slice(None), *tap)]).sum(axis=1)
+        assert np.array_equal(got, want), (shape, budget)

@@ -487,3 +487,33 @@ def test_the_wide_cpu_runner_computes_in_float64() -> None:
     assert a.dtype == np.float64 and b.dtype == np.float32
     assert {str(d) for d in seen.values()} == {"float64"}, seen
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_the_wide_runner_widens_large_constants_where_used(monkeypatch) -> None:
+    """A constant above the cache size stays float32 in the runner and is widened for each op
+    that reads it: every tensor the observer sees, and the outputs, are exactly those of the
+    run that widens every constant up front (run twice: nothing large is kept between runs)."""
+    from compiler.frontend import import_onnx
+    from compiler.passes import run_pipeline
+    from compiler.runtime import cpu
+    from compiler.zoo import DEMO_INPUT, demo_cnn, demo_input
+
+    g = import_onnx(demo_cnn())
+    run_pipeline(g)
+    x = {DEMO_INPUT: demo_input()}
+
+    def run(cache_bytes: int) -> tuple[dict[str, np.ndarray], list[np.ndarray], dict[str, Any]]:
+        monkeypatch.setattr(cpu, "WIDE_CACHE_BYTES", cache_bytes)
+        seen: dict[str, np.ndarray] = {}
+        r = cpu.CpuRunner(g.root_subgraph, observer=lambda t, v: seen.__setitem__(t.name, v),
+                          wide=True)
+        outs = [r.run(x), r.run(x)]
+        return seen, [o for d in outs for o in d.values()], dict(r._wide_consts)
+
+    big, small = run(1 << 40), run(0)
+    assert big[2] and not small[2]           # every constant kept, then none
+    assert big[0].keys() == small[0].keys()
+    for k, v in big[0].items():
+        assert v.dtype == small[0][k].dtype == np.float64 and np.array_equal(v, small[0][k]), k
+    for a, b in zip(big[1], small[1], strict=True):
+        assert a.dtype == b.dtype == np.float64 and np.array_equal(a, b)
