@@ -368,14 +368,16 @@ def build_harness(variant: str = "full", option: str | None = None,
                                        f"see {log}")
 
             if pgo:
-                for old in [*bdir.glob("*.gcda"), *bdir.glob("*.o"), *bdir.glob("*.a"),
-                            *bdir.glob("*.gch"), exe]:
+                def objects() -> list[Path]:
+                    return [*bdir.glob("*.o"), *bdir.glob("*.a"), *bdir.glob("*.gch"), exe]
+
+                for old in [*bdir.glob("*.gcda"), *objects()]:
                     old.unlink(missing_ok=True)
                 verilate(PGO_GENERATE)
                 for job in train:
                     run_harness(Harness("pgo-training", exe, tuple(flags)), job)
-                for old in [*bdir.glob("*.o"), *bdir.glob("*.a"), *bdir.glob("*.gch"), exe]:
-                    old.unlink()           # the same sources, compiled again with the profile
+                for old in objects():      # the same sources, compiled again with the profile
+                    old.unlink()
                 verilate(PGO_USE)
             else:
                 verilate([])
@@ -409,7 +411,14 @@ def run_harness(harness: Harness, job: dict[str, Any]) -> tuple[dict[str, Any], 
     if r.returncode:
         raise RuntimeError(f"C++ harness ({harness.variant}) on {job['name']} failed "
                            f"({r.returncode}):\n{r.stdout}{r.stderr}")
-    return json.loads(out.read_text()), (d / f"harness-{harness.variant}.bin").read_bytes()
+    res = json.loads(out.read_text())
+    res["counters"] = _harness_counters(res.pop("reads"))
+    return res, (d / f"harness-{harness.variant}.bin").read_bytes()
+
+
+def _median_index(values: Sequence[float]) -> int:
+    """The index of the median of ``values`` (the lower one of an even count)."""
+    return sorted(range(len(values)), key=lambda k: values[k])[(len(values) - 1) // 2]
 
 
 # --- checks ------------------------------------------------------------------------------------
@@ -484,10 +493,10 @@ def main(argv: list[str] | None = None) -> int:
     harnesses = {v: build_harness(v) for v in variants}
     runs = {r: be for r, be in COSIM_RUNS.items() if be[0] in builds}
     for o in filter(None, args.options.split(",")):
-        if not set(o.split("+")) <= set(OPTION_SETS):
-            raise SystemExit(f"--options: unknown {o!r}; expected some of {list(OPTION_SETS)} "
-                             "(several joined by +)")
-        harnesses[f"lean+{o}"] = build_harness("lean", o, train=list(jobs.values()))
+        try:
+            harnesses[f"lean+{o}"] = build_harness("lean", o, train=list(jobs.values()))
+        except ValueError as e:
+            raise SystemExit(f"--options: {e} (several joined by +)") from None
     if args.pairs < 1:
         raise SystemExit("--pairs: at least 1")
 
@@ -518,7 +527,6 @@ def main(argv: list[str] | None = None) -> int:
         hmems: dict[str, bytes] = {}
         for v, harness in harnesses.items():
             h, hmem = run_harness(harness, job)
-            h["counters"] = _harness_counters(h.pop("reads"))
             errors += check(job, h["counters"], hmem, f"{la.name}, C++ harness ({v})")
             if hmem[oa:oa + on] != comem[oa:oa + on]:
                 errors.append(f"{la.name}: the C++ harness's ({v}) output differs from the "
@@ -540,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
                     cps[w] = ph["cycles_per_cpu_s"]
                 ratios.append(cps[v] / cps["lean"])
             hres[v]["speedup_pairs"] = [round(x, 3) for x in ratios]
-            hres[v]["speedup"] = round(sorted(ratios)[(len(ratios) - 1) // 2], 3)
+            hres[v]["speedup"] = round(ratios[_median_index(ratios)], 3)
         for v in runs:
             if v != "lean" and cos[v]["counters"] != cos["lean"]["counters"]:
                 errors.append(f"{la.name}: the co-simulation's counters differ between the "
@@ -558,15 +566,14 @@ def main(argv: list[str] | None = None) -> int:
                                       "from the first run (counters or card memory)")
                 else:
                     ph, phmem = run_harness(harnesses["lean"], job)
-                    ph["counters"] = _harness_counters(ph.pop("reads"))
                     if ph["counters"] != hres["lean"]["counters"] or phmem != hmems["lean"]:
                         errors.append(f"{la.name}: harness pair {i} behaves differently from "
                                       "the first run (counters or card memory)")
             pairs.append((pco, ph))
         pair_ratios = [a["cycles_per_s"] / b["cycles_per_s"] for a, b in pairs]
         pair_ratios_cpu = [a["cycles_per_cpu_s"] / b["cycles_per_cpu_s"] for a, b in pairs]
-        mid = sorted(range(len(pairs)), key=lambda k: pair_ratios[k])[(len(pairs) - 1) // 2]
-        co, h = pairs[mid]          # the median pair (the lower one of an even count)
+        mid = _median_index(pair_ratios)
+        co, h = pairs[mid]
         full, pyclk = cos.get("full"), cos["lean_cocotb_clock"]
         c = co["counters"]
         util = c["macs"] / (job["n2"] * c["cycles"])

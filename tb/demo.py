@@ -194,14 +194,12 @@ def check_demo_options(opts: DemoOptions) -> None:
     if opts.max_layers is not None and not whole(opts.max_layers, 1, 1 << 20):
         raise DemoError(f"max_layers {opts.max_layers!r}: a positive whole number or None")
     if opts.wave_scopes is not None:
-        top = demo_top(opts)
         if not isinstance(opts.wave_scopes, tuple):
             raise DemoError(f"wave_scopes {opts.wave_scopes!r}: a tuple of scope names or None")
-        for name in opts.wave_scopes:
-            try:
-                simulator.wave_control(top, [(name, None)])
-            except (ValueError, TypeError) as e:
-                raise DemoError(str(e)) from None
+        try:
+            simulator.wave_control(demo_top(opts.link), [(n, None) for n in opts.wave_scopes])
+        except (ValueError, TypeError) as e:
+            raise DemoError(str(e)) from None
 
 
 def _say(opts: DemoOptions, *a: Any) -> None:
@@ -430,9 +428,10 @@ CLOCK_NAMES = {"builtin": "clock generated in C++ by the model's main",
                "cocotb": "clock toggled by cocotb"}
 
 
-def demo_top(opts: DemoOptions) -> str:
-    """card_top_pcie for the PCIe link, card_top for the AXI fast mode."""
-    return "card_top_pcie" if opts.link == "pcie" else "card_top"
+def demo_top(link: str) -> str:
+    """The card the demo runs on: card_top_pcie for the PCIe link, card_top for the AXI fast
+    mode."""
+    return "card_top_pcie" if link == "pcie" else "card_top"
 
 
 def demo_build(opts: DemoOptions) -> Any:
@@ -444,7 +443,7 @@ def demo_build(opts: DemoOptions) -> Any:
     hierarchy halves the demo's speed."""
     from tb.common import simulator, waves
 
-    top = demo_top(opts)
+    top = demo_top(opts.link)
     scopes = None
     if opts.waves and opts.wave_scopes is not None:
         scopes = [(s, 1) for s in waves.save_file_scopes(top)] \

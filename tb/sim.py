@@ -117,12 +117,11 @@ def check_options(args: argparse.Namespace) -> argparse.Namespace:
     if extra and waves != "1":
         raise UsageError(f"WAVE_SCOPES={' '.join(extra)!r} needs WAVES=1 (WAVES={waves} records "
                          + ("every signal already)" if waves == "all" else "no waveform)"))
-    top = "card_top_pcie" if args.link == "pcie" else "card_top"
-    for name in extra:
-        try:
-            simulator.wave_control(top, [(name, None)])
-        except ValueError as e:
-            raise UsageError(f"WAVE_SCOPES: {e}") from None
+    from tb.demo import demo_top
+    try:
+        simulator.wave_control(demo_top(args.link), [(n, None) for n in extra])
+    except ValueError as e:
+        raise UsageError(f"WAVE_SCOPES: {e}") from None
     args.wave_scopes = None if waves == "all" else extra
     args.seq = _count(str(getattr(args, "seq", "128")), "SEQ", 512)
     if args.seq % 8:

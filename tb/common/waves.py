@@ -33,17 +33,17 @@ def template_for(toplevel: str) -> Path:
     return found[0]
 
 
+def save_file_signals(toplevel: str) -> list[str]:
+    """The signals the bench's save file shows, as ``scope.sub.name`` (bit ranges dropped)."""
+    names = (re.sub(r"\[\d+:\d+\]$", "", line.strip())
+             for line in template_for(toplevel).read_text().splitlines())
+    return [n for n in names if n.startswith(toplevel + ".") and re.fullmatch(r"[\w$.]+", n)]
+
+
 def save_file_scopes(toplevel: str) -> list[str]:
     """The scopes whose signals the bench's save file shows, in order of first appearance
     (``card_top.core.dma.engine.state[2:0]`` is in ``card_top.core.dma.engine``)."""
-    scopes: list[str] = []
-    for line in template_for(toplevel).read_text().splitlines():
-        name = re.sub(r"\[\d+:\d+\]$", "", line.strip())
-        if name.startswith(toplevel + ".") and re.fullmatch(r"[\w$.]+", name):
-            scope = name.rsplit(".", 1)[0]
-            if scope not in scopes:
-                scopes.append(scope)
-    return scopes
+    return list(dict.fromkeys(n.rsplit(".", 1)[0] for n in save_file_signals(toplevel)))
 
 
 def save_file_for(fst: Path) -> Path:
