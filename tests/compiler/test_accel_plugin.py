@@ -152,16 +152,24 @@ def test_scratch_is_reused_by_liveness(demo: Graph) -> None:
             assert ax + nx <= ay or ay + ny <= ax, f"{x.name} and {y.name} overlap"
 
 
-def test_blocked_fc_weight_reads_the_blocked_tensor() -> None:
-    """The FC weights permuted to the blocked layout give flatten(x) @ W from the packed x."""
+@pytest.mark.parametrize("columns", [1, 3, 128])
+def test_blocked_fc_weight_reads_the_blocked_tensor(columns: int, monkeypatch) -> None:
+    """The FC weights permuted to the blocked layout give flatten(x) @ W from the packed x,
+    whether they are permuted a few outputs at a time or all at once, from a (K, Nout) array
+    or the transposed view of an (Nout, K) one, with and without padding channels."""
+    monkeypatch.setattr(lower, "FC_PERMUTE_COLUMNS", columns)
     rng = np.random.default_rng(0)
-    for n, shape in ((8, (2, 13, 3, 5)), (4, (1, 8, 2, 2)), (16, (3, 20, 1, 1))):
+    for n, shape in ((8, (2, 13, 3, 5)), (4, (1, 8, 2, 2)), (16, (3, 20, 1, 1)),
+                     (8, (1, 16, 2, 3))):
         x = rng.integers(-128, 128, shape).astype(np.int8)
-        w = rng.integers(-127, 128, (math.prod(shape[1:]), 7)).astype(np.int64)
-        wb = lower.blocked_fc_weight(w, shape, n)
-        xb = np.frombuffer(layout.pack_act(x, n, fill=99), np.int8).reshape(shape[0], -1)
-        np.testing.assert_array_equal(xb.astype(np.int64) @ wb,
-                                      x.reshape(shape[0], -1).astype(np.int64) @ w)
+        k = math.prod(shape[1:])
+        for w in (rng.integers(-127, 128, (k, 7)).astype(np.int64),
+                  rng.integers(-127, 128, (7, k)).astype(np.int8).T):
+            wb = lower.blocked_fc_weight(w, shape, n)
+            assert wb.dtype == w.dtype and wb.flags.c_contiguous
+            xb = np.frombuffer(layout.pack_act(x, n, fill=99), np.int8).reshape(shape[0], -1)
+            np.testing.assert_array_equal(xb.astype(np.int64) @ wb.astype(np.int64),
+                                          x.reshape(shape[0], -1).astype(np.int64) @ w)
 
 
 def test_resnet50_partition() -> None:

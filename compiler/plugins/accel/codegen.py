@@ -61,11 +61,12 @@ def compile_subgraph(subgraph: Subgraph, cfg: AccelConfig,
     plan = plan_step(layers, cfg.n)
     n = cfg.n
     calign = card_align(n)
-    blob = bytearray()
+    blob: list[bytes] = []          # the layers' constants and their padding, joined once
+    size = 0
     kernels: list[K.Kernel] = []
     per_layer = []
     for ly in layers:
-        off = align_up(len(blob), calign)
+        off = align_up(size, calign)
         ins, out, cref = [plan.refs[t] for t in ly.inputs], plan.refs[ly.output], \
             K.Ref(CONST_SLOT, off)
         try:
@@ -81,8 +82,8 @@ def compile_subgraph(subgraph: Subgraph, cfg: AccelConfig,
             raise PartitionError(f"accel: layer {ly.name!r} of {subgraph.name!r} cannot be "
                                  f"generated: {e}") from e
         if kern.consts is not None:
-            blob += bytes(off - len(blob))
-            blob += kern.consts.data
+            blob += [bytes(off - size), kern.consts.data]
+            size = off + len(kern.consts.data)
         kernels.append(kern)
         est = timing.estimate(kern.insns, cfg)
         macs = layer_macs(ly)
@@ -115,7 +116,7 @@ def compile_subgraph(subgraph: Subgraph, cfg: AccelConfig,
                 feature_scales=q.feature_scales).to_attr())
     macs = sum(p["macs"] for p in per_layer)
     subgraph.set_attr("accel_program", raw)
-    subgraph.set_attr("accel_consts", bytes(blob))
+    subgraph.set_attr("accel_consts", b"".join(blob))
     subgraph.set_attr("accel_scratch_bytes", plan.scratch_bytes)
     subgraph.set_attr("accel_io", io)
     subgraph.set_attr("accel_config", dataclasses.asdict(cfg))

@@ -614,7 +614,7 @@ def _gemm_kernel(m: int, w_kn: np.ndarray, bias: np.ndarray, requant: tuple | No
     blob = _Blob(consts, n)
     gl = groups if not plan.resident else [range(0, nbo)]
     pl = passes if not plan.resident else [range(0, kb)]
-    w_off = blob.add("weights", b"".join(layout.gemm_weight_tiles(w_kn, n, gl, pl)))
+    w_off = blob.add("weights", layout.gemm_weight_tiles(w_kn, n, gl, pl))
     chunk_off = {}
     o = w_off
     for gi, gr in enumerate(gl):
@@ -628,6 +628,8 @@ def _gemm_kernel(m: int, w_kn: np.ndarray, bias: np.ndarray, requant: tuple | No
         _need(np.asarray(mult).size == nout, "one multiplier and shift per output")
         req_off = blob.add("requant", layout.acc_rows_bytes(_requant_rows(mult, shift, nbo, n)))
     mtiles = [(m0, min(plan.rows, m - m0)) for m0 in range(0, m, plan.rows)]
+    #: what the GEMMs of a step add to its first word, by (obg, kbp): a block (words.grid)
+    grids: dict[tuple[int, int], np.ndarray] = {}
     steps: list[_Step] = []
     for si, t, gi, pi, new, inp_base, wgt_base, acc_base in _tile_steps(
             plan, len(mtiles), len(groups), len(passes), cfg, params):
@@ -652,31 +654,35 @@ def _gemm_kernel(m: int, w_kn: np.ndarray, bias: np.ndarray, requant: tuple | No
         # GEMM (j, kk): output block j (ACC row), input block kk (INP row), weight tile
         # w0 + j * per_ob + kk; as words, the first one plus j columns and kk rows (words.step)
         w0, per_ob = (gr.start * kb + pa.start, kb) if plan.resident else (wgt_base, kbp)
-        col, row = ACC_1 + per_ob * WGT_1, INP_1 + WGT_1
         first = W.gemm(acc_base=acc_base, inp_base=inp_base, wgt_base=w0, outer=mt, inner=1,
                        acc_so=obg, inp_so=kbp)
         # the last GEMM has the largest fields: checked, every sum below is the encoding
         W.gemm(acc_base=acc_base + obg - 1, inp_base=inp_base + kbp - 1,
                wgt_base=w0 + (obg - 1) * per_ob + kbp - 1, outer=mt, inner=1, acc_so=obg,
                inp_so=kbp)
-        rows = [kk * row for kk in range(kbp)]
-        compute = [first + j * col + r for j in range(obg) for r in rows]
+        offsets = grids.get((obg, kbp))
+        if offsets is None:
+            col, row = ACC_1 + per_ob * WGT_1, INP_1 + WGT_1
+            offsets = grids[(obg, kbp)] = W.block(
+                [j * col + kk * row for j in range(obg) for kk in range(kbp)])
+        compute = W.grid(first, offsets)
         stores: list[int] = []
         if pi == len(passes) - 1:
             if requant:
-                compute.append(W.req(zout, lo, hi, dst_base=acc_base, src_base=2 * gr.start,
-                                     outer=mt, inner=obg, dst_so=obg, dst_si=1, src_si=2))
+                compute = np.concatenate([compute, W.block([W.req(
+                    zout, lo, hi, dst_base=acc_base, src_base=2 * gr.start, outer=mt,
+                    inner=obg, dst_so=obg, dst_si=1, src_si=2)])])
             stores += _store(Buffer.ACC8 if requant else Buffer.ACC, elem_out, slot=out.slot,
                              sp_base=acc_base,
                              offset=out.offset + (m0 * nbo + gr.start) * elem_out,
                              y_size=mt, x_size=obg, y_stride=nbo)
         steps.append(_Step(loads, compute, stores, new["acc"]))
-    insns = _pipeline(steps)
+    insns = W.stream(_pipeline(steps))
     zfill = 0
     if requant:
         zfill = min(max(requant[2], requant[3]), requant[4])
     return Kernel(
-        name, isa.Stream.from_words(insns),
+        name, insns,
         inputs=(TensorInfo("input", inp, (m, k, 1, 1), "int8", layout.act_bytes(k, 1, 1, n, m),
                            zin),),
         outputs=(TensorInfo("output", out, (m, nout, 1, 1), "int8" if requant else "int32",
