@@ -152,6 +152,33 @@ def test_scratch_is_reused_by_liveness(demo: Graph) -> None:
             assert ax + nx <= ay or ay + ny <= ax, f"{x.name} and {y.name} overlap"
 
 
+def test_a_relocated_kernel_is_the_kernel_generated_there() -> None:
+    """relocate moves a kernel generated at the placeholder places to others: the same stream
+    as the kernel generated at those places, and the same cycle estimate (the code generator
+    estimates the program the layers were checked with, once for the layers sharing it)."""
+    from compiler.plugins.accel import kernels as K
+    from tb.accel.randprog import random_conv_quant, random_gemm_quant
+
+    rng = np.random.default_rng(11)
+    cq, gq = random_conv_quant(rng, 24, 16, 3, 3), random_gemm_quant(rng, 200, 40)
+
+    def make(inp: K.Ref, out: K.Ref, consts: K.Ref) -> list[K.Kernel]:
+        return [K.conv2d((1, 16, 9, 9), cq, inp=inp, out=out, consts=consts,
+                         pads=(1, 1, 1, 1)),
+                K.gemm(3, gq, inp=inp, out=out, consts=consts),
+                K.maxpool2d((1, 16, 9, 9), (3, 3), inp=inp, out=out, strides=(2, 2),
+                            zero_point=-3)]
+
+    where = (K.Ref(6, 4096), K.Ref(7, 1 << 20), K.Ref(0, 1 << 16))
+    for placed, there in zip(make(K.Ref(2), K.Ref(3), K.Ref(0)), make(*where), strict=True):
+        moved = lower.relocate(placed, [where[0]], where[1], where[2])
+        assert isa.Stream.of(moved.insns) == isa.Stream.of(there.insns)
+        assert moved.insns != placed.insns
+        for lat in (0, timing.RTL_MEM_LATENCY):
+            assert timing.estimate(moved.insns, mem_latency=lat) == \
+                timing.estimate(placed.insns, mem_latency=lat)
+
+
 @pytest.mark.parametrize("columns", [1, 3, 128])
 def test_blocked_fc_weight_reads_the_blocked_tensor(columns: int, monkeypatch) -> None:
     """The FC weights permuted to the blocked layout give flatten(x) @ W from the packed x,

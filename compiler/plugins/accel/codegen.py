@@ -24,7 +24,7 @@ tensors.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from compiler.errors import PartitionError, QuantizationError
 from compiler.plugins.accel import kernels as K
@@ -48,6 +48,7 @@ from pyhost.accel.abi import (
     card_align,
 )
 from pyhost.spec.accel import AccelConfig
+from pyhost.spec.isa import Insn
 
 
 def compile_subgraph(subgraph: Subgraph, cfg: AccelConfig,
@@ -65,6 +66,10 @@ def compile_subgraph(subgraph: Subgraph, cfg: AccelConfig,
     size = 0
     kernels: list[K.Kernel] = []
     per_layer = []
+    #: by id, the estimate of each program the layers were checked with (and the program):
+    #: layers of one geometry share one (`kernels.conv2d`), and relocating it moves no cycle
+    #: (`relocate` rewrites slots and offsets only)
+    estimates: dict[int, tuple[Sequence[Insn], timing.Estimate]] = {}
     for ly in layers:
         off = align_up(size, calign)
         ins, out, cref = [plan.refs[t] for t in ly.inputs], plan.refs[ly.output], \
@@ -85,7 +90,11 @@ def compile_subgraph(subgraph: Subgraph, cfg: AccelConfig,
             blob += [bytes(off - size), kern.consts.data]
             size = off + len(kern.consts.data)
         kernels.append(kern)
-        est = timing.estimate(kern.insns, cfg)
+        base = checked[ly.head].insns if checked is not None and ly.head in checked \
+            and ly.kind not in COPIES else kern.insns
+        if id(base) not in estimates:
+            estimates[id(base)] = base, timing.estimate(base, cfg)
+        est = estimates[id(base)][1]
         macs = layer_macs(ly)
         per_layer.append({
             "name": ly.name, "kind": ly.kind, "ops": [op.type for op in ly.ops],
