@@ -4,6 +4,7 @@ order and the per-step instruction streams."""
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -128,13 +129,13 @@ def _conv_geom(in_shape: Sequence[int], w: np.ndarray, strides: Sequence[int],
     return g
 
 
-def _live_counts(live: np.ndarray, obg: int, cbp: int) -> np.ndarray:
-    """Live (output block, input block) tile pairs per (output-block group, input pass)."""
-    a = np.add.reduceat(live.astype(np.int64), np.arange(0, live.shape[0], obg), axis=0)
-    return np.add.reduceat(a, np.arange(0, live.shape[1], cbp), axis=1)
+def _live_rows(live: np.ndarray, obg: int) -> np.ndarray:
+    """Live tile pairs per (output-block group, input block)."""
+    return np.add.reduceat(live.astype(np.int64), np.arange(0, live.shape[0], obg), axis=0)
 
 
-#: `_sparse_profile`: (count, steps) histograms and the last step's count
+#: `_sparse_profile` of the live pairs per (output-block group, input pass): (count, steps)
+#: histograms and the last step's count
 _Profile = tuple[list[tuple[int, int]], list[tuple[int, int]], int]
 
 
@@ -143,8 +144,10 @@ def _sparse_profile(cnt: np.ndarray) -> _Profile:
     over the passes before the last, the same over the last pass of every group but the last,
     and the last group's last pass."""
     def hist(a: np.ndarray) -> list[tuple[int, int]]:
-        v, k = np.unique(a, return_counts=True)
-        return list(zip(v.tolist(), k.tolist(), strict=True))
+        if a.size > 256:
+            v, k = np.unique(a, return_counts=True)
+            return list(zip(v.tolist(), k.tolist(), strict=True))
+        return sorted(Counter(a.reshape(-1).tolist()).items())
 
     return hist(cnt[:, :-1]), hist(cnt[:-1, -1]), int(cnt[-1, -1])
 
@@ -161,7 +164,11 @@ def _sparse_pipe_cost(order: str, nrt: int, groups: int, passes: int,
     inner, last_pass, last = profile
 
     def steps(hist: list[tuple[int, int]], q: int, load: int) -> int:
-        return sum(k * max(v * g_pair + q + 1, load) for v, k in hist)
+        total = 0
+        for v, k in hist:
+            c = v * g_pair + q + 1
+            total += k * (c if c > load else load)
+        return total
 
     c_last = last * g_pair + q_tile + 1
     cost = nrt * steps(inner, 0, li + lw)
@@ -205,9 +212,15 @@ def _conv_plans_of(g: _Geom, cfg: AccelConfig, params: int,
     params_load = mem_cycles(1, params * 4 * n, params, lat)
     resident_load = mem_cycles(1, total_tiles * n * n, total_tiles, lat)
     out = []
+    # what does not depend on every loop: the output-group sizes, each (rows, group size)'s
+    # bias loads and stores, each (pass size, group size)'s weight chunk (its load, and a
+    # grouped conv's live pairs), each (pass size, rows)'s input tile load
+    group_sizes = [obg for obg in _balanced(g.nbo) if obg <= _LOOP]
+    tile_loads: dict[tuple[int, int], tuple[int, int]] = {}
+    live_rows: dict[int, np.ndarray] = {}
     for cbp in _balanced(g.nbi):
         passes = _cdiv(g.nbi, cbp)
-        counts: dict[int, tuple[int, _Profile]] = {}   # per obg: most live pairs, profile
+        counts: dict[int, tuple[int, _Profile | None, int]] = {}   # per obg: chunk, profile, lw
         for r in _balanced(g.oh):
             rin = g.rows_in(r)
             p = r * g.ow
@@ -218,21 +231,30 @@ def _conv_plans_of(g: _Geom, cfg: AccelConfig, params: int,
                 li = cbp * mem_cycles(rin, g.w * n, rin * wp, lat)
             else:
                 li = cbp * mem_cycles(1, rin * g.w * n, rin * wp, lat)
-            for obg in _balanced(g.nbo):
-                if obg * p > acc_rows or obg > _LOOP:
+            q_tile_p = p + _INSN_COST
+            for obg in group_sizes:
+                if obg * p > acc_rows:
                     continue
                 groups = _cdiv(g.nbo, obg)
-                if live is None:
-                    chunk, pairs = obg * cbp, obg * cbp
-                else:
-                    if obg not in counts:
-                        cnt = _live_counts(live, obg, cbp)
-                        counts[obg] = int(cnt.max()), _sparse_profile(cnt)
-                    chunk, profile = counts[obg]
-                    pairs = 0
-                lw = mem_cycles(1, chunk * taps * n * n, chunk * taps, lat)
-                lb = obg * mem_cycles(_cdiv(p, BIAS_COPIES), BIAS_COPIES * 4 * n, p, lat)
-                st = mem_cycles(obg, p * n, obg * p, lat)
+                got = counts.get(obg)
+                if got is None:
+                    if live is None:
+                        chunk, profile = obg * cbp, None
+                    else:
+                        rows_of = live_rows.get(obg)
+                        if rows_of is None:
+                            rows_of = live_rows[obg] = _live_rows(live, obg)
+                        cnt = np.add.reduceat(rows_of, np.arange(0, g.nbi, cbp), axis=1)
+                        chunk, profile = int(cnt.max()), _sparse_profile(cnt)
+                    got = counts[obg] = (chunk, profile,
+                                         mem_cycles(1, chunk * taps * n * n, chunk * taps, lat))
+                chunk, profile, lw = got
+                bs = tile_loads.get((r, obg))
+                if bs is None:
+                    bs = tile_loads[(r, obg)] = (
+                        obg * mem_cycles(_cdiv(p, BIAS_COPIES), BIAS_COPIES * 4 * n, p, lat),
+                        mem_cycles(obg, p * n, obg * p, lat))
+                lb, st = bs
                 first = li + lb + params_load + (resident_load if resident else lw)
                 for order in ("rt", "og"):
                     inp_v, wgt_v, acc_v = _versions(order, nrt, groups, passes)
@@ -243,13 +265,13 @@ def _conv_plans_of(g: _Geom, cfg: AccelConfig, params: int,
                             or (not resident and chunk * taps
                                 > _region(cfg.wgt_depth, wgt_v, WGT_REGIONS))):
                         continue
-                    if live is None:
+                    if profile is None:
                         cost = _pipe_cost(order, nrt, groups, passes,
-                                          pairs * taps * (p + _INSN_COST), obg * p + _INSN_COST,
+                                          chunk * taps * q_tile_p, obg * p + _INSN_COST,
                                           0 if inp_v == 1 else li, 0 if wgt_v == 1 else lw, lb)
                     else:
                         cost = _sparse_pipe_cost(order, nrt, groups, passes, profile,
-                                                 taps * (p + _INSN_COST), obg * p + _INSN_COST,
+                                                 taps * q_tile_p, obg * p + _INSN_COST,
                                                  0 if inp_v == 1 else li,
                                                  0 if wgt_v == 1 else lw, lb)
                     cost = max(cost, acc_v * st) + first + st
