@@ -466,6 +466,9 @@ def _conv_program(g: _Geom, cfg: AccelConfig, params: int, plan: _Plan, groups: 
     rtiles = [(b, oy0, min(plan.rows, g.oh - oy0)) for b in range(g.b)
               for oy0 in range(0, g.oh, plan.rows)]
     steps: list[_Step] = []
+    live_pairs: dict[tuple[int, int], list[tuple[int, int, int, int]]] = {}
+    bias_loads: dict[tuple[int, int, int], list[int]] = {}
+    dw_fields = [] if dwp is None else [dwp.insn_fields(d, g.dh) for d in dwp.passes]
     for si, rt, gi, pi, new, inp_base, wgt_base, acc_base in _tile_steps(
             plan, len(rtiles), len(groups), len(passes), cfg, params):
         b, oy0, rr = rtiles[rt]
@@ -493,8 +496,13 @@ def _conv_program(g: _Geom, cfg: AccelConfig, params: int, plan: _Plan, groups: 
                                   len(wchunks[gi * len(passes) + pi]) // (n * n), n * n)
         if new["acc"]:
             for j, ob in enumerate(gr):
-                loads += _bias_loads(consts.slot, bias_off + bias_rel[ob], acc_base + j * p, p,
-                                     1)
+                # the same for every row tile that lands in this ACC region
+                key = (ob, acc_base + j * p, p)
+                bias = bias_loads.get(key)
+                if bias is None:
+                    bias = bias_loads[key] = _bias_loads(consts.slot, bias_off + bias_rel[ob],
+                                                         acc_base + j * p, p, 1)
+                loads += bias
         compute: list[int] = []
         index = tile_index[0] if plan.resident else tile_index[gi * len(passes) + pi]
         # one GEMM per (output block, input block, tap): the step's first GEMM word plus the
@@ -502,24 +510,30 @@ def _conv_program(g: _Geom, cfg: AccelConfig, params: int, plan: _Plan, groups: 
         gemm0 = W.gemm(acc_base=acc_base, inp_base=inp_base, outer=rr, inner=g.ow,
                        acc_so=g.ow, acc_si=1, inp_so=g.sh * g.wp, inp_si=g.sw)
         top_acc = top_inp = top_wt = -1
-        for j, ob in enumerate(gr):
-            for k, cb in enumerate(pa):
-                if live is not None and not live[ob, cb]:
-                    continue
-                first = index[(ob, cb)] + (0 if plan.resident else wgt_base)
-                if dwp is not None:
-                    for t, dpass in enumerate(dwp.passes):
-                        f = dwp.insn_fields(dpass, g.dh)
-                        compute.append(W.dw(
-                            acc_base=acc_base + j * p, inp_base=inp_base + k * region
-                            + f["offset"], wgt_base=first + t, outer=rr, inner=g.ow,
-                            acc_so=g.ow, acc_si=1, inp_so=g.sh * pitch, inp_si=g.sw,
-                            taps=f["taps"], tap_w=f["tap_w"], tap_pitch=f["tap_pitch"]))
-                    continue
-                top_acc, top_inp, top_wt = max(top_acc, j * p), max(top_inp, k * region), \
-                    max(top_wt, first)
-                pair = gemm0 + j * p * ACC_1 + k * region * INP_1 + first * WGT_1
-                compute += [pair + d for d in tap_steps]
+        pairs = live_pairs.get((gi, pi))
+        if pairs is None:
+            # the (output block, input block) pairs of the step that hold weights, in order
+            if live is None:
+                pairs = [(j, ob, k, cb) for j, ob in enumerate(gr) for k, cb in enumerate(pa)]
+            else:
+                jj, kk = np.nonzero(live[gr.start:gr.stop, pa.start:pa.stop])
+                pairs = [(j, gr.start + j, k, pa.start + k)
+                         for j, k in zip(jj.tolist(), kk.tolist(), strict=True)]
+            live_pairs[(gi, pi)] = pairs
+        for j, ob, k, cb in pairs:
+            first = index[(ob, cb)] + (0 if plan.resident else wgt_base)
+            if dwp is not None:
+                for t, f in enumerate(dw_fields):
+                    compute.append(W.dw(
+                        acc_base=acc_base + j * p, inp_base=inp_base + k * region
+                        + f["offset"], wgt_base=first + t, outer=rr, inner=g.ow,
+                        acc_so=g.ow, acc_si=1, inp_so=g.sh * pitch, inp_si=g.sw,
+                        taps=f["taps"], tap_w=f["tap_w"], tap_pitch=f["tap_pitch"]))
+                continue
+            top_acc, top_inp, top_wt = max(top_acc, j * p), max(top_inp, k * region), \
+                max(top_wt, first)
+            pair = gemm0 + j * p * ACC_1 + k * region * INP_1 + first * WGT_1
+            compute += [pair + d for d in tap_steps]
         if top_wt >= 0:
             # every field of those GEMMs lies between the first word's and these, so each sum
             # above is the encoding: the range check of the whole step
