@@ -41,6 +41,9 @@ class OpDef:
     op_type: ClassVar[str] = ""
     #: whether constant folding may evaluate it (False for ops with side effects or randomness)
     foldable: ClassVar[bool] = True
+    #: input positions a wide run (`CpuRunner(wide=True)`) may pass a large constant to in its
+    #: own, narrower float type: the kernel widens it to float64 in blocks as it reads it
+    narrow_inputs: ClassVar[frozenset[int]] = frozenset()
 
     def canonicalize(self, op: Op, ins: Types) -> None:
         """Fill defaulted attributes explicitly (e.g. resolve ``auto_pad``). Default: nothing."""

@@ -5,12 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 from compiler.errors import ShapeInferenceError
+from compiler.ops._common_matmul import widening_matmul
 from compiler.ops.base import OpDef, TensorType, Types, Values, broadcast, describe, need
 from compiler.xir import Op
 
 
 class Gemm(OpDef):
     op_type = "Gemm"
+    narrow_inputs = frozenset({1})
 
     def infer(self, op: Op, ins: Types, vals: Values) -> TensorType:
         a, b = need(op, ins, 0), need(op, ins, 1)
@@ -35,7 +37,7 @@ class Gemm(OpDef):
             a = a.T
         if at.get("transB", 0):
             b = b.T
-        y = a @ b
+        y = widening_matmul(a, b)
         alpha, beta = at.get("alpha", 1.0), at.get("beta", 1.0)
         if alpha != 1.0:
             y = y * np.asarray(alpha, dtype=y.dtype)

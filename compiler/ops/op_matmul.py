@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from compiler.errors import ShapeInferenceError
+from compiler.ops._common_matmul import widening_matmul
 from compiler.ops.base import OpDef, TensorType, Types, Values, broadcast, describe, need
 from compiler.xir import Op
 
@@ -27,6 +28,7 @@ def matmul_shape(op: Op, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, .
 
 class MatMul(OpDef):
     op_type = "MatMul"
+    narrow_inputs = frozenset({1})
 
     def infer(self, op: Op, ins: Types, vals: Values) -> TensorType:
         a, b = need(op, ins, 0), need(op, ins, 1)
@@ -34,4 +36,4 @@ class MatMul(OpDef):
 
     def run(self, op: Op, a: np.ndarray | None, b: np.ndarray | None = None) -> np.ndarray:
         assert a is not None and b is not None
-        return np.matmul(a, b)
+        return widening_matmul(a, b)

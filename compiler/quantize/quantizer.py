@@ -359,7 +359,7 @@ def _quantize_linear_op(op: Op, params: dict[Tensor, ActQuant],
                               f"scale of {int(over.sum())} of {over.size} output channel(s) "
                               f"(up to {ratio:.3g}x)")
     sum_axes = tuple(i for i in range(w_q.ndim) if i != axis)
-    w_sum = w_q.astype(np.int64).sum(axis=sum_axes)
+    w_sum = w_q.sum(axis=sum_axes, dtype=np.int64)
     corrected = b_q.astype(np.int64) - qi.zero_point * w_sum
     mult, shift = requant_params(qi.scale, s_w, qo.scale)
     op.attrs["quant"] = {

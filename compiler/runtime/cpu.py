@@ -11,6 +11,7 @@ import numpy as np
 from compiler.errors import CompilerError, RunnerError
 from compiler.ops.base import describe
 from compiler.ops.infer import Kernel, op_kernel
+from compiler.ops.registry import get_opdef
 from compiler.runtime.base import Runner
 from compiler.xir import CONST, DATA, Op, Subgraph, Tensor
 
@@ -37,12 +38,18 @@ class CpuRunner(Runner):
         self.implementations: dict[str, str] = {}
         order = subgraph.topological_sort()
         self._steps: list[tuple[Op, Kernel | None, list[str | None]]] = []
+        #: per step, the input positions its kernel widens itself (`OpDef.narrow_inputs`)
+        self._narrow: list[frozenset[int]] = []
         for op in order:
+            self._narrow.append(frozenset())
             if op.type in (DATA, CONST):
                 self._steps.append((op, None, []))
                 continue
             kernel, impl = op_kernel(op)
             self.implementations[op.name] = impl
+            opdef = get_opdef(op.type)
+            if impl == "numpy" and opdef is not None:
+                self._narrow[-1] = opdef.narrow_inputs
             names = [None if t is None else t.name for t in op.positional_inputs()]
             self._steps.append((op, kernel, names))
         # free each intermediate after its last reader, keeping the outputs
@@ -87,8 +94,11 @@ class CpuRunner(Runner):
                 assert kernel is not None
                 args = [None if n is None else env[n] for n in names]
                 if lazy:
-                    args = [_widen(np.asarray(a)) if n in lazy else a
-                            for n, a in zip(names, args, strict=True)]
+                    # a large constant is widened here for this op, or, where the kernel
+                    # widens it itself in blocks (a Gemm's or MatMul's weight), not at all
+                    narrow = self._narrow[i]
+                    args = [_widen(np.asarray(a)) if n in lazy and j not in narrow else a
+                            for j, (n, a) in enumerate(zip(names, args, strict=True))]
                 try:
                     y = kernel(*args)
                     del args

@@ -124,20 +124,31 @@ def conv_weight_tiles(w: np.ndarray, n: int, ob_groups: Sequence[range],
 
 
 def gemm_weight_tiles(w_kn: np.ndarray, n: int, ob_groups: Sequence[range],
-                      cb_passes: Sequence[range]) -> list[bytes]:
+                      cb_passes: Sequence[range]) -> bytes:
     """`conv_weight_tiles` of a GEMM's (K, Nout) int8 weight (the 1x1 conv weight ``w_kn.T``),
-    tiled straight from that layout: tile (ob, cb) holds w_kn[cb*N + k, ob*N + n] at [k][n]."""
+    the chunks one after the other (``b"".join`` of that list), tiled straight from that
+    layout into one buffer: tile (ob, cb) holds w_kn[cb*N + k, ob*N + n] at [k][n]."""
     w_kn = np.asarray(w_kn)
     if w_kn.ndim != 2:
         raise ValueError(f"expected a (K, Nout) weight, got shape {w_kn.shape}")
     k, nout = w_kn.shape
     kb, nbo = blocks(k, n), blocks(nout, n)
-    wp = np.zeros((kb * n, nbo * n), np.int8)
-    wp[:k, :nout] = w_kn
-    # [cb, k, ob, n] -> [ob, cb, k, n]
-    t = wp.reshape(kb, n, nbo, n).transpose(2, 0, 1, 3)
-    return [np.ascontiguousarray(t[g.start:g.stop, p.start:p.stop]).tobytes()
-            for g in ob_groups for p in cb_passes]
+    if k == kb * n and nout == nbo * n:
+        wp = w_kn.astype(np.int8, copy=False)
+    else:
+        wp = np.zeros((kb * n, nbo * n), np.int8)
+        wp[:k, :nout] = w_kn
+    out = np.empty(sum(len(g) * len(p) for g in ob_groups for p in cb_passes) * n * n, np.int8)
+    at = 0
+    for g in ob_groups:
+        for p in cb_passes:
+            size = len(g) * len(p) * n * n
+            # [cb, k, ob, n] -> [ob, cb, k, n]
+            out[at:at + size].reshape(len(g), len(p), n, n)[...] = \
+                wp[p.start * n:p.stop * n, g.start * n:g.stop * n] \
+                .reshape(len(p), n, len(g), n).transpose(2, 0, 1, 3)
+            at += size
+    return out.tobytes()
 
 def lane_rows(values: np.ndarray, n: int, fill: int = 0) -> np.ndarray:
     """Per-channel int32 values -> (blocks, N) rows (the ACC row format), padding with `fill`."""

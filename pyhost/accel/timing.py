@@ -159,35 +159,108 @@ def estimate(insns: Sequence[Insn], cfg: AccelConfig = DEFAULT_CONFIG, mem_laten
     recent: list[deque[int]] = [deque(maxlen=cap) for _ in range(3)]
     tokens: list[deque[int]] = [deque() for _ in range(4)]
     counters = _COUNTERS
-    for pc, u, d, f in zip(range(k), unit.tolist(), dur.tolist(), flags.tolist(), strict=True):
-        t = fetch_t + 1
-        r = recent[u]
-        if len(r) == cap and r[0] > t:
-            t = r[0]
-        fetch_t = t
-        start = unit_t[u]
-        if start <= t:
-            start = t + 1
-        if f:
-            pops, pushes = counters[u][f]
-            for c in pops:
-                q = tokens[c]
-                if not q:
-                    raise StreamOrderError(f"instruction {pc} ({stream[pc]}) pops a token that "
-                                           "no earlier instruction pushed")
-                v = q.popleft()
-                if v > start:
-                    start = v
-            end = start + d
-            for c in pushes:
-                tokens[c].append(end)
-        else:
-            end = start + d
-        unit_t[u] = end
-        r.append(end)
+
+    def scalar(a: int, b: int) -> None:
+        """Instructions a..b-1, one by one."""
+        nonlocal fetch_t
+        for pc, u, d, f in zip(range(a, b), unit[a:b].tolist(), dur[a:b].tolist(),
+                               flags[a:b].tolist(), strict=True):
+            t = fetch_t + 1
+            r = recent[u]
+            if len(r) == cap and r[0] > t:
+                t = r[0]
+            fetch_t = t
+            start = unit_t[u]
+            if start <= t:
+                start = t + 1
+            if f:
+                pops, pushes = counters[u][f]
+                for c in pops:
+                    q = tokens[c]
+                    if not q:
+                        raise StreamOrderError(f"instruction {pc} ({stream[pc]}) pops a token "
+                                               "that no earlier instruction pushed")
+                    v = q.popleft()
+                    if v > start:
+                        start = v
+                end = start + d
+                for c in pushes:
+                    tokens[c].append(end)
+            else:
+                end = start + d
+            unit_t[u] = end
+            r.append(end)
+
+    # a run of flagless instructions of one unit (a layer's GEMMs between two loads) has a
+    # closed form after its first `cap` (`_busy_tail`), which needs every instruction to take
+    # a cycle at least (always so) and room for two in a queue
+    fast = cap >= 2 and bool(k) and int(dur.min()) >= 1
+    psum = np.cumsum(dur)
+    for a, b, run in _runs(unit, flags, RUN_MIN) if fast else [(0, k, False)]:
+        i = min(b, a + cap) if run else b
+        scalar(a, i)
+        if i < b:
+            u = int(unit[a])
+            fetch_t, unit_t[u] = _busy_tail(psum, i, b, fetch_t, unit_t[u], recent[u], cap)
     return Estimate(max([fetch_t, *unit_t]), int(it[array].sum()), int(dur[array].sum()),
                     busy[Unit.COMPUTE], busy[Unit.LOAD], busy[Unit.STORE], count,
                     int((it * lanes)[array].sum()) * cfg.n)
+
+
+#: `estimate` takes runs of at least this many flagless instructions of one unit in closed
+#: form (`_busy_tail`); shorter ones go through its loop.
+RUN_MIN = 32
+
+
+def _runs(unit: np.ndarray, flags: np.ndarray, least: int) -> list[tuple[int, int, bool]]:
+    """The stream cut into pieces (start, stop, run): the maximal runs of at least ``least``
+    consecutive instructions of one unit without flags (run True), and what lies between
+    them (run False)."""
+    k = unit.size
+    plain = flags == 0
+    cut = np.ones(k + 1, bool)
+    cut[1:k] = (unit[1:] != unit[:-1]) | ~plain[1:] | ~plain[:-1]
+    edges = np.flatnonzero(cut)
+    starts, stops = edges[:-1], edges[1:]
+    long = (stops - starts >= least) & plain[starts]
+    out: list[tuple[int, int, bool]] = []
+    at = 0
+    for a, b in zip(starts[long].tolist(), stops[long].tolist(), strict=True):
+        if a > at:
+            out.append((at, a, False))
+        out.append((a, b, True))
+        at = b
+    if at < k:
+        out.append((at, k, False))
+    return out
+
+
+def _busy_tail(psum: np.ndarray, i: int, b: int, fetch: int, busy_until: int,
+               recent: deque[int], cap: int) -> tuple[int, int]:
+    """`estimate`'s loop over instructions i..b-1 of a run of one unit without flags, in closed
+    form: (the fetch time of the last, its finish time); ``recent`` (the unit's queue: the
+    finish times of instructions i-cap..i-1, all of the run) gets theirs. ``psum``: the running
+    sum of the stream's busy cycles d; ``fetch`` and ``busy_until``: the fetch and finish times
+    of instruction i-1.
+
+    For j >= i the loop fetches j at T_j = max(T_{j-1} + 1, e_{j-cap}) (its queue is full: the
+    finish time of the instruction cap places back). Instruction j-1 finishes at
+    e_{j-1} >= T_{j-1} + 2 (it starts a cycle after its fetch at the earliest and takes a cycle
+    at least) and after e_{j-cap} (finish times of one unit grow), so e_{j-1} > T_j: j starts
+    when j-1 finishes, e_j = e_{j-1} + d_j, the running sum of d. And e_{j-cap} + (b-1-j) does
+    not fall as j grows, so T_{b-1} = max(T_{i-1} + b - i, e_{b-1-cap})."""
+    base = busy_until - int(psum[i - 1])
+
+    def end(j: int) -> int:
+        if j >= i - 1:
+            return base + int(psum[j])
+        return recent[j - (i - cap)]          # still in the queue
+
+    last = b - 1
+    t = max(fetch + b - i, end(last - cap))
+    finish = end(last)
+    recent.extend(end(j) for j in range(max(i, b - cap), b))
+    return t, finish
 
 
 #: Cycles per iteration of each XALU alu_op (1 for those that do not exist: never fetched)

@@ -163,15 +163,80 @@ def test_weight_tiles_order() -> None:
 
 
 def test_gemm_weight_tiles_are_the_1x1_conv_tiles() -> None:
-    """A GEMM's (K, Nout) weight tiles as the 1x1 conv weight w_kn.T does, for any split into
-    groups and passes (and a weight that is itself a transposed view)."""
+    """A GEMM's (K, Nout) weight tiles as the 1x1 conv weight w_kn.T does (its chunks one after
+    the other), for any split into groups and passes, padded or not (and a weight that is
+    itself a transposed view)."""
     rng = np.random.default_rng(3)
     w_kn = rng.integers(-128, 128, (37, 21)).astype(np.int8)
     for groups, passes in (([range(0, 3)], [range(0, 5)]),
                            ([range(0, 2), range(2, 3)], [range(0, 3), range(3, 5)])):
-        want = layout.conv_weight_tiles(w_kn.T[:, :, None, None], N, groups, passes)
+        want = b"".join(layout.conv_weight_tiles(w_kn.T[:, :, None, None], N, groups, passes))
         assert layout.gemm_weight_tiles(w_kn, N, groups, passes) == want
         assert layout.gemm_weight_tiles(np.ascontiguousarray(w_kn.T).T, N, groups, passes) == want
+    # whole blocks (no padding): the weight is tiled as it is, a transposed view too
+    whole = w_kn[:4 * N, :2 * N]
+    for groups, passes in (([range(0, 2)], [range(0, 4)]),
+                           ([range(0, 1), range(1, 2)], [range(0, 3), range(3, 4)])):
+        want = b"".join(layout.conv_weight_tiles(whole.T[:, :, None, None], N, groups, passes))
+        assert layout.gemm_weight_tiles(whole, N, groups, passes) == want
+        assert layout.gemm_weight_tiles(np.ascontiguousarray(whole.T).T, N, groups, passes) \
+            == want
+
+
+# --- word blocks ------------------------------------------------------------------------------
+
+def test_word_blocks_add_in_128_bits() -> None:
+    """words.grid adds 128-bit values exactly (the low halves carry into the high ones), and
+    words.stream of words and blocks is the stream of the same words one by one."""
+    from compiler.plugins.accel.kernels import words as W
+
+    rng = np.random.default_rng(4)
+    offs = [0, 1, 5, (1 << 64) - 1, 1 << 64, (1 << 64) + 3, 7 << 70, (1 << 127) - 9]
+    for first in (0, 9, (1 << 64) - 4, (1 << 64) + 2, 3 << 100):
+        got = W.stream([W.grid(first, W.block(offs))])
+        assert got == isa.Stream.from_words([(first + o) % (1 << 128) for o in offs])
+    ints = [int(v) for v in rng.integers(0, 1 << 62, 40)]
+    ints = [v << int(k) for v, k in zip(ints, rng.integers(0, 66, 40), strict=True)]
+    pieces = [ints[0], W.block(ints[1:9]), ints[9], ints[10], W.block(ints[11:11]),
+              W.block(ints[11:30]), *ints[30:]]
+    assert W.stream(pieces) == isa.Stream.from_words(ints)
+    blk = W.block([W.gemm(outer=1, inner=1)] * 3)
+    W.flag_row(blk, -1, "push_prev", "pop_next")
+    assert isa.Stream(blk.tobytes())[2] == isa.gemm(outer=1, inner=1, push_prev=1, pop_next=1)
+    with pytest.raises(AssertionError, match="already has push_prev"):
+        W.flag_row(blk, 2, "push_prev")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_pipeline_of_blocks_is_the_pipeline_of_words(seed: int) -> None:
+    """A software pipeline whose steps compute with blocks of words gives the stream of the
+    same pipeline with lists of words: flags and interleaved loads and stores alike."""
+    from compiler.plugins.accel.kernels import words as W
+    from compiler.plugins.accel.kernels.pipeline import _pipeline, _Step
+
+    rng = np.random.default_rng(seed)
+
+    def words(k: int, op: isa.Opcode) -> list[int]:
+        return [isa.word(op, outer=int(a), inner=1) if op != isa.Opcode.LOAD else
+                isa.word(op, buf=int(isa.Buffer.INP), y_size=int(a), x_size=1)
+                for a in rng.integers(0, 50, k)]
+
+    steps = []
+    n = int(rng.integers(1, 12))
+    for i in range(n):
+        new = i == 0 or rng.random() < 0.4
+        steps.append(_Step(words(int(rng.integers(1 if new else 0, 5)), isa.Opcode.LOAD),
+                           words(int(rng.integers(1, 40)), isa.Opcode.GEMM), [], new))
+    for i, step in enumerate(steps):       # the stores go with each tile's last step
+        if i + 1 == n or steps[i + 1].new_acc:
+            step.stores.extend(isa.word(isa.Opcode.STORE, buf=int(isa.Buffer.ACC8), y_size=1,
+                                      x_size=int(a)) for a in rng.integers(1, 9, 3))
+    as_blocks = [_Step(p.loads, W.block(p.compute), p.stores, p.new_acc) for p in steps]
+    want = isa.Stream.from_words(_pipeline(steps))
+    assert W.stream(_pipeline(as_blocks)) == want
+    # the steps given are left as they were
+    assert [p.compute.tolist() for p in as_blocks] == [W.block(p.compute).tolist()
+                                                        for p in steps]
 
 
 # --- Conv2d -------------------------------------------------------------------------------------

@@ -152,16 +152,51 @@ def test_scratch_is_reused_by_liveness(demo: Graph) -> None:
             assert ax + nx <= ay or ay + ny <= ax, f"{x.name} and {y.name} overlap"
 
 
-def test_blocked_fc_weight_reads_the_blocked_tensor() -> None:
-    """The FC weights permuted to the blocked layout give flatten(x) @ W from the packed x."""
+def test_a_relocated_kernel_is_the_kernel_generated_there() -> None:
+    """relocate moves a kernel generated at the placeholder places to others: the same stream
+    as the kernel generated at those places, and the same cycle estimate (the code generator
+    estimates the program the layers were checked with, once for the layers sharing it)."""
+    from compiler.plugins.accel import kernels as K
+    from tb.accel.randprog import random_conv_quant, random_gemm_quant
+
+    rng = np.random.default_rng(11)
+    cq, gq = random_conv_quant(rng, 24, 16, 3, 3), random_gemm_quant(rng, 200, 40)
+
+    def make(inp: K.Ref, out: K.Ref, consts: K.Ref) -> list[K.Kernel]:
+        return [K.conv2d((1, 16, 9, 9), cq, inp=inp, out=out, consts=consts,
+                         pads=(1, 1, 1, 1)),
+                K.gemm(3, gq, inp=inp, out=out, consts=consts),
+                K.maxpool2d((1, 16, 9, 9), (3, 3), inp=inp, out=out, strides=(2, 2),
+                            zero_point=-3)]
+
+    where = (K.Ref(6, 4096), K.Ref(7, 1 << 20), K.Ref(0, 1 << 16))
+    for placed, there in zip(make(K.Ref(2), K.Ref(3), K.Ref(0)), make(*where), strict=True):
+        moved = lower.relocate(placed, [where[0]], where[1], where[2])
+        assert isa.Stream.of(moved.insns) == isa.Stream.of(there.insns)
+        assert moved.insns != placed.insns
+        for lat in (0, timing.RTL_MEM_LATENCY):
+            assert timing.estimate(moved.insns, mem_latency=lat) == \
+                timing.estimate(placed.insns, mem_latency=lat)
+
+
+@pytest.mark.parametrize("columns", [1, 3, 128])
+def test_blocked_fc_weight_reads_the_blocked_tensor(columns: int, monkeypatch) -> None:
+    """The FC weights permuted to the blocked layout give flatten(x) @ W from the packed x,
+    whether they are permuted a few outputs at a time or all at once, from a (K, Nout) array
+    or the transposed view of an (Nout, K) one, with and without padding channels."""
+    monkeypatch.setattr(lower, "FC_PERMUTE_COLUMNS", columns)
     rng = np.random.default_rng(0)
-    for n, shape in ((8, (2, 13, 3, 5)), (4, (1, 8, 2, 2)), (16, (3, 20, 1, 1))):
+    for n, shape in ((8, (2, 13, 3, 5)), (4, (1, 8, 2, 2)), (16, (3, 20, 1, 1)),
+                     (8, (1, 16, 2, 3))):
         x = rng.integers(-128, 128, shape).astype(np.int8)
-        w = rng.integers(-127, 128, (math.prod(shape[1:]), 7)).astype(np.int64)
-        wb = lower.blocked_fc_weight(w, shape, n)
-        xb = np.frombuffer(layout.pack_act(x, n, fill=99), np.int8).reshape(shape[0], -1)
-        np.testing.assert_array_equal(xb.astype(np.int64) @ wb,
-                                      x.reshape(shape[0], -1).astype(np.int64) @ w)
+        k = math.prod(shape[1:])
+        for w in (rng.integers(-127, 128, (k, 7)).astype(np.int64),
+                  rng.integers(-127, 128, (7, k)).astype(np.int8).T):
+            wb = lower.blocked_fc_weight(w, shape, n)
+            assert wb.dtype == w.dtype and wb.flags.c_contiguous
+            xb = np.frombuffer(layout.pack_act(x, n, fill=99), np.int8).reshape(shape[0], -1)
+            np.testing.assert_array_equal(xb.astype(np.int64) @ wb.astype(np.int64),
+                                          x.reshape(shape[0], -1).astype(np.int64) @ w)
 
 
 def test_resnet50_partition() -> None:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from onnx import helper
 
 from compiler.errors import OptionsError, QuantizationError
+from compiler.ops._common_matmul import widening_matmul
 from compiler.ops.op_conv import conv_nd
 from compiler.pipeline import compile_model
 from compiler.quantize import (
@@ -491,9 +492,11 @@ def test_the_wide_cpu_runner_computes_in_float64() -> None:
 
 def test_the_wide_runner_widens_large_constants_where_used(monkeypatch) -> None:
     """A constant above the cache size stays float32 in the runner and is widened for each op
-    that reads it: every tensor the observer sees, and the outputs, are exactly those of the
-    run that widens every constant up front (run twice: nothing large is kept between runs)."""
+    that reads it, a Gemm's weight by the Gemm itself (`widening_matmul`): every tensor the
+    observer sees, and the outputs, are exactly those of the run that widens every constant up
+    front (run twice: nothing large is kept between runs)."""
     from compiler.frontend import import_onnx
+    from compiler.ops import op_gemm
     from compiler.passes import run_pipeline
     from compiler.runtime import cpu
     from compiler.zoo import DEMO_INPUT, demo_cnn, demo_input
@@ -501,6 +504,13 @@ def test_the_wide_runner_widens_large_constants_where_used(monkeypatch) -> None:
     g = import_onnx(demo_cnn())
     run_pipeline(g)
     x = {DEMO_INPUT: demo_input()}
+    weights: list[np.dtype] = []
+
+    def spy(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        weights.append(b.dtype)
+        return widening_matmul(a, b)
+
+    monkeypatch.setattr(op_gemm, "widening_matmul", spy)
 
     def run(cache_bytes: int) -> tuple[dict[str, np.ndarray], list[np.ndarray], dict[str, Any]]:
         monkeypatch.setattr(cpu, "WIDE_CACHE_BYTES", cache_bytes)
@@ -510,10 +520,126 @@ def test_the_wide_runner_widens_large_constants_where_used(monkeypatch) -> None:
         outs = [r.run(x), r.run(x)]
         return seen, [o for d in outs for o in d.values()], dict(r._wide_consts)
 
-    big, small = run(1 << 40), run(0)
+    big = run(1 << 40)
+    assert weights and set(weights) == {np.dtype(np.float64)}
+    weights.clear()
+    small = run(0)
+    assert weights and set(weights) == {np.dtype(np.float32)}     # no float64 copy of it
     assert big[2] and not small[2]           # every constant kept, then none
     assert big[0].keys() == small[0].keys()
     for k, v in big[0].items():
         assert v.dtype == small[0][k].dtype == np.float64 and np.array_equal(v, small[0][k]), k
     for a, b in zip(big[1], small[1], strict=True):
         assert a.dtype == b.dtype == np.float64 and np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("block_bytes", [1, 64 * 40 * 8, 200 * 40 * 8, 16 << 20])
+def test_widening_matmul_is_the_product_of_the_widened_weight(block_bytes: int) -> None:
+    """widening_matmul(a, b) widens b a block of columns at a time (one block or several, the
+    last one short) and gives np.matmul(a, b widened): on integer-valued data, where every
+    order of summation is exact, bit for bit; for a weight and for the transposed view of one
+    (Gemm's transB), 1-D to 3-D activations, float32 and float16 weights."""
+    rng = np.random.default_rng(7)
+    k = 40
+    for n in (1, 63, 64, 130, 333):
+        for dtype in (np.float32, np.float16):
+            w = rng.integers(-60, 61, (k, n)).astype(dtype)
+            for b in (w, np.ascontiguousarray(w.T).T):
+                for shape in ((k,), (1, k), (5, k), (2, 3, k)):
+                    a = rng.integers(-100, 101, shape).astype(np.float64)
+                    got = widening_matmul(a, b, block_bytes)
+                    want = np.matmul(a, b.astype(np.float64))
+                    assert got.dtype == np.float64 and got.shape == want.shape
+                    assert np.array_equal(got, want), (n, dtype, shape, b.strides)
+
+
+def test_widening_matmul_leaves_other_operands_to_numpy() -> None:
+    """Operands of one type, integers, a 1-D weight or a narrow activation: np.matmul itself."""
+    rng = np.random.default_rng(8)
+    a32 = rng.standard_normal((3, 20)).astype(np.float32)
+    for a, b in ((a32, rng.standard_normal((20, 6)).astype(np.float32)),
+                 (a32.astype(np.float64), rng.standard_normal((20, 6))),
+                 (a32.astype(np.float64), rng.standard_normal(20).astype(np.float32)),
+                 (a32, rng.standard_normal((20, 6))),
+                 (rng.integers(0, 9, (3, 20)), rng.integers(0, 9, (20, 6)))):
+        got = widening_matmul(a, b, 1)
+        want = np.matmul(a, b)
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("op_type", ["Gemm", "MatMul"])
+def test_gemm_and_matmul_widen_a_narrow_weight_in_blocks(op_type: str, monkeypatch) -> None:
+    """Gemm (transB, alpha, beta, C) and MatMul with a float64 input and a float32 weight: the
+    product of the widened weight, computed in blocks (integer-valued data: exact)."""
+    from compiler.ops import _common_matmul
+    from compiler.ops.registry import get_opdef
+    from compiler.xir import Graph
+
+    monkeypatch.setattr(_common_matmul, "WIDEN_BLOCK_BYTES", 1)
+    rng = np.random.default_rng(9)
+    g = Graph("g")
+    a = rng.integers(-9, 10, (2, 30)).astype(np.float64)
+    w = rng.integers(-9, 10, (150, 30)).astype(np.float32)          # (N, K): transB
+    c = rng.integers(-9, 10, 150).astype(np.float32)
+    x = g.create_op("x", "data", shape=(2, 30), dtype="float32")
+    wt = g.create_op("w", "const", attrs={"data": w})
+    opdef = get_opdef(op_type)
+    if op_type == "Gemm":
+        ct = g.create_op("c", "const", attrs={"data": c})
+        op = g.create_op("y", "Gemm", {"A": [x], "B": [wt], "C": [ct]},
+                         {"transB": 1, "alpha": 2.0, "beta": 3.0})
+        got = opdef.run(op, a, w, c.astype(np.float64))
+        want = 2.0 * (a @ w.T.astype(np.float64)) + 3.0 * c.astype(np.float64)
+    else:
+        op = g.create_op("y", "MatMul", {"A": [x], "B": [wt]})
+        got = opdef.run(op, a, np.ascontiguousarray(w.T))
+        want = a @ w.T.astype(np.float64)
+    assert 1 in opdef.narrow_inputs
+    assert got.dtype == np.float64 and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("block_bytes", [1, 4096, 8 << 20])
+def test_weight_params_in_blocks_are_the_float64_computation(block_bytes: int,
+                                                             monkeypatch) -> None:
+    """weight_params quantizes a block of rows at a time without a float64 copy of the
+    weights: the int8 weights and scales are exactly those of the whole computation in float64
+    (float32, float16 and float64 weights, either axis, zero channels, raised minimum
+    scales, integer weights)."""
+    from compiler.quantize import params
+
+    monkeypatch.setattr(params, "QUANTIZE_BLOCK_BYTES", block_bytes)
+
+    def whole(w: np.ndarray, axis: int, min_scale: np.ndarray | None
+              ) -> tuple[np.ndarray, np.ndarray]:
+        w64 = np.array(w, np.float64)
+        axes = tuple(i for i in range(w64.ndim) if i != axis)
+        amax = np.maximum(w64.max(axis=axes), -w64.min(axis=axes)) if axes else np.abs(w64)
+        scale = np.where(amax > 0, amax / params.WMAX, 1.0)
+        if min_scale is not None:
+            scale = np.maximum(scale, min_scale)
+        scale = np.maximum(scale.astype(np.float32), np.float32(params.MIN_SCALE))
+        if min_scale is not None:
+            low = scale.astype(np.float64) < min_scale
+            scale = np.where(low, np.nextafter(scale, np.float32(np.inf)), scale).astype(
+                np.float32)
+        shape = [1] * w64.ndim
+        shape[axis] = -1
+        q = np.clip(np.rint(w64 / scale.astype(np.float64).reshape(shape)), -127, 127)
+        return q.astype(np.int8), scale
+
+    rng = np.random.default_rng(10)
+    for shape, axis in (((16, 3, 3, 3), 0), ((40, 70), 0), ((70, 40), 1), ((9,), 0),
+                        ((5, 30, 3), 1)):
+        spread = rng.uniform(0.01, 3, shape[axis]).reshape(
+            [-1 if i == axis else 1 for i in range(len(shape))])
+        for dtype in (np.float32, np.float16, np.float64, np.int16):
+            w = (rng.standard_normal(shape) * spread * (40 if dtype == np.int16 else 1))
+            w = w.astype(dtype)
+            w.reshape(-1)[::7] = 0
+            if len(shape) > 1:
+                w[(slice(None),) * axis + (0,)] = 0                 # a channel of zeros
+            for min_scale in (None, rng.uniform(0, 0.05, shape[axis])):
+                q, sc = weight_params(w, axis, min_scale)
+                q0, s0 = whole(w, axis, min_scale)
+                assert q.dtype == np.int8 and np.array_equal(q, q0)
+                assert np.array_equal(sc.view(np.uint32), s0.view(np.uint32))

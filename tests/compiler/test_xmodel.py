@@ -149,6 +149,24 @@ def _doc_edit(change: Any) -> Any:
     return edit
 
 
+def test_arrays_are_written_as_numpy_writes_them() -> None:
+    """The writer's .npy entries are byte for byte numpy's write_array output (which copies a
+    stream's data in pieces; the writer hands over a contiguous array's memory as it is): every
+    numeric and bool dtype, both byte orders, 0-d, empty, C and Fortran order, transposed,
+    strided and broadcast arrays."""
+    rng = np.random.default_rng(0)
+    for dt in ("i1", "u1", "i2", "<u2", "i4", ">i4", "i8", "f2", "f4", "f8", ">f8", "c8",
+               "c16", "?"):
+        for shape in ((), (0,), (5,), (3, 4), (2, 3, 4), (0, 3), (1, 1, 7)):
+            a = (rng.standard_normal(shape) * 50).astype(dt)
+            for v in (a, np.asfortranarray(a), a.T, a[..., ::2] if a.ndim else a,
+                      np.broadcast_to(a, (2, *a.shape))):
+                want, got = io.BytesIO(), io.BytesIO()
+                np.lib.format.write_array(want, v, allow_pickle=False)
+                xmodel._write_npy(got, v)
+                assert got.getvalue() == want.getvalue(), (dt, v.shape, v.strides)
+
+
 def test_corrupt_files_give_clear_errors(conv_model: onnx.ModelProto, tmp_path: Path) -> None:
     data = xmodel.dumps(compiled(conv_model, quantize=False))
     with pytest.raises(XmodelError, match="does not exist"):

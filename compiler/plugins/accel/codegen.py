@@ -24,7 +24,7 @@ tensors.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from compiler.errors import PartitionError, QuantizationError
 from compiler.plugins.accel import kernels as K
@@ -48,6 +48,7 @@ from pyhost.accel.abi import (
     card_align,
 )
 from pyhost.spec.accel import AccelConfig
+from pyhost.spec.isa import Insn
 
 
 def compile_subgraph(subgraph: Subgraph, cfg: AccelConfig,
@@ -61,11 +62,16 @@ def compile_subgraph(subgraph: Subgraph, cfg: AccelConfig,
     plan = plan_step(layers, cfg.n)
     n = cfg.n
     calign = card_align(n)
-    blob = bytearray()
+    blob: list[bytes] = []          # the layers' constants and their padding, joined once
+    size = 0
     kernels: list[K.Kernel] = []
     per_layer = []
+    #: by id, the estimate of each program the layers were checked with (and the program):
+    #: layers of one geometry share one (`kernels.conv2d`), and relocating it moves no cycle
+    #: (`relocate` rewrites slots and offsets only)
+    estimates: dict[int, tuple[Sequence[Insn], timing.Estimate]] = {}
     for ly in layers:
-        off = align_up(len(blob), calign)
+        off = align_up(size, calign)
         ins, out, cref = [plan.refs[t] for t in ly.inputs], plan.refs[ly.output], \
             K.Ref(CONST_SLOT, off)
         try:
@@ -81,10 +87,14 @@ def compile_subgraph(subgraph: Subgraph, cfg: AccelConfig,
             raise PartitionError(f"accel: layer {ly.name!r} of {subgraph.name!r} cannot be "
                                  f"generated: {e}") from e
         if kern.consts is not None:
-            blob += bytes(off - len(blob))
-            blob += kern.consts.data
+            blob += [bytes(off - size), kern.consts.data]
+            size = off + len(kern.consts.data)
         kernels.append(kern)
-        est = timing.estimate(kern.insns, cfg)
+        base = checked[ly.head].insns if checked is not None and ly.head in checked \
+            and ly.kind not in COPIES else kern.insns
+        if id(base) not in estimates:
+            estimates[id(base)] = base, timing.estimate(base, cfg)
+        est = estimates[id(base)][1]
         macs = layer_macs(ly)
         per_layer.append({
             "name": ly.name, "kind": ly.kind, "ops": [op.type for op in ly.ops],
@@ -115,7 +125,7 @@ def compile_subgraph(subgraph: Subgraph, cfg: AccelConfig,
                 feature_scales=q.feature_scales).to_attr())
     macs = sum(p["macs"] for p in per_layer)
     subgraph.set_attr("accel_program", raw)
-    subgraph.set_attr("accel_consts", bytes(blob))
+    subgraph.set_attr("accel_consts", b"".join(blob))
     subgraph.set_attr("accel_scratch_bytes", plan.scratch_bytes)
     subgraph.set_attr("accel_io", io)
     subgraph.set_attr("accel_config", dataclasses.asdict(cfg))

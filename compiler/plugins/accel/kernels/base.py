@@ -165,17 +165,22 @@ class _Blob:
         _check_ref(ref, n * n, "constant blob")
         self.ref = ref
         self.align = n * n
-        self.data = bytearray()
+        #: the sections and their padding, joined once by `done` (a layer's weights can be
+        #: 100 MB: VGG-19's first FC)
+        self.parts: list[bytes] = []
+        self.size = 0
         self.sections: list[tuple[str, int, int]] = []
 
     def add(self, name: str, data: bytes) -> int:
         """Append a section; its offset from the slot base (for LOAD.offset)."""
-        pad = -len(self.data) % self.align
-        self.data += bytes(pad)
-        off = len(self.data)
-        self.data += data
+        pad = -self.size % self.align
+        if pad:
+            self.parts.append(bytes(pad))
+        off = self.size + pad
+        self.parts.append(bytes(data))
+        self.size = off + len(data)
         self.sections.append((name, off, len(data)))
         return self.ref.offset + off
 
     def done(self) -> ConstBlob:
-        return ConstBlob(self.ref, bytes(self.data), tuple(self.sections))
+        return ConstBlob(self.ref, b"".join(self.parts), tuple(self.sections))

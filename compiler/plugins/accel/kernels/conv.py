@@ -4,6 +4,7 @@ order and the per-step instruction streams."""
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -128,13 +129,13 @@ def _conv_geom(in_shape: Sequence[int], w: np.ndarray, strides: Sequence[int],
     return g
 
 
-def _live_counts(live: np.ndarray, obg: int, cbp: int) -> np.ndarray:
-    """Live (output block, input block) tile pairs per (output-block group, input pass)."""
-    a = np.add.reduceat(live.astype(np.int64), np.arange(0, live.shape[0], obg), axis=0)
-    return np.add.reduceat(a, np.arange(0, live.shape[1], cbp), axis=1)
+def _live_rows(live: np.ndarray, obg: int) -> np.ndarray:
+    """Live tile pairs per (output-block group, input block)."""
+    return np.add.reduceat(live.astype(np.int64), np.arange(0, live.shape[0], obg), axis=0)
 
 
-#: `_sparse_profile`: (count, steps) histograms and the last step's count
+#: `_sparse_profile` of the live pairs per (output-block group, input pass): (count, steps)
+#: histograms and the last step's count
 _Profile = tuple[list[tuple[int, int]], list[tuple[int, int]], int]
 
 
@@ -143,8 +144,10 @@ def _sparse_profile(cnt: np.ndarray) -> _Profile:
     over the passes before the last, the same over the last pass of every group but the last,
     and the last group's last pass."""
     def hist(a: np.ndarray) -> list[tuple[int, int]]:
-        v, k = np.unique(a, return_counts=True)
-        return list(zip(v.tolist(), k.tolist(), strict=True))
+        if a.size > 256:
+            v, k = np.unique(a, return_counts=True)
+            return list(zip(v.tolist(), k.tolist(), strict=True))
+        return sorted(Counter(a.reshape(-1).tolist()).items())
 
     return hist(cnt[:, :-1]), hist(cnt[:-1, -1]), int(cnt[-1, -1])
 
@@ -161,7 +164,11 @@ def _sparse_pipe_cost(order: str, nrt: int, groups: int, passes: int,
     inner, last_pass, last = profile
 
     def steps(hist: list[tuple[int, int]], q: int, load: int) -> int:
-        return sum(k * max(v * g_pair + q + 1, load) for v, k in hist)
+        total = 0
+        for v, k in hist:
+            c = v * g_pair + q + 1
+            total += k * (c if c > load else load)
+        return total
 
     c_last = last * g_pair + q_tile + 1
     cost = nrt * steps(inner, 0, li + lw)
@@ -205,9 +212,15 @@ def _conv_plans_of(g: _Geom, cfg: AccelConfig, params: int,
     params_load = mem_cycles(1, params * 4 * n, params, lat)
     resident_load = mem_cycles(1, total_tiles * n * n, total_tiles, lat)
     out = []
+    # what does not depend on every loop: the output-group sizes, each (rows, group size)'s
+    # bias loads and stores, each (pass size, group size)'s weight chunk (its load, and a
+    # grouped conv's live pairs), each (pass size, rows)'s input tile load
+    group_sizes = [obg for obg in _balanced(g.nbo) if obg <= _LOOP]
+    tile_loads: dict[tuple[int, int], tuple[int, int]] = {}
+    live_rows: dict[int, np.ndarray] = {}
     for cbp in _balanced(g.nbi):
         passes = _cdiv(g.nbi, cbp)
-        counts: dict[int, tuple[int, _Profile]] = {}   # per obg: most live pairs, profile
+        counts: dict[int, tuple[int, _Profile | None, int]] = {}   # per obg: chunk, profile, lw
         for r in _balanced(g.oh):
             rin = g.rows_in(r)
             p = r * g.ow
@@ -218,21 +231,30 @@ def _conv_plans_of(g: _Geom, cfg: AccelConfig, params: int,
                 li = cbp * mem_cycles(rin, g.w * n, rin * wp, lat)
             else:
                 li = cbp * mem_cycles(1, rin * g.w * n, rin * wp, lat)
-            for obg in _balanced(g.nbo):
-                if obg * p > acc_rows or obg > _LOOP:
+            q_tile_p = p + _INSN_COST
+            for obg in group_sizes:
+                if obg * p > acc_rows:
                     continue
                 groups = _cdiv(g.nbo, obg)
-                if live is None:
-                    chunk, pairs = obg * cbp, obg * cbp
-                else:
-                    if obg not in counts:
-                        cnt = _live_counts(live, obg, cbp)
-                        counts[obg] = int(cnt.max()), _sparse_profile(cnt)
-                    chunk, profile = counts[obg]
-                    pairs = 0
-                lw = mem_cycles(1, chunk * taps * n * n, chunk * taps, lat)
-                lb = obg * mem_cycles(_cdiv(p, BIAS_COPIES), BIAS_COPIES * 4 * n, p, lat)
-                st = mem_cycles(obg, p * n, obg * p, lat)
+                got = counts.get(obg)
+                if got is None:
+                    if live is None:
+                        chunk, profile = obg * cbp, None
+                    else:
+                        rows_of = live_rows.get(obg)
+                        if rows_of is None:
+                            rows_of = live_rows[obg] = _live_rows(live, obg)
+                        cnt = np.add.reduceat(rows_of, np.arange(0, g.nbi, cbp), axis=1)
+                        chunk, profile = int(cnt.max()), _sparse_profile(cnt)
+                    got = counts[obg] = (chunk, profile,
+                                         mem_cycles(1, chunk * taps * n * n, chunk * taps, lat))
+                chunk, profile, lw = got
+                bs = tile_loads.get((r, obg))
+                if bs is None:
+                    bs = tile_loads[(r, obg)] = (
+                        obg * mem_cycles(_cdiv(p, BIAS_COPIES), BIAS_COPIES * 4 * n, p, lat),
+                        mem_cycles(obg, p * n, obg * p, lat))
+                lb, st = bs
                 first = li + lb + params_load + (resident_load if resident else lw)
                 for order in ("rt", "og"):
                     inp_v, wgt_v, acc_v = _versions(order, nrt, groups, passes)
@@ -243,13 +265,13 @@ def _conv_plans_of(g: _Geom, cfg: AccelConfig, params: int,
                             or (not resident and chunk * taps
                                 > _region(cfg.wgt_depth, wgt_v, WGT_REGIONS))):
                         continue
-                    if live is None:
+                    if profile is None:
                         cost = _pipe_cost(order, nrt, groups, passes,
-                                          pairs * taps * (p + _INSN_COST), obg * p + _INSN_COST,
+                                          chunk * taps * q_tile_p, obg * p + _INSN_COST,
                                           0 if inp_v == 1 else li, 0 if wgt_v == 1 else lw, lb)
                     else:
                         cost = _sparse_pipe_cost(order, nrt, groups, passes, profile,
-                                                 taps * (p + _INSN_COST), obg * p + _INSN_COST,
+                                                 taps * q_tile_p, obg * p + _INSN_COST,
                                                  0 if inp_v == 1 else li,
                                                  0 if wgt_v == 1 else lw, lb)
                     cost = max(cost, acc_v * st) + first + st
@@ -444,6 +466,9 @@ def _conv_program(g: _Geom, cfg: AccelConfig, params: int, plan: _Plan, groups: 
     rtiles = [(b, oy0, min(plan.rows, g.oh - oy0)) for b in range(g.b)
               for oy0 in range(0, g.oh, plan.rows)]
     steps: list[_Step] = []
+    live_pairs: dict[tuple[int, int], list[tuple[int, int, int, int]]] = {}
+    bias_loads: dict[tuple[int, int, int], list[int]] = {}
+    dw_fields = [] if dwp is None else [dwp.insn_fields(d, g.dh) for d in dwp.passes]
     for si, rt, gi, pi, new, inp_base, wgt_base, acc_base in _tile_steps(
             plan, len(rtiles), len(groups), len(passes), cfg, params):
         b, oy0, rr = rtiles[rt]
@@ -471,8 +496,13 @@ def _conv_program(g: _Geom, cfg: AccelConfig, params: int, plan: _Plan, groups: 
                                   len(wchunks[gi * len(passes) + pi]) // (n * n), n * n)
         if new["acc"]:
             for j, ob in enumerate(gr):
-                loads += _bias_loads(consts.slot, bias_off + bias_rel[ob], acc_base + j * p, p,
-                                     1)
+                # the same for every row tile that lands in this ACC region
+                key = (ob, acc_base + j * p, p)
+                bias = bias_loads.get(key)
+                if bias is None:
+                    bias = bias_loads[key] = _bias_loads(consts.slot, bias_off + bias_rel[ob],
+                                                         acc_base + j * p, p, 1)
+                loads += bias
         compute: list[int] = []
         index = tile_index[0] if plan.resident else tile_index[gi * len(passes) + pi]
         # one GEMM per (output block, input block, tap): the step's first GEMM word plus the
@@ -480,24 +510,30 @@ def _conv_program(g: _Geom, cfg: AccelConfig, params: int, plan: _Plan, groups: 
         gemm0 = W.gemm(acc_base=acc_base, inp_base=inp_base, outer=rr, inner=g.ow,
                        acc_so=g.ow, acc_si=1, inp_so=g.sh * g.wp, inp_si=g.sw)
         top_acc = top_inp = top_wt = -1
-        for j, ob in enumerate(gr):
-            for k, cb in enumerate(pa):
-                if live is not None and not live[ob, cb]:
-                    continue
-                first = index[(ob, cb)] + (0 if plan.resident else wgt_base)
-                if dwp is not None:
-                    for t, dpass in enumerate(dwp.passes):
-                        f = dwp.insn_fields(dpass, g.dh)
-                        compute.append(W.dw(
-                            acc_base=acc_base + j * p, inp_base=inp_base + k * region
-                            + f["offset"], wgt_base=first + t, outer=rr, inner=g.ow,
-                            acc_so=g.ow, acc_si=1, inp_so=g.sh * pitch, inp_si=g.sw,
-                            taps=f["taps"], tap_w=f["tap_w"], tap_pitch=f["tap_pitch"]))
-                    continue
-                top_acc, top_inp, top_wt = max(top_acc, j * p), max(top_inp, k * region), \
-                    max(top_wt, first)
-                pair = gemm0 + j * p * ACC_1 + k * region * INP_1 + first * WGT_1
-                compute += [pair + d for d in tap_steps]
+        pairs = live_pairs.get((gi, pi))
+        if pairs is None:
+            # the (output block, input block) pairs of the step that hold weights, in order
+            if live is None:
+                pairs = [(j, ob, k, cb) for j, ob in enumerate(gr) for k, cb in enumerate(pa)]
+            else:
+                jj, kk = np.nonzero(live[gr.start:gr.stop, pa.start:pa.stop])
+                pairs = [(j, gr.start + j, k, pa.start + k)
+                         for j, k in zip(jj.tolist(), kk.tolist(), strict=True)]
+            live_pairs[(gi, pi)] = pairs
+        for j, ob, k, cb in pairs:
+            first = index[(ob, cb)] + (0 if plan.resident else wgt_base)
+            if dwp is not None:
+                for t, f in enumerate(dw_fields):
+                    compute.append(W.dw(
+                        acc_base=acc_base + j * p, inp_base=inp_base + k * region
+                        + f["offset"], wgt_base=first + t, outer=rr, inner=g.ow,
+                        acc_so=g.ow, acc_si=1, inp_so=g.sh * pitch, inp_si=g.sw,
+                        taps=f["taps"], tap_w=f["tap_w"], tap_pitch=f["tap_pitch"]))
+                continue
+            top_acc, top_inp, top_wt = max(top_acc, j * p), max(top_inp, k * region), \
+                max(top_wt, first)
+            pair = gemm0 + j * p * ACC_1 + k * region * INP_1 + first * WGT_1
+            compute += [pair + d for d in tap_steps]
         if top_wt >= 0:
             # every field of those GEMMs lies between the first word's and these, so each sum
             # above is the encoding: the range check of the whole step
@@ -614,7 +650,7 @@ def _gemm_kernel(m: int, w_kn: np.ndarray, bias: np.ndarray, requant: tuple | No
     blob = _Blob(consts, n)
     gl = groups if not plan.resident else [range(0, nbo)]
     pl = passes if not plan.resident else [range(0, kb)]
-    w_off = blob.add("weights", b"".join(layout.gemm_weight_tiles(w_kn, n, gl, pl)))
+    w_off = blob.add("weights", layout.gemm_weight_tiles(w_kn, n, gl, pl))
     chunk_off = {}
     o = w_off
     for gi, gr in enumerate(gl):
@@ -628,6 +664,8 @@ def _gemm_kernel(m: int, w_kn: np.ndarray, bias: np.ndarray, requant: tuple | No
         _need(np.asarray(mult).size == nout, "one multiplier and shift per output")
         req_off = blob.add("requant", layout.acc_rows_bytes(_requant_rows(mult, shift, nbo, n)))
     mtiles = [(m0, min(plan.rows, m - m0)) for m0 in range(0, m, plan.rows)]
+    #: what the GEMMs of a step add to its first word, by (obg, kbp): a block (words.grid)
+    grids: dict[tuple[int, int], np.ndarray] = {}
     steps: list[_Step] = []
     for si, t, gi, pi, new, inp_base, wgt_base, acc_base in _tile_steps(
             plan, len(mtiles), len(groups), len(passes), cfg, params):
@@ -652,31 +690,35 @@ def _gemm_kernel(m: int, w_kn: np.ndarray, bias: np.ndarray, requant: tuple | No
         # GEMM (j, kk): output block j (ACC row), input block kk (INP row), weight tile
         # w0 + j * per_ob + kk; as words, the first one plus j columns and kk rows (words.step)
         w0, per_ob = (gr.start * kb + pa.start, kb) if plan.resident else (wgt_base, kbp)
-        col, row = ACC_1 + per_ob * WGT_1, INP_1 + WGT_1
         first = W.gemm(acc_base=acc_base, inp_base=inp_base, wgt_base=w0, outer=mt, inner=1,
                        acc_so=obg, inp_so=kbp)
         # the last GEMM has the largest fields: checked, every sum below is the encoding
         W.gemm(acc_base=acc_base + obg - 1, inp_base=inp_base + kbp - 1,
                wgt_base=w0 + (obg - 1) * per_ob + kbp - 1, outer=mt, inner=1, acc_so=obg,
                inp_so=kbp)
-        rows = [kk * row for kk in range(kbp)]
-        compute = [first + j * col + r for j in range(obg) for r in rows]
+        offsets = grids.get((obg, kbp))
+        if offsets is None:
+            col, row = ACC_1 + per_ob * WGT_1, INP_1 + WGT_1
+            offsets = grids[(obg, kbp)] = W.block(
+                [j * col + kk * row for j in range(obg) for kk in range(kbp)])
+        compute = W.grid(first, offsets)
         stores: list[int] = []
         if pi == len(passes) - 1:
             if requant:
-                compute.append(W.req(zout, lo, hi, dst_base=acc_base, src_base=2 * gr.start,
-                                     outer=mt, inner=obg, dst_so=obg, dst_si=1, src_si=2))
+                compute = np.concatenate([compute, W.block([W.req(
+                    zout, lo, hi, dst_base=acc_base, src_base=2 * gr.start, outer=mt,
+                    inner=obg, dst_so=obg, dst_si=1, src_si=2)])])
             stores += _store(Buffer.ACC8 if requant else Buffer.ACC, elem_out, slot=out.slot,
                              sp_base=acc_base,
                              offset=out.offset + (m0 * nbo + gr.start) * elem_out,
                              y_size=mt, x_size=obg, y_stride=nbo)
         steps.append(_Step(loads, compute, stores, new["acc"]))
-    insns = _pipeline(steps)
+    insns = W.stream(_pipeline(steps))
     zfill = 0
     if requant:
         zfill = min(max(requant[2], requant[3]), requant[4])
     return Kernel(
-        name, isa.Stream.from_words(insns),
+        name, insns,
         inputs=(TensorInfo("input", inp, (m, k, 1, 1), "int8", layout.act_bytes(k, 1, 1, n, m),
                            zin),),
         outputs=(TensorInfo("output", out, (m, nout, 1, 1), "int8" if requant else "int32",

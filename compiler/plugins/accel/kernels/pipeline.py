@@ -21,16 +21,24 @@ from pyhost.spec.isa import Buffer
 @dataclass
 class _Step:
     """One tile of work: its loads, its compute, and (if it finishes its ACC tile) the stores,
-    as instruction words (`words`).
+    as instruction words (`words`; the compute may be a block of words, `words.block`).
 
     `new_acc` says the step starts a new ACC tile; its loads then write that tile's ACC region
     (bias or input rows), which the store of the tile ACC_REGIONS before may still be reading.
     """
 
     loads: list[int]
-    compute: list[int]
+    compute: list[int] | np.ndarray
     stores: list[int]
     new_acc: bool
+
+
+def _flag_at(words: list[int] | np.ndarray, k: int, *flags: str) -> None:
+    """Set dependency flags of word k of a list of words or a block, in place."""
+    if isinstance(words, np.ndarray):
+        W.flag_row(words, k, *flags)
+    else:
+        words[k] = W.flag(words[k], *flags)
 
 
 def _spread(items: list[int], slots: int, into: dict[int, list[int]]) -> None:
@@ -47,8 +55,9 @@ INP_REGIONS = WGT_REGIONS = 2
 ACC_REGIONS = 3
 
 
-def _pipeline(steps: Sequence[_Step]) -> list[int]:
-    """The instruction stream (words) of a software pipeline, with its dependency tokens.
+def _pipeline(steps: Sequence[_Step]) -> list[int | np.ndarray]:
+    """The instruction stream (words, and the steps' blocks of words where they have them:
+    `words.stream` makes the stream) of a software pipeline, with its dependency tokens.
 
     A new INP tile or weight chunk goes to the other half than the previous version, a new ACC
     tile to the next of three regions; the load unit runs one step ahead:
@@ -76,31 +85,35 @@ def _pipeline(steps: Sequence[_Step]) -> list[int]:
         tile.append(t)
         if st.new_acc and not st.loads:
             raise AssertionError("a step that starts an ACC tile must load it")
-        if not st.compute:
+        if not len(st.compute):
             raise AssertionError("every step computes")
         if bool(st.stores) != (i + 1 == ns or steps[i + 1].new_acc):
             raise AssertionError("stores belong to the last step of each tile")
     ntiles = t + 1
     loads = [list(st.loads) for st in steps]
-    comp = [list(st.compute) for st in steps]
+    comp: list[list[int] | np.ndarray] = [
+        st.compute.copy() if isinstance(st.compute, np.ndarray) else list(st.compute)
+        for st in steps]
     stores = [list(st.stores) for st in steps]
     for s in range(2, ns):
         if loads[s]:
             pop = ("pop_next",) if steps[s].new_acc and tile[s] >= ACC_REGIONS else ()
-            comp[s - 2][-1] = W.flag(comp[s - 2][-1], "push_prev", *pop)
+            _flag_at(comp[s - 2], -1, "push_prev", *pop)
             loads[s][0] = W.flag(loads[s][0], "pop_next")
     for s in range(ns):
         if loads[s]:
             loads[s][-1] = W.flag(loads[s][-1], "push_next")
-            comp[s][0] = W.flag(comp[s][0], "pop_prev")
+            _flag_at(comp[s], 0, "pop_prev")
         if stores[s]:
-            comp[s][-1] = W.flag(comp[s][-1], "push_next")
+            _flag_at(comp[s], -1, "push_next")
             stores[s][0] = W.flag(stores[s][0], "pop_prev")
             if tile[s] + ACC_REGIONS < ntiles:
                 stores[s][-1] = W.flag(stores[s][-1], "push_prev")
-    out = list(loads[0]) + (list(loads[1]) if ns > 1 else [])
+    out: list[int | np.ndarray] = list(loads[0]) + (list(loads[1]) if ns > 1 else [])
     for s in range(ns):
         c = comp[s]
+        # a block goes into the stream as its pieces, words one by one
+        add = out.append if isinstance(c, np.ndarray) else out.extend
         # before each compute instruction: a share of the previous tile's stores, then of the
         # next step's loads (all before the last one, which may pop what these stores push)
         slots = max(len(c) - 1, 1)
@@ -109,10 +122,11 @@ def _pipeline(steps: Sequence[_Step]) -> list[int]:
         _spread(loads[s + 1] if s + 1 < ns and s + 1 >= 2 else [], slots, before)
         done = 0
         for i in sorted(before):
-            out += c[done:i]
+            if i > done:
+                add(c[done:i])
             out += before[i]
             done = i
-        out += c[done:]
+        add(c[done:])
     out += stores[-1]
     return out
 
