@@ -299,16 +299,6 @@ function [Q*Q-1:0] matrix_alloc_q;
     end
 endfunction
 
-function [W*W-1:0] matrix_alloc_w;
-    input [W*W-1:0] m;
-    input [WB-1:0] idx;
-    input [W-1:0] row;
-    begin
-        matrix_alloc_w = m & ~{W{{{W-1{1'b0}}, 1'b1} << idx}};
-        matrix_alloc_w[idx*W +: W] = row;
-    end
-endfunction
-
 // ---------------------------------------------------------------------------------------------
 // Storage
 // one entry per line address (2**LINE_BITS >= LINES; lines at or beyond MEM_SIZE are never
@@ -415,7 +405,12 @@ reg [BANK_BITS-1:0]    wq_bank [0:W-1];
 reg [DATA_WIDTH-1:0]   wq_data [0:W-1];
 reg [LINE_BYTES-1:0]   wq_strb [0:W-1];
 reg [1:0]              wq_class [0:W-1];
-reg [W*W-1:0]          wq_older;         // bit i*W+j: entry j is older than entry i
+// Age: each entry's allocation number (older entries have smaller ones; a 64-bit count never
+// wraps). The read queue's 16 x 16 age matrix costs little; the same matrix for 64 entries is
+// 4096 bits that a cycle-based simulator copies every cycle, where these are written only on an
+// allocation. Among valid entries the order is the same.
+reg [63:0]             wq_seq [0:W-1];
+reg [63:0]             wq_next_seq;
 reg [WB:0]             wq_count;
 // After reset the queued writes go to the storage, one per cycle, before any new request is
 // taken (the write queue is part of the memory once a write's B has been sent).
@@ -424,6 +419,7 @@ initial begin
     wq_valid = {W{1'b0}};
     wq_count = {(WB+1){1'b0}};
     wq_flush = 1'b0;
+    wq_next_seq = 64'd0;      // (not reset: the queue outlives a reset, see wq_flush)
 end
 
 // Direction: 1 while draining writes; wr_forced: the drain was started by WQ_HIGH or a starving
@@ -497,6 +493,7 @@ reg [BANK_BITS-1:0]    row_bank;
 reg [ROW_BITS-1:0]     row_row;
 reg [QB-1:0]           row_ridx, col_ridx;
 reg [WB-1:0]           row_widx, col_widx;
+reg [WB-1:0]           w_oldest;          // the oldest valid write (when any)
 // Per-bank readiness, the queues' starvation state and the refresh decision: small blocks, so
 // the per-entry loops below run only when their own inputs change.
 always @* begin : sched_banks
@@ -622,9 +619,25 @@ always @* begin : sched_rq_pick
         end
 end
 
+// The oldest entry of a set of write-queue entries is the one with the smallest allocation
+// number (the loops are written out: a function's reads of wq_seq would not be in @*).
+always @* begin : sched_wq_oldest
+    integer ci;
+    reg found;
+    w_oldest = {WB{1'b0}};
+    found = 1'b0;
+    if (|wq_valid)
+    for (ci = 0; ci < W; ci = ci + 1)
+        if (wq_valid[ci] && (!found || wq_seq[ci] < wq_seq[w_oldest])) begin
+            found = 1'b1;
+            w_oldest = ci[WB-1:0];
+        end
+end
+
 always @* begin : sched_wq_pick
     integer ci;
     reg [BANK_BITS-1:0] eb;
+    reg found_r, found_c;
     eb = {BANK_BITS{1'b0}};
     w_rowc = {W{1'b0}};
     w_rowa = {W{1'b0}};
@@ -632,7 +645,7 @@ always @* begin : sched_wq_pick
     w_colc = {W{1'b0}};
     if (|wq_valid)
     for (ci = 0; ci < W; ci = ci + 1) begin
-        if (wq_valid[ci] && (!w_starve || !(|(wq_valid & wq_older[ci*W +: W])))) begin
+        if (wq_valid[ci] && (!w_starve || ci[WB-1:0] == w_oldest)) begin
             eb = wq_bank[ci];
             if (!bank_open[eb])
                 w_rowa[ci] = act_ok[eb] && (wr_mode || (prep_ok && !rd_bank_use[eb]));
@@ -648,18 +661,22 @@ always @* begin : sched_wq_pick
     w_colp = {W{1'b0}};
     row_widx = {WB{1'b0}};
     col_widx = {WB{1'b0}};
-    if (|w_rowc)
-    for (ci = 0; ci < W; ci = ci + 1)
-        if (w_rowc[ci] && !(|(w_rowc & wq_older[ci*W +: W]))) begin
-            w_rowp[ci] = 1'b1;
+    // the oldest candidate of each kind
+    found_r = 1'b0;
+    found_c = 1'b0;
+    if ((|w_rowc) || (|w_colc))
+    for (ci = 0; ci < W; ci = ci + 1) begin
+        if (w_rowc[ci] && (!found_r || wq_seq[ci] < wq_seq[row_widx])) begin
+            found_r = 1'b1;
             row_widx = ci[WB-1:0];
         end
-    if (|w_colc)
-    for (ci = 0; ci < W; ci = ci + 1)
-        if (w_colc[ci] && !(|(w_colc & wq_older[ci*W +: W]))) begin
-            w_colp[ci] = 1'b1;
+        if (w_colc[ci] && (!found_c || wq_seq[ci] < wq_seq[col_widx])) begin
+            found_c = 1'b1;
             col_widx = ci[WB-1:0];
         end
+    end
+    if (|w_rowc) w_rowp[row_widx] = 1'b1;
+    if (|w_colc) w_colp[col_widx] = 1'b1;
 end
 
 // Row command: refresh first (PREA, then REF), else the current direction, else the other.
@@ -821,7 +838,7 @@ wire row_pre = row_issue && row_cmd == `DRAM_CMD_PRE;
 wire [1:0] row_class = row_from_w ? wq_class[row_widx] : rq_class[row_ridx];
 // the queue's oldest request issued: its starvation count restarts
 wire r_head_issue = col_rd && !(|(rq_valid & rq_older[col_ridx*Q +: Q]));
-wire w_head_issue = col_wr && !(|(wq_valid & wq_older[col_widx*W +: W]));
+wire w_head_issue = col_wr && col_widx == w_oldest;
 wire queue_busy = (|rq_valid) || (|wq_valid);
 wire idle = !queue_busy && !rd_active_reg && !wr_active_reg;
 // The burst length comes from AW; WLAST carries nothing the controller needs.
@@ -887,7 +904,8 @@ always @(posedge clk) begin
         wq_line[wfree_idx] <= wr_line_addr;
         wq_bank[wfree_idx] <= line_bank(wr_line_addr);
         wq_class[wfree_idx] <= CLASS_HIT;
-        wq_older <= matrix_alloc_w(wq_older, wfree_idx, walloc_older);
+        wq_seq[wfree_idx] <= wq_next_seq;
+        wq_next_seq <= wq_next_seq + 64'd1;
     end
     if (w_alloc && !rst) begin
         wq_data[wq_widx] <= s_axi_wdata;
