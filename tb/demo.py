@@ -131,7 +131,10 @@ async def e2e_demo(dut) -> None:
         progress.close()
     if lspci is not None:
         r["lspci"] = lspci
-    Path(env["DEMO_OUT"]).write_text(json.dumps(r | {"clock": clock}))
+    host_memory = None if card.memory is None else \
+        ("native" if card.memory.native is not None else "python")
+    Path(env["DEMO_OUT"]).write_text(json.dumps(r | {"clock": clock,
+                                                     "host_memory": host_memory}))
 
 
 # --- the host side -----------------------------------------------------------------------------

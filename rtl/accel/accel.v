@@ -31,6 +31,7 @@ module accel #(
     input  wire [31:0]              reg_wdata,
     input  wire [3:0]               reg_wstrb,
     input  wire [11:0]              reg_raddr,
+    input  wire                     reg_re,       // a read of reg_raddr: reg_rdata is valid
     output reg  [31:0]              reg_rdata,
     output wire                     irq_done,     // one-cycle pulse: a program reached END
     output wire                     irq_err,      // one-cycle pulse: a program stopped on an error
@@ -177,7 +178,13 @@ wire start_cmd = wr_ctrl && reg_wdata[`ACC_CTRL_START_LSB] && state_reg == S_IDL
 wire abort_cmd = wr_ctrl && reg_wdata[`ACC_CTRL_ABORT_LSB] && state_reg == S_RUN;
 wire bad_config = insn_base_reg[3:0] != 4'd0 || insn_count_reg == 32'd0;
 wire start_ok = start_cmd && !bad_config;
-assign stop = !(state_reg == S_RUN || start_ok);
+// The units run while the program runs. In the START cycle itself every unit is idle and its
+// queue empty (a program ends only when all are, an error only after they have drained, and
+// both empty the queues), so stop is high there too, as in any other idle cycle: an idle unit
+// with nothing queued does the same with stop high or low, and the fetch unit starts on its
+// start input. Kept a register's function, stop does not depend on the register-bus inputs,
+// so a cycle-based simulator does not evaluate the units' logic for every change of them.
+assign stop = state_reg != S_RUN;
 wire slot_hit = reg_waddr >= `ACCEL_SLOT_BASE
                 && reg_waddr < `ACCEL_SLOT_BASE + 12'd4 * `ISA_NUM_SLOTS;
 wire [11:0] slot_off = reg_waddr - `ACCEL_SLOT_BASE;
@@ -366,8 +373,10 @@ wire [11:0] rcnt_off = reg_raddr - `ACCEL_COUNTER_BASE;
 wire [3:0]  rcnt_idx = rcnt_off[6:3];
 wire [63:0] rcnt = cnt_reg[rcnt_idx];
 
+// (looked up only for a read: not evaluated for every change of the register bus)
 always @* begin
     reg_rdata = 32'd0;
+    if (reg_re) begin
     case (reg_raddr)
         `REG_ACC_STATUS: begin
             reg_rdata[`ACC_STATUS_BUSY_LSB] = state_reg != S_IDLE;
@@ -388,6 +397,7 @@ always @* begin
     endcase
     if (rslot_hit) reg_rdata = slot_reg[rslot_off[5:2]];
     if (rcnt_hit) reg_rdata = rcnt_off[2] ? rcnt[63:32] : rcnt[31:0];
+    end
 end
 
 // --- instruction queues: emptied while stopping after an error and at START ---------------------

@@ -32,7 +32,7 @@
 //      ACC[s+1] (ALU); the first iteration of a GEMM also reads WGT[wgt_base].
 //   R  read data arrives; RAW forwarding (below); GEMM: the row enters accel_gemm_array (LAT 1,
 //      with the weight tile of the same cycle on the first row); ALU: accel_vector, which is
-//      purely combinational, and its result is registered.
+//      purely combinational (and computes only for an ALU row), and its result is registered.
 //   W  acc_we writes ACC[a] / ACC[d]. The push flags travel with the last iteration (or the
 //      empty slot) and pulse in its W cycle: a token is never pushed before every write of the
 //      instruction, and of every earlier instruction, has been made.
@@ -538,6 +538,7 @@ accel_gemm_array #(.N(N), .TAG_W(1)) gemm_array (
 );
 
 accel_vector #(.N(N)) vector (
+    .en(s1_valid_reg && !s1_gemm_reg),    // (its result and flags are read only then)
     .op(s1_op_reg),
     .a(opnd_a),
     .b(s1_use_imm_reg ? imm_row : opnd_s),

@@ -6,7 +6,9 @@
 `include "accel_cfg.vh"
 
 // The N-lane ALU of the accelerator (ALU instructions), purely combinational: result follows
-// op/a/b/s_row/imm in the same cycle (accel_compute registers it). Lane n of each row is bits
+// en/op/a/b/s_row/imm in the same cycle (accel_compute registers it). Only the operation op
+// selects is computed, and only with en (a row in the unit): without en, result and the flags
+// are 0, so a simulator spends nothing on the unit while the array works. Lane n of each row is bits
 // [32n +: 32]. B is the source row, or the broadcast sign-extended immediate (the caller
 // substitutes it). Bit-exact definitions (docs/isa.md):
 //
@@ -30,20 +32,32 @@
 module accel_vector #(
     parameter integer N = `ACCEL_N  // lanes (int32 each)
 ) (
+    input  wire                 en,         // a row is computed (else result and flags are 0)
     input  wire [3:0]           op,         // {XALU, `ALU_* / `XALU_* operation}
     input  wire [32*N-1:0]      a,          // A: the destination row's old value
     input  wire [32*N-1:0]      b,          // B: source row or broadcast immediate; REQ: M row
     input  wire [32*N-1:0]      s_row,      // REQ: shift row (low 6 bits of each lane)
     input  wire [23:0]          imm,        // REQ: zp [7:0], lo [15:8], hi [23:16]
-    output wire [32*N-1:0]      result,
-    output wire                 div_zero,   // DIV with B == 0 in a lane
-    output wire                 neg_sqrt    // SQRT with B < 0 in a lane
+    output reg  [32*N-1:0]      result,
+    output reg                  div_zero,   // DIV with B == 0 in a lane
+    output reg                  neg_sqrt    // SQRT with B < 0 in a lane
 );
 
+localparam [3:0] OP_ADD = {1'b0, `ALU_ADD};
+localparam [3:0] OP_MAX = {1'b0, `ALU_MAX};
+localparam [3:0] OP_MIN = {1'b0, `ALU_MIN};
+localparam [3:0] OP_MUL = {1'b0, `ALU_MUL};
+localparam [3:0] OP_SHR = {1'b0, `ALU_SHR};
+localparam [3:0] OP_MOV = {1'b0, `ALU_MOV};
+localparam [3:0] OP_REQ = {1'b0, `ALU_REQ};
 localparam [3:0] OP_DIV = {1'b1, `XALU_DIV};
 localparam [3:0] OP_SQRT = {1'b1, `XALU_SQRT};
 
-// floor(sqrt(v)) of a 32-bit unsigned value, one result bit per step from the top
+initial begin
+    if (N < 1 || N > 64)
+        $fatal(1, "accel_vector: N must be 1..64, got %0d", N);
+end
+
 function [15:0] isqrt;
     input [31:0] v;
     reg [31:0] rem, root, trial;
@@ -64,77 +78,115 @@ function [15:0] isqrt;
     end
 endfunction
 
-wire [N-1:0] lane_div_zero, lane_neg_sqrt;
-assign div_zero = op == OP_DIV && |lane_div_zero;
-assign neg_sqrt = op == OP_SQRT && |lane_neg_sqrt;
+// SHR of one lane: s == 0 ? a : (a + 2^(s-1)) >>> s, the sum 33 bits wide
+function [31:0] lane_shr;
+    input [31:0] a_l;
+    input [4:0]  s;
+    reg [32:0] sum;
+    begin
+        sum = {a_l[31], a_l} + ((s == 5'd0) ? 33'd0 : (33'd1 << (s - 5'd1)));
+        sum = $signed(sum) >>> s;
+        lane_shr = sum[31:0];
+    end
+endfunction
 
-initial begin
-    if (N < 1 || N > 64)
-        $fatal(1, "accel_vector: N must be 1..64, got %0d", N);
-end
+// REQ of one lane: the rounded, shifted 64-bit product plus zp, clamped to [lo, hi]
+function [31:0] lane_req;
+    input [31:0] a_l;
+    input [31:0] m_l;
+    input [5:0]  s;
+    input [23:0] req_imm;
+    reg [63:0] prod;
+    reg [64:0] sum, r, y, lo65, hi65, c;
+    begin
+        prod = {{32{a_l[31]}}, a_l} * {{32{m_l[31]}}, m_l};
+        sum = {prod[63], prod} + ((s == 6'd0) ? 65'd0 : (65'd1 << (s - 6'd1)));
+        r = $signed(sum) >>> s;
+        y = r + {{57{req_imm[7]}}, req_imm[7:0]};
+        lo65 = {{57{req_imm[15]}}, req_imm[15:8]};
+        hi65 = {{57{req_imm[23]}}, req_imm[23:16]};
+        c = ($signed(y) < $signed(lo65)) ? lo65 : y;
+        c = ($signed(c) > $signed(hi65)) ? hi65 : c;
+        lane_req = c[31:0];
+    end
+endfunction
 
-wire [64:0] zp65 = {{57{imm[7]}}, imm[7:0]};
-wire [64:0] lo65 = {{57{imm[15]}}, imm[15:8]};
-wire [64:0] hi65 = {{57{imm[23]}}, imm[23:16]};
+// DIV of one lane: 0 for B == 0, -A (wrapping) for B == -1, else A / B toward zero
+function [31:0] lane_div;
+    input [31:0] a_l;
+    input [31:0] b_l;
+    reg signed [31:0] q;
+    begin
+        if (b_l == 32'd0) begin
+            lane_div = 32'd0;
+        end else if (b_l == 32'hFFFF_FFFF) begin
+            lane_div = 32'd0 - a_l;
+        end else begin
+            q = $signed(a_l) / $signed(b_l);
+            lane_div = q;
+        end
+    end
+endfunction
 
-genvar g;
-generate for (g = 0; g < N; g = g + 1) begin : g_lane
-    wire [31:0] a_l = a[32*g +: 32];
-    wire [31:0] b_l = b[32*g +: 32];
-    wire [5:0]  s_l = s_row[32*g +: 6];
-
-    wire [31:0] add_r = a_l + b_l;
-    wire [31:0] max_r = ($signed(a_l) > $signed(b_l)) ? a_l : b_l;
-    wire [31:0] min_r = ($signed(a_l) < $signed(b_l)) ? a_l : b_l;
-
-    // Signed 64-bit product (exact: both factors sign-extended); MUL keeps its low half, REQ
-    // uses all of it with M = B.
-    wire [63:0] prod = {{32{a_l[31]}}, a_l} * {{32{b_l[31]}}, b_l};
-
-    // SHR: rounding arithmetic shift by B[4:0]; s = 0 adds nothing and shifts by 0, i.e. keeps A.
-    wire [4:0]  shr_s = b_l[4:0];
-    wire [32:0] shr_sum = {a_l[31], a_l} + ((shr_s == 5'd0) ? 33'd0 : (33'd1 << (shr_s - 5'd1)));
-    wire [32:0] shr_q = $signed(shr_sum) >>> shr_s;
-
-    // REQ: rounding shift of the product, zero point, clamp (max with lo first, then min with hi).
-    wire [64:0] req_sum = {prod[63], prod} + ((s_l == 6'd0) ? 65'd0 : (65'd1 << (s_l - 6'd1)));
-    wire [64:0] req_r = $signed(req_sum) >>> s_l;
-    wire [64:0] req_y = req_r + zp65;
-    wire [64:0] req_lo = ($signed(req_y) < $signed(lo65)) ? lo65 : req_y;
-    wire [64:0] req_c = ($signed(req_lo) > $signed(hi65)) ? hi65 : req_lo;
-
-    // DIV and SQRT: B == 0 and B == -1 (whose quotient -A may not fit) and B < 0 apart, so
-    // that no division by zero or overflow reaches the operator
-    wire        b_zero = b_l == 32'd0;
-    wire        b_minus1 = b_l == 32'hFFFF_FFFF;
-    wire [31:0] div_b = (b_zero || b_minus1) ? 32'd1 : b_l;
-    // (a signed division on its own: inside the conditional below it would be unsigned)
-    wire signed [31:0] quo = $signed(a_l) / $signed(div_b);
-    wire [31:0] div_r = b_zero ? 32'd0 : b_minus1 ? 32'd0 - a_l : quo;
-    wire [31:0] sqrt_r = b_l[31] ? 32'd0 : {16'd0, isqrt(b_l)};
-    assign lane_div_zero[g] = b_zero;
-    assign lane_neg_sqrt[g] = b_l[31];
-
-    reg [31:0] res;
-    always @* begin
+integer g;
+always @* begin : lanes
+    reg [31:0] a_l, b_l;
+    a_l = 32'd0;
+    b_l = 32'd0;
+    result = {32*N{1'b0}};
+    div_zero = 1'b0;
+    neg_sqrt = 1'b0;
+    if (en) begin
         case (op)
-            {1'b0, `ALU_ADD}: res = add_r;
-            {1'b0, `ALU_MAX}: res = max_r;
-            {1'b0, `ALU_MIN}: res = min_r;
-            {1'b0, `ALU_MUL}: res = prod[31:0];
-            {1'b0, `ALU_SHR}: res = shr_q[31:0];
-            {1'b0, `ALU_MOV}: res = b_l;
-            {1'b0, `ALU_REQ}: res = req_c[31:0];
-            OP_DIV:           res = div_r;
-            OP_SQRT:          res = sqrt_r;
-            default:          res = a_l;
+            OP_ADD:
+                for (g = 0; g < N; g = g + 1)
+                    result[32*g +: 32] = a[32*g +: 32] + b[32*g +: 32];
+            OP_MAX:
+                for (g = 0; g < N; g = g + 1) begin
+                    a_l = a[32*g +: 32];
+                    b_l = b[32*g +: 32];
+                    result[32*g +: 32] = ($signed(a_l) > $signed(b_l)) ? a_l : b_l;
+                end
+            OP_MIN:
+                for (g = 0; g < N; g = g + 1) begin
+                    a_l = a[32*g +: 32];
+                    b_l = b[32*g +: 32];
+                    result[32*g +: 32] = ($signed(a_l) < $signed(b_l)) ? a_l : b_l;
+                end
+            OP_MUL:
+                for (g = 0; g < N; g = g + 1)
+                    result[32*g +: 32] = a[32*g +: 32] * b[32*g +: 32];
+            OP_SHR:
+                for (g = 0; g < N; g = g + 1)
+                    result[32*g +: 32] = lane_shr(a[32*g +: 32], b[32*g +: 5]);
+            OP_MOV:
+                result = b;
+            OP_REQ:
+                for (g = 0; g < N; g = g + 1)
+                    result[32*g +: 32] = lane_req(a[32*g +: 32], b[32*g +: 32],
+                                                  s_row[32*g +: 6], imm);
+            OP_DIV:
+                for (g = 0; g < N; g = g + 1) begin
+                    b_l = b[32*g +: 32];
+                    result[32*g +: 32] = lane_div(a[32*g +: 32], b_l);
+                    if (b_l == 32'd0) div_zero = 1'b1;
+                end
+            OP_SQRT:
+                for (g = 0; g < N; g = g + 1) begin
+                    b_l = b[32*g +: 32];
+                    result[32*g +: 32] = b_l[31] ? 32'd0 : {16'd0, isqrt(b_l)};
+                    if (b_l[31]) neg_sqrt = 1'b1;
+                end
+            default:
+                result = a;
         endcase
     end
-    assign result[32*g +: 32] = res;
+end
 
-    // shr_q[32] and req_c[64:32] are sign copies (the results fit 32 bits); the shift lanes use
-    // only their low 6 bits.
-    wire unused_ok = &{1'b0, shr_q[32], req_c[64:32], s_row[32*g+6 +: 26]};
+// REQ reads the low 6 bits of each shift lane
+genvar gu;
+generate for (gu = 0; gu < N; gu = gu + 1) begin : g_unused
+    wire unused_ok = &{1'b0, s_row[32*gu+6 +: 26]};
 end endgenerate
 
 endmodule

@@ -100,6 +100,7 @@ wire        acc_reg_wr, acc_irq_done, acc_irq_err;
 wire [11:0] acc_reg_waddr, acc_reg_raddr;
 wire [31:0] acc_reg_wdata, acc_reg_rdata;
 wire [3:0]  acc_reg_wstrb;
+wire        acc_reg_re;
 
 // --- masters into the interconnect (flattened, master i at [i*W +: W])
 wire [MASTERS*S_ID-1:0]    c_awid, c_bid, c_arid, c_rid;
@@ -153,7 +154,8 @@ csr #(
     .irq_done(irq_done), .irq_err(irq_err),
     .dram_counters(dram_counters),
     .acc_reg_wr(acc_reg_wr), .acc_reg_waddr(acc_reg_waddr), .acc_reg_wdata(acc_reg_wdata),
-    .acc_reg_wstrb(acc_reg_wstrb), .acc_reg_raddr(acc_reg_raddr), .acc_reg_rdata(acc_reg_rdata),
+    .acc_reg_wstrb(acc_reg_wstrb), .acc_reg_raddr(acc_reg_raddr), .acc_reg_re(acc_reg_re),
+    .acc_reg_rdata(acc_reg_rdata),
     .acc_irq_done(acc_irq_done), .acc_irq_err(acc_irq_err),
     .irq(irq), .irq_vec(irq_vec)
 );
@@ -164,7 +166,7 @@ accel #(
 ) acc (
     .clk(clk), .rst(rst),
     .reg_wr(acc_reg_wr), .reg_waddr(acc_reg_waddr), .reg_wdata(acc_reg_wdata),
-    .reg_wstrb(acc_reg_wstrb), .reg_raddr(acc_reg_raddr), .reg_rdata(acc_reg_rdata),
+    .reg_wstrb(acc_reg_wstrb), .reg_raddr(acc_reg_raddr), .reg_re(acc_reg_re), .reg_rdata(acc_reg_rdata),
     .irq_done(acc_irq_done), .irq_err(acc_irq_err),
     .m_axi_awid(c_awid[S_ID +: S_ID]), .m_axi_awaddr(c_awaddr[CARD_AW +: CARD_AW]),
     .m_axi_awlen(c_awlen[8 +: 8]), .m_axi_awsize(c_awsize[3 +: 3]),

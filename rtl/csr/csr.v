@@ -59,12 +59,14 @@ module csr #(
     input  wire [8*64-1:0]      dram_counters,
 
     // accelerator register window [ACCEL_BASE, ACCEL_END): writes are forwarded as one-cycle
-    // pulses, reads as a combinational lookup (tie acc_reg_rdata to 0 without an accelerator)
+    // pulses, reads as a combinational lookup in the cycle acc_reg_re is high (the read's AR
+    // handshake; tie acc_reg_rdata to 0 without an accelerator)
     output wire                 acc_reg_wr,
     output wire [11:0]          acc_reg_waddr,
     output wire [31:0]          acc_reg_wdata,
     output wire [3:0]           acc_reg_wstrb,
     output wire [11:0]          acc_reg_raddr,
+    output wire                 acc_reg_re,
     input  wire [31:0]          acc_reg_rdata,
     input  wire                 acc_irq_done,
     input  wire                 acc_irq_err,
@@ -201,9 +203,12 @@ wire [5:0]  rreg = rch_off[5:0];
 wire        rdram_hit = raddr >= `REG_DRAM_RD_LO && raddr < `REG_DRAM_RD_LO + 12'd64;
 wire [3:0]  rdram_word = raddr[5:2];               // the counters are 64-byte aligned
 
+// The read data, looked up in the cycle of the read (rdata_reg takes it then): the lookup is not
+// evaluated for every change of the address bus.
 reg [31:0] rmux;
 always @* begin
     rmux = 32'd0;
+    if (rd_take) begin
     case (raddr)
         `REG_CARD_ID: rmux = `CARD_ID;
         `REG_VERSION: rmux = `CARD_VERSION;
@@ -246,6 +251,7 @@ always @* begin
         rmux = dram_counters[rdram_word*32 +: 32];
     if (acc_rhit && ACCEL != 0)
         rmux = acc_reg_rdata;
+    end
 end
 
 always @(posedge clk) begin
@@ -277,6 +283,7 @@ assign acc_reg_waddr = waddr;
 assign acc_reg_wdata = s_axil_wdata;
 assign acc_reg_wstrb = s_axil_wstrb;
 assign acc_reg_raddr = raddr;
+assign acc_reg_re = rd_take && acc_rhit && ACCEL != 0;
 
 // AXI4-Lite protection bits are not ports; the low address bits select bytes only.
 wire unused_ok = &{1'b0, s_axil_awaddr[1:0], s_axil_araddr[1:0], wmask[31:IRQ_BITS],

@@ -225,19 +225,19 @@ initial begin
                T_REFI, REF_LEAD + T_RFC);
 end
 
-function [TW-1:0] dec;                            // saturating decrement of a timing counter
-    input [TW-1:0] x;
-    dec = (x == {TW{1'b0}}) ? x : x - 1'b1;
-endfunction
-
-function [TW-1:0] hold;                           // decremented counter held to at least t-1
-    input [TW-1:0] x;
+// A timing constraint is the cycle from which its command is allowed (its "ready" cycle, on the
+// controller's cycle count): a command that starts a wait of t cycles at cycle c moves it to
+// max(ready, c + t), and the command is allowed once cycle >= ready. (The same as a counter
+// loaded with max(counter - 1, t - 1) and decremented every cycle, ready at zero, but nothing
+// is written while nothing is issued.)
+function [63:0] after;
+    input [63:0] ready;
+    input [63:0] now;
     input integer t;
-    reg [TW-1:0] d, lim;
+    reg [63:0] at;
     begin
-        d = dec(x);
-        lim = (t > 0) ? t[TW-1:0] - 1'b1 : {TW{1'b0}};
-        hold = (d > lim) ? d : lim;
+        at = now + {32'd0, t[31:0]};
+        after = (at > ready) ? at : ready;
     end
 endfunction
 
@@ -296,16 +296,6 @@ function [Q*Q-1:0] matrix_alloc_q;
     begin
         matrix_alloc_q = m & ~{Q{{{Q-1{1'b0}}, 1'b1} << idx}};
         matrix_alloc_q[idx*Q +: Q] = row;
-    end
-endfunction
-
-function [W*W-1:0] matrix_alloc_w;
-    input [W*W-1:0] m;
-    input [WB-1:0] idx;
-    input [W-1:0] row;
-    begin
-        matrix_alloc_w = m & ~{W{{{W-1{1'b0}}, 1'b1} << idx}};
-        matrix_alloc_w[idx*W +: W] = row;
     end
 endfunction
 
@@ -415,7 +405,12 @@ reg [BANK_BITS-1:0]    wq_bank [0:W-1];
 reg [DATA_WIDTH-1:0]   wq_data [0:W-1];
 reg [LINE_BYTES-1:0]   wq_strb [0:W-1];
 reg [1:0]              wq_class [0:W-1];
-reg [W*W-1:0]          wq_older;         // bit i*W+j: entry j is older than entry i
+// Age: each entry's allocation number (older entries have smaller ones; a 64-bit count never
+// wraps). The read queue's 16 x 16 age matrix costs little; the same matrix for 64 entries is
+// 4096 bits that a cycle-based simulator copies every cycle, where these are written only on an
+// allocation. Among valid entries the order is the same.
+reg [63:0]             wq_seq [0:W-1];
+reg [63:0]             wq_next_seq;
 reg [WB:0]             wq_count;
 // After reset the queued writes go to the storage, one per cycle, before any new request is
 // taken (the write queue is part of the memory once a write's B has been sent).
@@ -424,6 +419,7 @@ initial begin
     wq_valid = {W{1'b0}};
     wq_count = {(WB+1){1'b0}};
     wq_flush = 1'b0;
+    wq_next_seq = 64'd0;      // (not reset: the queue outlives a reset, see wq_flush)
 end
 
 // Direction: 1 while draining writes; wr_forced: the drain was started by WQ_HIGH or a starving
@@ -431,18 +427,18 @@ end
 reg                    wr_mode;
 reg                    wr_forced;
 
-// Bank state and timing counters (a command is allowed when its counter is zero)
+// Bank state and timing constraints (the cycle from which each command is allowed: after)
 reg [NB-1:0]           bank_open;
 reg [ROW_BITS-1:0]     bank_row [0:NB-1];
-reg [TW-1:0]           t_act [0:NB-1];    // tRP, tRC, tRFC
-reg [TW-1:0]           t_pre [0:NB-1];    // tRAS, tRTP, write recovery
-reg [TW-1:0]           t_rcd [0:NB-1];    // tRCD
-reg [TW-1:0]           t_rrd_l [0:NG-1];
-reg [TW-1:0]           t_ccd_l [0:NG-1];
-reg [TW-1:0]           t_wtr_l [0:NG-1];
-reg [TW-1:0]           t_rrd_s, t_ccd_s, t_wtr_s, t_rtw;
-reg [TW-1:0]           t_faw [0:3];
-reg [TW-1:0]           t_rfc_busy;
+reg [63:0]             t_act [0:NB-1];    // tRP, tRC, tRFC
+reg [63:0]             t_pre [0:NB-1];    // tRAS, tRTP, write recovery
+reg [63:0]             t_rcd [0:NB-1];    // tRCD
+reg [63:0]             t_rrd_l [0:NG-1];
+reg [63:0]             t_ccd_l [0:NG-1];
+reg [63:0]             t_wtr_l [0:NG-1];
+reg [63:0]             t_rrd_s, t_ccd_s, t_wtr_s, t_rtw;
+reg [63:0]             t_faw [0:3];       // the last four ACTs' tFAW windows
+reg [63:0]             t_rfc_busy;
 
 // Refresh
 reg [TW-1:0]           ref_timer;
@@ -497,6 +493,7 @@ reg [BANK_BITS-1:0]    row_bank;
 reg [ROW_BITS-1:0]     row_row;
 reg [QB-1:0]           row_ridx, col_ridx;
 reg [WB-1:0]           row_widx, col_widx;
+reg [WB-1:0]           w_oldest;          // the oldest valid write (when any)
 // Per-bank readiness, the queues' starvation state and the refresh decision: small blocks, so
 // the per-entry loops below run only when their own inputs change.
 always @* begin : sched_banks
@@ -506,22 +503,22 @@ always @* begin : sched_banks
     w_starve = wq_wait >= STARVE_LIMIT[TW-1:0];
     rd_credit = rd_outstanding < RESP_DEPTH[RB-1:0];
     b_credit = bf_count < B_DEPTH[BB-1:0];
-    faw_ok = (t_faw[0] == 0) || (t_faw[1] == 0) || (t_faw[2] == 0) || (t_faw[3] == 0);
+    faw_ok = cycle >= t_faw[0] || cycle >= t_faw[1] || cycle >= t_faw[2] || cycle >= t_faw[3];
     // the other direction may prepare its rows only while no request starves
     prep_ok = !r_starve && !w_starve;
     pre_all_ok = 1'b1;
     act_idle = 1'b1;
     for (ci = 0; ci < NB; ci = ci + 1) begin
         eg = ci[BANK_BITS-1:BA_BITS];
-        act_ok[ci] = !ref_mode && !bank_open[ci] && t_act[ci] == 0 && t_rrd_l[eg] == 0
-                     && t_rrd_s == 0 && faw_ok;
-        pre_ok[ci] = !ref_mode && bank_open[ci] && t_pre[ci] == 0;
+        act_ok[ci] = !ref_mode && !bank_open[ci] && cycle >= t_act[ci] && cycle >= t_rrd_l[eg]
+                     && cycle >= t_rrd_s && faw_ok;
+        pre_ok[ci] = !ref_mode && bank_open[ci] && cycle >= t_pre[ci];
         // a column command to this bank meets tRCD, tCCD and the bus turnaround
-        col_ok[ci] = !ref_mode && t_rcd[ci] == 0 && t_ccd_l[eg] == 0 && t_ccd_s == 0
-                     && (wr_mode ? t_rtw == 0
-                                 : t_wtr_l[eg] == 0 && t_wtr_s == 0 && rd_credit);
-        if (bank_open[ci] && t_pre[ci] != 0) pre_all_ok = 1'b0;
-        if (t_act[ci] != 0) act_idle = 1'b0;
+        col_ok[ci] = !ref_mode && cycle >= t_rcd[ci] && cycle >= t_ccd_l[eg] && cycle >= t_ccd_s
+                     && (wr_mode ? cycle >= t_rtw
+                                 : cycle >= t_wtr_l[eg] && cycle >= t_wtr_s && rd_credit);
+        if (bank_open[ci] && cycle < t_pre[ci]) pre_all_ok = 1'b0;
+        if (cycle < t_act[ci]) act_idle = 1'b0;
     end
 end
 
@@ -622,9 +619,25 @@ always @* begin : sched_rq_pick
         end
 end
 
+// The oldest entry of a set of write-queue entries is the one with the smallest allocation
+// number (the loops are written out: a function's reads of wq_seq would not be in @*).
+always @* begin : sched_wq_oldest
+    integer ci;
+    reg found;
+    w_oldest = {WB{1'b0}};
+    found = 1'b0;
+    if (|wq_valid)
+    for (ci = 0; ci < W; ci = ci + 1)
+        if (wq_valid[ci] && (!found || wq_seq[ci] < wq_seq[w_oldest])) begin
+            found = 1'b1;
+            w_oldest = ci[WB-1:0];
+        end
+end
+
 always @* begin : sched_wq_pick
     integer ci;
     reg [BANK_BITS-1:0] eb;
+    reg found_r, found_c;
     eb = {BANK_BITS{1'b0}};
     w_rowc = {W{1'b0}};
     w_rowa = {W{1'b0}};
@@ -632,7 +645,7 @@ always @* begin : sched_wq_pick
     w_colc = {W{1'b0}};
     if (|wq_valid)
     for (ci = 0; ci < W; ci = ci + 1) begin
-        if (wq_valid[ci] && (!w_starve || !(|(wq_valid & wq_older[ci*W +: W])))) begin
+        if (wq_valid[ci] && (!w_starve || ci[WB-1:0] == w_oldest)) begin
             eb = wq_bank[ci];
             if (!bank_open[eb])
                 w_rowa[ci] = act_ok[eb] && (wr_mode || (prep_ok && !rd_bank_use[eb]));
@@ -648,18 +661,22 @@ always @* begin : sched_wq_pick
     w_colp = {W{1'b0}};
     row_widx = {WB{1'b0}};
     col_widx = {WB{1'b0}};
-    if (|w_rowc)
-    for (ci = 0; ci < W; ci = ci + 1)
-        if (w_rowc[ci] && !(|(w_rowc & wq_older[ci*W +: W]))) begin
-            w_rowp[ci] = 1'b1;
+    // the oldest candidate of each kind
+    found_r = 1'b0;
+    found_c = 1'b0;
+    if ((|w_rowc) || (|w_colc))
+    for (ci = 0; ci < W; ci = ci + 1) begin
+        if (w_rowc[ci] && (!found_r || wq_seq[ci] < wq_seq[row_widx])) begin
+            found_r = 1'b1;
             row_widx = ci[WB-1:0];
         end
-    if (|w_colc)
-    for (ci = 0; ci < W; ci = ci + 1)
-        if (w_colc[ci] && !(|(w_colc & wq_older[ci*W +: W]))) begin
-            w_colp[ci] = 1'b1;
+        if (w_colc[ci] && (!found_c || wq_seq[ci] < wq_seq[col_widx])) begin
+            found_c = 1'b1;
             col_widx = ci[WB-1:0];
         end
+    end
+    if (|w_rowc) w_rowp[row_widx] = 1'b1;
+    if (|w_colc) w_colp[col_widx] = 1'b1;
 end
 
 // Row command: refresh first (PREA, then REF), else the current direction, else the other.
@@ -821,7 +838,7 @@ wire row_pre = row_issue && row_cmd == `DRAM_CMD_PRE;
 wire [1:0] row_class = row_from_w ? wq_class[row_widx] : rq_class[row_ridx];
 // the queue's oldest request issued: its starvation count restarts
 wire r_head_issue = col_rd && !(|(rq_valid & rq_older[col_ridx*Q +: Q]));
-wire w_head_issue = col_wr && !(|(wq_valid & wq_older[col_widx*W +: W]));
+wire w_head_issue = col_wr && col_widx == w_oldest;
 wire queue_busy = (|rq_valid) || (|wq_valid);
 wire idle = !queue_busy && !rd_active_reg && !wr_active_reg;
 // The burst length comes from AW; WLAST carries nothing the controller needs.
@@ -887,7 +904,8 @@ always @(posedge clk) begin
         wq_line[wfree_idx] <= wr_line_addr;
         wq_bank[wfree_idx] <= line_bank(wr_line_addr);
         wq_class[wfree_idx] <= CLASS_HIT;
-        wq_older <= matrix_alloc_w(wq_older, wfree_idx, walloc_older);
+        wq_seq[wfree_idx] <= wq_next_seq;
+        wq_next_seq <= wq_next_seq + 64'd1;
     end
     if (w_alloc && !rst) begin
         wq_data[wq_widx] <= s_axi_wdata;
@@ -927,55 +945,35 @@ always @(posedge clk) begin
             wr_mode <= 1'b0;
     end
 
-    // --- timing counters (a counter at zero stays there: it is not written, which costs an
-    //     event-driven simulator nothing, where 70 writes a cycle made idle cycles slow)
-    for (si = 0; si < NB; si = si + 1) begin
-        if (t_act[si] != {TW{1'b0}}) t_act[si] <= t_act[si] - 1'b1;
-        if (t_pre[si] != {TW{1'b0}}) t_pre[si] <= t_pre[si] - 1'b1;
-        if (t_rcd[si] != {TW{1'b0}}) t_rcd[si] <= t_rcd[si] - 1'b1;
-    end
-    for (si = 0; si < NG; si = si + 1) begin
-        if (t_rrd_l[si] != {TW{1'b0}}) t_rrd_l[si] <= t_rrd_l[si] - 1'b1;
-        if (t_ccd_l[si] != {TW{1'b0}}) t_ccd_l[si] <= t_ccd_l[si] - 1'b1;
-        if (t_wtr_l[si] != {TW{1'b0}}) t_wtr_l[si] <= t_wtr_l[si] - 1'b1;
-    end
-    for (si = 0; si < 4; si = si + 1)
-        if (t_faw[si] != {TW{1'b0}}) t_faw[si] <= t_faw[si] - 1'b1;
-    t_rrd_s <= dec(t_rrd_s);
-    t_ccd_s <= dec(t_ccd_s);
-    t_wtr_s <= dec(t_wtr_s);
-    t_rtw <= dec(t_rtw);
-    t_rfc_busy <= dec(t_rfc_busy);
-
     // --- row command
     if (row_issue) begin
         case (row_cmd)
             `DRAM_CMD_ACT: begin
                 bank_open[row_bank] <= 1'b1;
                 bank_row[row_bank] <= row_row;
-                t_act[row_bank] <= hold(t_act[row_bank], T_RC);
-                t_pre[row_bank] <= hold(t_pre[row_bank], T_RAS);
-                t_rcd[row_bank] <= hold(t_rcd[row_bank], T_RCD);
-                t_rrd_l[row_bg] <= hold(t_rrd_l[row_bg], T_RRD_L);
-                t_rrd_s <= hold(t_rrd_s, T_RRD_S);
-                if (t_faw[0] == 0) t_faw[0] <= hold(t_faw[0], T_FAW);
-                else if (t_faw[1] == 0) t_faw[1] <= hold(t_faw[1], T_FAW);
-                else if (t_faw[2] == 0) t_faw[2] <= hold(t_faw[2], T_FAW);
-                else t_faw[3] <= hold(t_faw[3], T_FAW);
+                t_act[row_bank] <= after(t_act[row_bank], cycle, T_RC);
+                t_pre[row_bank] <= after(t_pre[row_bank], cycle, T_RAS);
+                t_rcd[row_bank] <= after(t_rcd[row_bank], cycle, T_RCD);
+                t_rrd_l[row_bg] <= after(t_rrd_l[row_bg], cycle, T_RRD_L);
+                t_rrd_s <= after(t_rrd_s, cycle, T_RRD_S);
+                if (cycle >= t_faw[0]) t_faw[0] <= after(t_faw[0], cycle, T_FAW);
+                else if (cycle >= t_faw[1]) t_faw[1] <= after(t_faw[1], cycle, T_FAW);
+                else if (cycle >= t_faw[2]) t_faw[2] <= after(t_faw[2], cycle, T_FAW);
+                else t_faw[3] <= after(t_faw[3], cycle, T_FAW);
             end
             `DRAM_CMD_PRE: begin
                 bank_open[row_bank] <= 1'b0;
-                t_act[row_bank] <= hold(t_act[row_bank], T_RP);
+                t_act[row_bank] <= after(t_act[row_bank], cycle, T_RP);
             end
             `DRAM_CMD_PREA: begin
                 bank_open <= {NB{1'b0}};
                 for (si = 0; si < NB; si = si + 1)
-                    t_act[si] <= hold(t_act[si], T_RP);
+                    t_act[si] <= after(t_act[si], cycle, T_RP);
             end
             default: begin // REF
                 for (si = 0; si < NB; si = si + 1)
-                    t_act[si] <= hold(t_act[si], T_RFC);
-                t_rfc_busy <= hold(t_rfc_busy, T_RFC);
+                    t_act[si] <= after(t_act[si], cycle, T_RFC);
+                t_rfc_busy <= after(t_rfc_busy, cycle, T_RFC);
             end
         endcase
     end
@@ -989,15 +987,15 @@ always @(posedge clk) begin
 
     // --- column command
     if (col_dram) begin
-        t_ccd_l[col_bg] <= hold(t_ccd_l[col_bg], COL_TO_COL_L);
-        t_ccd_s <= hold(t_ccd_s, COL_TO_COL_S);
+        t_ccd_l[col_bg] <= after(t_ccd_l[col_bg], cycle, COL_TO_COL_L);
+        t_ccd_s <= after(t_ccd_s, cycle, COL_TO_COL_S);
         if (col_wr) begin
-            t_pre[col_bank] <= hold(t_pre[col_bank], WRITE_TO_PRE);
-            t_wtr_l[col_bg] <= hold(t_wtr_l[col_bg], WRITE_TO_RD_L);
-            t_wtr_s <= hold(t_wtr_s, WRITE_TO_RD_S);
+            t_pre[col_bank] <= after(t_pre[col_bank], cycle, WRITE_TO_PRE);
+            t_wtr_l[col_bg] <= after(t_wtr_l[col_bg], cycle, WRITE_TO_RD_L);
+            t_wtr_s <= after(t_wtr_s, cycle, WRITE_TO_RD_S);
         end else begin
-            t_pre[col_bank] <= hold(t_pre[col_bank], T_RTP);
-            t_rtw <= hold(t_rtw, T_RTW);
+            t_pre[col_bank] <= after(t_pre[col_bank], cycle, T_RTP);
+            t_rtw <= after(t_rtw, cycle, T_RTW);
         end
     end
 
@@ -1081,7 +1079,7 @@ always @(posedge clk) begin
         endcase
     end
     if (ref_issue) cnt_ref <= cnt_ref + 1'b1;
-    if (queue_busy && (ref_mode || t_rfc_busy != 0)) cnt_ref_stall <= cnt_ref_stall + 1'b1;
+    if (queue_busy && (ref_mode || cycle < t_rfc_busy)) cnt_ref_stall <= cnt_ref_stall + 1'b1;
     if (queue_busy || rd_outstanding != 0 || bf_count != 0 || rd_active_reg || wr_active_reg)
         cnt_busy <= cnt_busy + 1'b1;
 
@@ -1111,22 +1109,22 @@ always @(posedge clk) begin
         wr_forced <= 1'b0;
         bank_open <= {NB{1'b0}};
         for (si = 0; si < NB; si = si + 1) begin
-            t_act[si] <= {TW{1'b0}};
-            t_pre[si] <= {TW{1'b0}};
-            t_rcd[si] <= {TW{1'b0}};
+            t_act[si] <= 64'd0;
+            t_pre[si] <= 64'd0;
+            t_rcd[si] <= 64'd0;
         end
         for (si = 0; si < NG; si = si + 1) begin
-            t_rrd_l[si] <= {TW{1'b0}};
-            t_ccd_l[si] <= {TW{1'b0}};
-            t_wtr_l[si] <= {TW{1'b0}};
+            t_rrd_l[si] <= 64'd0;
+            t_ccd_l[si] <= 64'd0;
+            t_wtr_l[si] <= 64'd0;
         end
         for (si = 0; si < 4; si = si + 1)
-            t_faw[si] <= {TW{1'b0}};
-        t_rrd_s <= {TW{1'b0}};
-        t_ccd_s <= {TW{1'b0}};
-        t_wtr_s <= {TW{1'b0}};
-        t_rtw <= {TW{1'b0}};
-        t_rfc_busy <= {TW{1'b0}};
+            t_faw[si] <= 64'd0;
+        t_rrd_s <= 64'd0;
+        t_ccd_s <= 64'd0;
+        t_wtr_s <= 64'd0;
+        t_rtw <= 64'd0;
+        t_rfc_busy <= 64'd0;
         ref_timer <= {TW{1'b0}};
         ref_pending <= 4'd0;
         ref_gap <= 32'd0;

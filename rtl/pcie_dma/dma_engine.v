@@ -237,9 +237,19 @@ wire f_issue = running && !stopping && f_active && !f_out && df_free != 0;
 // Descriptor completion on the host port.
 wire h_cpl_desc = rd_cpl_valid[HOST] && rd_cpl_tag[5:0] == DESC_TAG;
 wire f_last_beat = h_cpl_desc && rd_cpl_last[HOST];
-wire [2*DATA_WIDTH-1:0] f_pair = f_beat ? {rd_cpl_data[HOST*DATA_WIDTH +: DATA_WIDTH], f_data0}
-                                        : {{DATA_WIDTH{1'b0}}, rd_cpl_data[HOST*DATA_WIDTH +: DATA_WIDTH]};
-wire [255:0] f_desc = f_pair[{1'b0, f_addr[LS-1:0], 3'b000} +: 256];
+// The single (unaligned) descriptor of a fetch, cut out of its one or two beats; computed only
+// while its completion arrives (the only time it is read), not for every change of the port.
+reg  [2*DATA_WIDTH-1:0] f_pair;
+reg  [255:0] f_desc;
+always @* begin
+    f_pair = {2*DATA_WIDTH{1'b0}};
+    f_desc = 256'd0;
+    if (h_cpl_desc && !f_block) begin
+        f_pair = f_beat ? {rd_cpl_data[HOST*DATA_WIDTH +: DATA_WIDTH], f_data0}
+                        : {{DATA_WIDTH{1'b0}}, rd_cpl_data[HOST*DATA_WIDTH +: DATA_WIDTH]};
+        f_desc = f_pair[{1'b0, f_addr[LS-1:0], 3'b000} +: 256];
+    end
+end
 wire [15:0]  f_magic = f_desc[`DESC_MAGIC_LSB +: 16];
 wire         f_stop = f_desc[`DESC_CTRL_STOP_BIT];
 wire         f_irq = f_desc[`DESC_CTRL_COMPLETED_BIT];

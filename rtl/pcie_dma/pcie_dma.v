@@ -10,7 +10,8 @@ module pcie_dma #(
     parameter integer DATA_WIDTH = 512,      // data width of both ports
     parameter integer CARD_ADDR_WIDTH = 32,  // card port address width
     parameter integer RING_LINES = 512,      // ring buffer lines (see dma_engine.v)
-    parameter integer WR_OUTSTANDING = 32    // write requests in flight
+    parameter integer WR_OUTSTANDING = 32,   // write requests in flight
+    parameter integer CLOCK_GATE = 1         // dma_core's clock gate (0: always clocked)
 ) (
     input  wire                          clk,
     input  wire                          rst,
@@ -107,7 +108,7 @@ wire [DATA_WIDTH/8-1:0] wr_dat_strb;
 
 dma_core #(
     .DATA_WIDTH(DATA_WIDTH), .CARD_ADDR_WIDTH(CARD_ADDR_WIDTH), .RING_LINES(RING_LINES),
-    .WR_OUTSTANDING(WR_OUTSTANDING)
+    .WR_OUTSTANDING(WR_OUTSTANDING), .CLOCK_GATE(CLOCK_GATE)
 ) core (
     .clk(clk), .rst(rst),
     .ch_desc_addr(ch_desc_addr), .ch_wb_addr(ch_wb_addr), .ch_run(ch_run), .ch_reset(ch_reset),

@@ -63,6 +63,7 @@ class TB:
         dut.reg_wdata.value = 0
         dut.reg_wstrb.value = 0
         dut.reg_raddr.value = 0
+        dut.reg_re.value = 1
         self.irq_done = 0
         self.irq_err = 0
         logging.getLogger("cocotb").setLevel(logging.WARNING)

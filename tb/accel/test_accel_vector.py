@@ -78,6 +78,7 @@ class TB:
         self.dut = dut
         self.n = len(dut.a) // 32
         self.checked = 0
+        dut.en.value = 1
 
     async def check(self, op: int, a: list[int], b: list[int], s: list[int] | None = None,
                     imm: int = 0) -> None:
@@ -227,3 +228,26 @@ async def test_xalu(dut) -> None:
     for op in range(10, 16):
         await tb.check(op, [rand32(rng) for _ in range(n)], [0] * n)
     dut._log.info("XALU: %d rows checked", tb.checked)
+
+
+@cocotb.test(timeout_time=1, timeout_unit="ms")
+async def test_disabled(dut) -> None:
+    """Without en the unit computes nothing: result and both flags are 0 for every operation,
+    including a DIV by zero and a SQRT of a negative lane; with en again the row is computed."""
+    tb = TB(dut)
+    rng = random.Random(5)
+    n = tb.n
+    for op in (AluOp.ADD, AluOp.MUL, AluOp.MOV, AluOp.REQ, 7, XDIV, XSQRT, 10):
+        a = [rand32(rng) for _ in range(n)]
+        b = [rng.choice((0, -1, -7, rand32(rng))) for _ in range(n)]
+        dut.en.value = 0
+        dut.op.value = op
+        dut.a.value = pack32(a)
+        dut.b.value = pack32(b)
+        dut.s_row.value = pack32([rng.randint(0, 63) for _ in range(n)])
+        dut.imm.value = rng.getrandbits(24)
+        await Timer(1, "ns")
+        got = (int(dut.result.value), int(dut.div_zero.value), int(dut.neg_sqrt.value))
+        assert got == (0, 0, 0), f"op {op} with en low: result, div_zero, neg_sqrt = {got}"
+        dut.en.value = 1
+        await tb.check(op, a, b)

@@ -32,6 +32,9 @@ MEMORY = {
     "inorder": HostMemoryConfig(read_latency=8, ar_pause=[0, 0, 1], r_pause=[0, 1, 0, 0, 1],
                                 aw_pause=[1, 0, 0], w_pause=[0, 0, 1, 0]),
     "ooo": HostMemoryConfig(read_latency=60, jitter=80, out_of_order=True, seed=7),
+    # a fixed latency: under Verilator the model's C++ slave serves it (unless
+    # COSIM_NATIVE_HOST_MEMORY=0), tests/rtl/test_card_host_memory.py against the Python model
+    "fixed": HostMemoryConfig(read_latency=40),
 }
 
 
@@ -104,6 +107,10 @@ async def test_driver_program(dut, check: str) -> None:
     fn = next(c.fn for c in driver_program.ALL_CHECKS if c.name == check)
     await tb.host(fn, reduced=True)
     tb.monitor.check()
+    want = os.environ.get("CARD_TB_EXPECT_NATIVE")
+    if want is not None:
+        assert (tb.card.memory.native is not None) == (want == "1"), \
+            f"the host memory is {'not ' if want == '1' else ''}the C++ slave"
     assert tb.card.memory.undefined_writes == 0, (
         f"{tb.card.memory.undefined_writes} host write beats carried undefined (X) bytes")
     assert tb.monitor.bursts["read"] > 0 or check in ("check_card_info", "check_validation"), \

@@ -35,6 +35,17 @@
 // source takes them: one beat staged for the edge, the next built as soon as it is staged (the
 // hard IP model's receive-buffer accounting follows `moved`, the frames that left the backlog).
 //
+// Host memory. `cosim_axi_host_open` (exported, called through ctypes by
+// tb/common/host_memory_axi.py's HostMemoryAxiSlave) serves an AXI4 master port of the model
+// from host memory in place of the Python model, for configurations without random jitter,
+// reordering or pause patterns: the same handshakes at the same edges, the same read latency,
+// posted writes with their B response, SLVERR for injected ranges and for addresses outside
+// host memory, cycle for cycle what the Python model does (tests/rtl/test_card_host_memory.py
+// runs both on the same traffic). It reads and writes the host memory's own bytes (the numpy
+// array behind pyhost.backend.HostMemory). Like the Python model it sleeps while nothing is in
+// flight and no VALID is up: value-change callbacks on the three VALIDs wake it, and only then
+// is the clock watched.
+//
 // Command line (as cocotb's Verilator runner passes it): --trace, --trace-file FILE,
 // --trace-flush; plusargs go to the model and cocotb.
 
@@ -348,6 +359,263 @@ struct StreamSource {
 
 std::vector<std::unique_ptr<StreamSource>> stream_sources;
 
+// An AXI4 slave serving host memory (see the top of the file): HostMemoryAxiSlave._run for a
+// configuration with a fixed read latency, in order, without pauses.
+struct AxiHostMemory {
+    enum Sig { ARID, ARADDR, ARLEN, ARVALID, ARREADY, RID, RDATA, RRESP, RLAST, RVALID, RREADY,
+               AWID, AWADDR, AWLEN, AWVALID, AWREADY, WDATA, WSTRB, WLAST, WVALID, WREADY,
+               BID, BRESP, BVALID, BREADY, NSIG };
+    static constexpr const char* kNames[NSIG] = {
+        "arid", "araddr", "arlen", "arvalid", "arready", "rid", "rdata", "rresp", "rlast",
+        "rvalid", "rready", "awid", "awaddr", "awlen", "awvalid", "awready", "wdata", "wstrb",
+        "wlast", "wvalid", "wready", "bid", "bresp", "bvalid", "bready"};
+    struct Read {
+        uint32_t id = 0;
+        uint64_t addr = 0, beats = 0, ready_at = 0, sent = 0;
+    };
+    struct Write {
+        uint32_t id = 0;
+        uint64_t addr = 0, beats = 0;
+    };
+
+    vpiHandle clk = nullptr;
+    vpiHandle sig[NSIG] = {};
+    vpiHandle clk_cb = nullptr;
+    vpiHandle wake_cb[3] = {};
+    uint8_t* mem = nullptr;          // host memory [base, base + size)
+    uint64_t base = 0, size = 0;
+    uint64_t latency = 0;            // cycles from AR to the first R beat
+    int line = 64;                   // bytes per beat
+    int words = 16;                  // 32-bit words per beat
+    std::vector<std::pair<uint64_t, uint64_t>> errors;   // [start, end): SLVERR
+    std::deque<Read> reads;
+    Read cur;
+    bool has_cur = false;
+    std::deque<Write> writes;
+    uint64_t w_beat = 0, w_bytes = 0;
+    int64_t w_lo = -1, w_hi = -1;
+    bool w_failed = false;
+    std::deque<std::pair<uint32_t, uint32_t>> bq;        // (id, resp)
+    bool b_out = false, r_out = false;
+    uint64_t period = 0, last_edge = 0, cycle = 0;
+    int prev_clk = -1;
+    // what is driven (puts only on a change)
+    int d_arready = 0, d_awready = 0, d_wready = 0, d_bvalid = 0, d_rvalid = 0;
+    uint64_t reads_served = 0, writes_served = 0, max_in_flight = 0;
+    bool log = false;                // record bursts for the Python listeners
+    std::vector<uint64_t> bursts;    // (kind 0 read / 1 write, addr, beats, lo, hi, bytes)
+    std::vector<s_vpi_vecval> vec;   // a beat's words
+    s_vpi_value clk_value{}, wake_value{};
+
+    static uint64_t get_u64(vpiHandle h) {
+        s_vpi_value v;
+        v.format = vpiVectorVal;
+        vpi_get_value(h, &v);
+        uint64_t x = v.value.vector[0].aval;
+        if (vpi_get(vpiSize, h) > 32) x |= static_cast<uint64_t>(v.value.vector[1].aval) << 32;
+        return x;
+    }
+    static int get_bit(vpiHandle h) { return StreamSource::get_int(h) & 1; }
+    static void put(vpiHandle h, int x) { StreamSource::put_int(h, x); }
+    void set(Sig k, int& driven, int x) {
+        if (driven != x) put(sig[k], x);
+        driven = x;
+    }
+    bool bad(uint64_t a, uint64_t n) const {
+        for (const auto& e : errors)
+            if (a < e.second && a + n > e.first) return true;
+        return false;
+    }
+    bool contains(uint64_t a, uint64_t n) const { return base <= a && a + n <= base + size; }
+
+    // One rising edge of the clock (values before the edge), as HostMemoryAxiSlave._run.
+    void edge() {
+        s_vpi_time t{};
+        t.type = vpiSimTime;
+        vpi_get_time(nullptr, &t);
+        const uint64_t now = (static_cast<uint64_t>(t.high) << 32) | t.low;
+        if (period == 0 && last_edge) period = now - last_edge;
+        cycle += period ? std::max<uint64_t>(1, (now - last_edge + period / 2) / period) : 1;
+        last_edge = now;
+        const uint64_t c = cycle;
+        // handshakes at this edge
+        if (get_bit(sig[ARVALID]) && d_arready) {
+            Read r;
+            r.id = static_cast<uint32_t>(get_u64(sig[ARID]));
+            r.addr = get_u64(sig[ARADDR]);
+            r.beats = get_u64(sig[ARLEN]) + 1;
+            r.ready_at = c + latency;
+            reads.push_back(r);
+            if (log) bursts.insert(bursts.end(), {0, r.addr, r.beats, 0, 0, 0});
+            max_in_flight = std::max<uint64_t>(max_in_flight, reads.size());
+        }
+        if (r_out && get_bit(sig[RREADY])) {
+            ++cur.sent;
+            r_out = false;
+            if (cur.sent == cur.beats) {
+                ++reads_served;
+                has_cur = false;
+            }
+        }
+        if (get_bit(sig[AWVALID]) && d_awready) {
+            Write w;
+            w.id = static_cast<uint32_t>(get_u64(sig[AWID]));
+            w.addr = get_u64(sig[AWADDR]);
+            w.beats = get_u64(sig[AWLEN]) + 1;
+            writes.push_back(w);
+        }
+        if (get_bit(sig[WVALID]) && d_wready) write_beat();
+        if (b_out && get_bit(sig[BREADY])) {
+            b_out = false;
+            bq.pop_front();
+        }
+        // drive the next cycle
+        const int arvalid = get_bit(sig[ARVALID]), awvalid = get_bit(sig[AWVALID]);
+        const int wvalid = get_bit(sig[WVALID]);
+        set(ARREADY, d_arready, 1);
+        set(AWREADY, d_awready, 1);
+        set(WREADY, d_wready, writes.empty() ? 0 : 1);
+        if (!b_out && !bq.empty()) {
+            put(sig[BID], static_cast<int>(bq.front().first));
+            put(sig[BRESP], static_cast<int>(bq.front().second));
+            b_out = true;
+        }
+        set(BVALID, d_bvalid, b_out ? 1 : 0);
+        if (!has_cur && !reads.empty() && reads.front().ready_at <= c) {
+            cur = reads.front();
+            reads.pop_front();
+            has_cur = true;
+        }
+        if (has_cur && !r_out) read_beat();
+        set(RVALID, d_rvalid, r_out ? 1 : 0);
+        // asleep until a master raises a VALID (the Python model's sleep)
+        if (period && reads.empty() && !has_cur && writes.empty() && bq.empty() && !b_out
+            && !arvalid && !awvalid && !wvalid)
+            sleep();
+    }
+    void write_beat() {
+        const Write& w = writes.front();
+        const uint64_t line_addr = (w.addr / line + w_beat) * line;
+        s_vpi_value v;
+        v.format = vpiVectorVal;
+        vpi_get_value(sig[WSTRB], &v);
+        const uint64_t strb = static_cast<uint64_t>(v.value.vector[0].aval)
+                              | (line > 32 ? static_cast<uint64_t>(v.value.vector[1].aval) << 32
+                                           : 0);
+        if (strb) {
+            vpi_get_value(sig[WDATA], &v);
+            const int lo = __builtin_ctzll(strb), hi = 64 - __builtin_clzll(strb);
+            const int lanes = __builtin_popcountll(strb);
+            w_bytes += lanes;
+            if (w_lo < 0) w_lo = static_cast<int64_t>(line_addr + lo);
+            w_hi = static_cast<int64_t>(line_addr + hi);
+            if (bad(line_addr + lo, hi - lo) || !contains(line_addr + lo, hi - lo)) {
+                w_failed = true;
+            } else {
+                uint8_t* dst = mem + (line_addr - base);
+                for (int i = lo; i < hi; ++i)
+                    if (strb >> i & 1)
+                        dst[i] = static_cast<uint8_t>(v.value.vector[i >> 2].aval >> (8 * (i & 3)));
+            }
+        }
+        if (++w_beat == w.beats) {
+            if (log)
+                bursts.insert(bursts.end(), {1, w.addr, w.beats, static_cast<uint64_t>(w_lo),
+                                             static_cast<uint64_t>(w_hi), w_bytes});
+            w_bytes = 0;
+            w_lo = w_hi = -1;
+            bq.emplace_back(w.id, w_failed ? 2u : 0u);
+            writes.pop_front();
+            w_beat = 0;
+            w_failed = false;
+            ++writes_served;
+        }
+    }
+    void read_beat() {
+        const uint64_t line_addr = (cur.addr / line + cur.sent) * line;
+        const uint64_t first = cur.sent == 0 ? cur.addr : line_addr;
+        const uint64_t n = line_addr + line - first;
+        std::fill(vec.begin(), vec.end(), s_vpi_vecval{0, 0});
+        int resp = 2;
+        if (!bad(first, n) && contains(first, n)) {
+            const uint8_t* src = mem + (first - base);
+            for (uint64_t i = first - line_addr; i < static_cast<uint64_t>(line); ++i)
+                vec[i >> 2].aval |= static_cast<uint32_t>(src[i - (first - line_addr)])
+                                    << (8 * (i & 3));
+            resp = 0;
+        }
+        s_vpi_value v;
+        v.format = vpiVectorVal;
+        v.value.vector = vec.data();
+        s_vpi_time t{};
+        t.type = vpiSimTime;
+        vpi_put_value(sig[RDATA], &v, &t, vpiInertialDelay);
+        put(sig[RRESP], resp);
+        put(sig[RID], static_cast<int>(cur.id));
+        put(sig[RLAST], cur.sent == cur.beats - 1 ? 1 : 0);
+        r_out = true;
+    }
+
+    static PLI_INT32 on_clk(p_cb_data data) {
+        auto* m = reinterpret_cast<AxiHostMemory*>(data->user_data);
+        const int v = StreamSource::get_int(m->clk);
+        if (v == 1 && m->prev_clk == 0) m->edge();
+        m->prev_clk = v;
+        return 0;
+    }
+    static PLI_INT32 on_valid(p_cb_data data) {
+        auto* m = reinterpret_cast<AxiHostMemory*>(data->user_data);
+        if (data->value && data->value->value.integer == 1) m->wake();
+        return 0;
+    }
+    vpiHandle watch(vpiHandle h, PLI_INT32 (*fn)(p_cb_data), s_vpi_value* value) {
+        s_cb_data c{};
+        c.reason = cbValueChange;
+        c.cb_rtn = fn;
+        c.obj = h;
+        c.value = value;
+        c.user_data = reinterpret_cast<PLI_BYTE8*>(this);
+        return vpi_register_cb(&c);
+    }
+    void watch_clock() {
+        if (clk_cb) return;
+        prev_clk = StreamSource::get_int(clk);
+        clk_cb = watch(clk, &AxiHostMemory::on_clk, &clk_value);
+    }
+    void sleep() {
+        if (clk_cb) {
+            vpi_remove_cb(clk_cb);
+            clk_cb = nullptr;
+        }
+        const Sig valids[3] = {ARVALID, AWVALID, WVALID};
+        for (int k = 0; k < 3; ++k)
+            if (!wake_cb[k]) wake_cb[k] = watch(sig[valids[k]], &AxiHostMemory::on_valid,
+                                                &wake_value);
+    }
+    void wake() {
+        for (auto& cb : wake_cb)
+            if (cb) {
+                vpi_remove_cb(cb);
+                cb = nullptr;
+            }
+        watch_clock();
+    }
+    void close() {
+        for (auto& cb : wake_cb)
+            if (cb) {
+                vpi_remove_cb(cb);
+                cb = nullptr;
+            }
+        if (clk_cb) {
+            vpi_remove_cb(clk_cb);
+            clk_cb = nullptr;
+        }
+    }
+};
+constexpr const char* AxiHostMemory::kNames[];
+
+std::vector<std::unique_ptr<AxiHostMemory>> host_memories;
+
 // Counts the callback phases in which a callback ran (cocotb's, or a C++ stream source's value-
 // change callback). Only callbacks queue inertial writes or register new callbacks, so while it
 // does not move there is nothing to apply and no new watcher of the clock.
@@ -563,6 +831,95 @@ extern "C" uint64_t cosim_stream_moved(int id) { return stream_sources.at(id)->m
 
 // Beats source `id` has driven so far.
 extern "C" uint64_t cosim_stream_driven(int id) { return stream_sources.at(id)->driven; }
+
+// Serve the AXI4 master port `prefix`_* (a full VPI name prefix, e.g. "card_top.m_axi_host")
+// clocked by `clk` from host memory: `size` bytes at `mem`, bus addresses [base, base + size),
+// reads answered `latency` cycles after their AR. Returns its id, or -1 when a signal does not
+// exist or has an unexpected width.
+extern "C" int cosim_axi_host_open(const char* prefix, const char* clk, uint8_t* mem,
+                                   uint64_t base, uint64_t size, uint64_t latency) {
+    auto m = std::make_unique<AxiHostMemory>();
+    m->clk = vpi_handle_by_name(const_cast<PLI_BYTE8*>(clk), nullptr);
+    if (!m->clk || !mem) return -1;
+    for (int k = 0; k < AxiHostMemory::NSIG; ++k) {
+        const std::string name = std::string(prefix) + "_" + AxiHostMemory::kNames[k];
+        m->sig[k] = vpi_handle_by_name(const_cast<PLI_BYTE8*>(name.c_str()), nullptr);
+        if (!m->sig[k]) return -1;
+    }
+    const int bits = vpi_get(vpiSize, m->sig[AxiHostMemory::WDATA]);
+    if (bits % 32 || bits < 64 || bits > 512 || vpi_get(vpiSize, m->sig[AxiHostMemory::RDATA]) != bits
+        || vpi_get(vpiSize, m->sig[AxiHostMemory::WSTRB]) * 8 != bits
+        || vpi_get(vpiSize, m->sig[AxiHostMemory::ARADDR]) > 64
+        || vpi_get(vpiSize, m->sig[AxiHostMemory::AWADDR]) > 64)
+        return -1;
+    m->line = bits / 8;
+    m->words = bits / 32;
+    m->vec.assign(m->words, s_vpi_vecval{0, 0});
+    m->mem = mem;
+    m->base = base;
+    m->size = size;
+    m->latency = latency;
+    m->clk_value.format = vpiIntVal;
+    m->wake_value.format = vpiIntVal;
+    s_vpi_value zero;
+    zero.format = vpiIntVal;
+    zero.value.integer = 0;
+    for (int k : {AxiHostMemory::ARREADY, AxiHostMemory::RVALID, AxiHostMemory::AWREADY,
+                  AxiHostMemory::WREADY, AxiHostMemory::BVALID})
+        if (!vpi_put_value(m->sig[k], &zero, nullptr, vpiNoDelay)) return -1;
+    m->watch_clock();
+    if (!m->clk_cb) return -1;
+    host_memories.push_back(std::move(m));
+    return static_cast<int>(host_memories.size() - 1);
+}
+
+static AxiHostMemory* host_memory(int id) {
+    if (id < 0 || id >= static_cast<int>(host_memories.size())) return nullptr;
+    return host_memories[id].get();
+}
+
+// Stop serving (the end of a test): nothing is driven or watched any more.
+extern "C" void cosim_axi_host_close(int id) {
+    if (AxiHostMemory* m = host_memory(id)) {
+        m->close();
+        host_memories[id].reset();
+    }
+}
+
+// Answer accesses that touch [start, end) with SLVERR (start == end == 0: clear all ranges).
+extern "C" void cosim_axi_host_error(int id, uint64_t start, uint64_t end) {
+    if (AxiHostMemory* m = host_memory(id)) {
+        if (start == 0 && end == 0) m->errors.clear();
+        else m->errors.emplace_back(start, end);
+    }
+}
+
+// Reads and writes served, the most reads in flight, the cycles counted (out[0..3]).
+extern "C" void cosim_axi_host_stats(int id, uint64_t* out) {
+    if (AxiHostMemory* m = host_memory(id)) {
+        out[0] = m->reads_served;
+        out[1] = m->writes_served;
+        out[2] = m->max_in_flight;
+        out[3] = m->cycle;
+    }
+}
+
+// Record bursts for cosim_axi_host_bursts (1) or not (0, the default).
+extern "C" void cosim_axi_host_log(int id, int on) {
+    if (AxiHostMemory* m = host_memory(id)) m->log = on != 0;
+}
+
+// Up to `max` bursts taken since the last call, six words each (kind: 0 read, 1 write; address;
+// beats; a write's lowest and one-past-highest written byte and its bytes), oldest first;
+// returns how many.
+extern "C" int cosim_axi_host_bursts(int id, uint64_t* out, int max) {
+    AxiHostMemory* m = host_memory(id);
+    if (!m) return 0;
+    const int n = std::min<int>(max, static_cast<int>(m->bursts.size() / 6));
+    std::copy(m->bursts.begin(), m->bursts.begin() + 6 * n, out);
+    m->bursts.erase(m->bursts.begin(), m->bursts.begin() + 6 * n);
+    return n;
+}
 
 int main(int argc, char** argv) {
     bool trace_on = false;

@@ -6,24 +6,58 @@ writes are posted (the B response follows the data at once, as a PCIe memory wri
 completion). While nothing is in flight and no VALID is up, the model sleeps until a master
 raises one (no Python runs per clock cycle then); its cycle count follows simulated time, so the
 behaviour is the same cycle for cycle as if it had ticked. Back-pressure and idle cycles on
-every channel, and SLVERR on injected address ranges, exercise the engine.
+every channel, and SLVERR on injected address ranges, exercise the engine. Under Verilator, a
+configuration without jitter, reordering or pause patterns is served by the model's C++ main
+instead (tb/common/cosim_main.cpp, the same behaviour cycle for cycle with no Python per beat;
+COSIM_NATIVE_HOST_MEMORY=0 keeps the Python model).
 :class:`HostPortMonitor` checks every burst against the requester rules: at most MRRS bytes per
 read, at most MPS bytes per write, never across 4 KiB.
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
 import random
 from collections import deque
 from dataclasses import dataclass, field
 
 import cocotb
-from cocotb.triggers import First, RisingEdge
+from cocotb.triggers import Event, First, RisingEdge
 from cocotb.utils import get_sim_time
 
 from pyhost.backend import HostMemory
 
 PAGE = 4096
+#: Set to 0 to serve host memory from Python even where the model has the C++ slave.
+NATIVE_ENV = "COSIM_NATIVE_HOST_MEMORY"
+
+
+def _native_host_memory():
+    """The model's C++ host-memory slave (tb/common/cosim_main.cpp), when this simulator
+    process has it and COSIM_NATIVE_HOST_MEMORY is not 0; else None."""
+    if os.environ.get(NATIVE_ENV, "1") in ("0", ""):
+        return None
+    try:
+        lib = ctypes.CDLL(None)
+        _ = lib.cosim_axi_host_open
+    except (AttributeError, OSError):
+        return None
+    u64 = ctypes.c_uint64
+    lib.cosim_axi_host_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p,
+                                        u64, u64, u64]
+    lib.cosim_axi_host_open.restype = ctypes.c_int
+    lib.cosim_axi_host_close.argtypes = [ctypes.c_int]
+    lib.cosim_axi_host_close.restype = None
+    lib.cosim_axi_host_error.argtypes = [ctypes.c_int, u64, u64]
+    lib.cosim_axi_host_error.restype = None
+    lib.cosim_axi_host_stats.argtypes = [ctypes.c_int, ctypes.POINTER(u64)]
+    lib.cosim_axi_host_stats.restype = None
+    lib.cosim_axi_host_bursts.argtypes = [ctypes.c_int, ctypes.POINTER(u64), ctypes.c_int]
+    lib.cosim_axi_host_bursts.restype = ctypes.c_int
+    lib.cosim_axi_host_log.argtypes = [ctypes.c_int, ctypes.c_int]
+    lib.cosim_axi_host_log.restype = None
+    return lib
 
 
 def _data(sig, strb: int, lanes: int) -> tuple[int, bool]:
@@ -70,9 +104,17 @@ class HostMemoryConfig:
     w_pause: list[int] = field(default_factory=list)
     seed: int = 1
 
+    @property
+    def deterministic(self) -> bool:
+        """No random latency, no reordering, no pauses: what the C++ slave serves."""
+        return not (self.jitter or self.out_of_order or self.ar_pause or self.r_pause
+                    or self.aw_pause or self.w_pause)
+
 
 class HostMemoryAxiSlave:
-    """Serves ``<prefix>_*`` AXI4 master ports of ``dut`` from ``host``."""
+    """Serves ``<prefix>_*`` AXI4 master ports of ``dut`` from ``host``: from the model's C++
+    main (:attr:`native`) for a deterministic configuration under Verilator, else from a
+    coroutine. Both behave the same, cycle for cycle."""
 
     def __init__(self, dut, prefix: str, host: HostMemory, config: HostMemoryConfig | None = None
                  ) -> None:
@@ -93,18 +135,68 @@ class HostMemoryAxiSlave:
         self.max_reads_in_flight = 0
         self.reordered = 0            # reads completed before an older one
         self.undefined_writes = 0     # write beats with X/Z in a byte whose strobe is set
-        self.listeners: list = []     # callables(kind, addr, beats) for monitors
+        self.listeners: list = []     # callables(kind, addr, beats, written) for monitors
         self._seq = 0                 # arrival order of reads
+        #: the C++ slave's id (tb/common/cosim_main.cpp), or None: the Python coroutine
+        self.native: int | None = None
+        self._lib = _native_host_memory() if self.cfg.deterministic else None
+        if self._lib is not None:
+            nid = self._lib.cosim_axi_host_open(
+                f"{dut._path}.{prefix}".encode(), self.clk._path.encode(),
+                host.array.ctypes.data, host.base, host.size, self.cfg.read_latency)
+            if nid >= 0:
+                self.native = nid
+                cocotb.start_soon(self._hold_native())
+                return
         for n in ("arready", "rvalid", "awready", "wready", "bvalid"):
             self.s[n].value = 0
         cocotb.start_soon(self._run())
 
+    # -- the C++ slave -------------------------------------------------------------------------
+    async def _hold_native(self) -> None:
+        # the slave serves until the test ends (its tasks are cancelled then)
+        try:
+            await Event().wait()
+        finally:
+            self.poll()
+            self._lib.cosim_axi_host_close(self.native)
+
+    def listen(self, fn) -> None:
+        """Call ``fn(kind, addr, beats, written)`` for every burst taken ("read": written None;
+        "write": (lowest byte, one past the highest, bytes) written, (-1, -1, 0) for none): as
+        it happens in the Python model, at the next :meth:`poll` in the C++ one."""
+        self.listeners.append(fn)
+        if self.native is not None:
+            self._lib.cosim_axi_host_log(self.native, 1)
+
+    def poll(self) -> None:
+        """Native: bring the counters up to date and hand the bursts taken since the last call
+        to the listeners (the Python model does both as it goes)."""
+        if self.native is None:
+            return
+        stats = (ctypes.c_uint64 * 4)()
+        self._lib.cosim_axi_host_stats(self.native, stats)
+        self.reads_served, self.writes_served, self.max_reads_in_flight, self.cycle = stats
+        buf = (ctypes.c_uint64 * (6 * 256))()
+        while n := self._lib.cosim_axi_host_bursts(self.native, buf, 256):
+            for k in range(n):
+                kind, addr, beats, lo, hi, nbytes = buf[6 * k:6 * k + 6]
+                for fn in self.listeners:
+                    if kind == 0:
+                        fn("read", addr, beats, None)
+                    else:
+                        fn("write", addr, beats, (lo, hi, nbytes) if nbytes else (-1, -1, 0))
+
     # -- configuration ------------------------------------------------------------------------
     def inject_error(self, start: int, end: int) -> None:
         self.error_ranges.append((start, end))
+        if self.native is not None and start < end:
+            self._lib.cosim_axi_host_error(self.native, start, end)
 
     def clear_errors(self) -> None:
         self.error_ranges.clear()
+        if self.native is not None:
+            self._lib.cosim_axi_host_error(self.native, 0, 0)
 
     def _bad(self, addr: int, n: int) -> bool:
         return any(addr < e and addr + n > s for s, e in self.error_ranges)
@@ -254,7 +346,8 @@ class HostPortMonitor:
         self.errors: list[str] = []
         self.bursts = {"read": 0, "write": 0}
         self.largest = {"read": 0, "write": 0}
-        slave.listeners.append(self._burst)
+        self.slave = slave
+        slave.listen(self._burst)
 
     def _burst(self, kind: str, addr: int, beats: int,
                written: tuple[int, int, int] | None) -> None:
@@ -280,4 +373,5 @@ class HostPortMonitor:
                                    f"({lo:#x}..{hi:#x})")
 
     def check(self) -> None:
+        self.slave.poll()
         assert not self.errors, "host port rule violations: " + "; ".join(self.errors[:5])

@@ -120,7 +120,7 @@ def card_sources():
     """Every Verilog file of the PCIe card (card_top_pcie, the endpoint and the card)."""
     from tb.common import simulator
 
-    return simulator.card_sources() + simulator.rtl_sources(*simulator.CARD_TOPS["card_top_pcie"])
+    return simulator.rtl_sources(*simulator.CARD_BLOCKS, *simulator.CARD_TOPS["card_top_pcie"])
 
 
 def format_lspci(info: dict) -> str:

@@ -93,15 +93,24 @@ class RtlCard(CardBackend):
         self.mmio_writes = 0
 
     # -- coroutines run in the simulator ------------------------------------------------------
+    def _poll(self) -> None:
+        # the C++ host memory hands its bursts to the monitors before every register access:
+        # no chain starts (and no limit changes) without one, so a monitor that reads the
+        # card's state for a burst sees the chain's own
+        if self.memory is not None:
+            self.memory.poll()
+
     async def _read(self, offset: int) -> int:
         if self.pcie is not None:
             return await self.pcie.mmio_read(offset)
+        self._poll()
         data = await self.axil.read(offset, 4)
         return int.from_bytes(data.data, "little")
 
     async def _write(self, offset: int, value: int) -> None:
         if self.pcie is not None:
             return await self.pcie.mmio_write(offset, value)
+        self._poll()
         await self.axil.write(offset, value.to_bytes(4, "little"))
 
     async def _wait_irq(self, timeout_ns: int) -> bool:

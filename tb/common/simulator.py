@@ -243,15 +243,20 @@ def card_build(sim: str, parameters: Mapping[str, object] | None = None,
         raise ValueError(f"card top {top!r}: expected one of {', '.join(CARD_TOPS)}")
     if waves is None:
         waves = waves_requested()
-    sources = card_sources() + (rtl_sources(*CARD_TOPS[top]) if CARD_TOPS[top] else [])
+    sources = rtl_sources(*CARD_BLOCKS, *CARD_TOPS[top])
     return build(sim, top, sources, parameters, waves=waves, public=CARD_PUBLIC, cxx_opt="-O3",
                  wave_scopes=wave_scopes)
 
 
+#: rtl/common/: modules every block may use (the clock gate), part of every block's sources.
+COMMON_BLOCK = "common"
+
+
 def rtl_sources(*blocks: str) -> list[Path]:
-    """All Verilog files of the named rtl/<block>/ folders, in a stable order."""
+    """All Verilog files of rtl/common/ and of the named rtl/<block>/ folders, in a stable order
+    (each folder once)."""
     out: list[Path] = []
-    for b in blocks:
+    for b in dict.fromkeys((COMMON_BLOCK, *blocks)):
         files = sorted((RTL / b).glob("*.v"))
         if not files:
             raise FileNotFoundError(f"no Verilog sources in rtl/{b}/")

@@ -36,7 +36,7 @@ def test_accel_vector(sim: str, n: int) -> None:
     _only_verilator_for_small_n(sim, n)
     res = simulator.run(sim, "accel_vector", VECTOR_SRC, "tb.accel.test_accel_vector",
                      parameters={"N": n})
-    assert res.tests == 4
+    assert res.tests == 5
 
 
 #: accel_compute configurations: the accelerator's defaults, and a small one (other address

@@ -20,8 +20,12 @@ def test_demo_on_the_rtl_card(sim: str, tmp_path: Path) -> None:
     got = G.rtl_demo(sim, tmp_path)
     # the demo's build has the model's own clock under Verilator (tb/common/cosim_main.cpp);
     # Icarus runs cocotb's: the same edges, so the same cycles
-    clock = json.loads((tmp_path / "rtl_out.json").read_text())["clock"]
-    assert clock == ("builtin" if sim == "verilator" else "cocotb"), clock
+    out = json.loads((tmp_path / "rtl_out.json").read_text())
+    assert out["clock"] == ("builtin" if sim == "verilator" else "cocotb"), out["clock"]
+    # and its host memory is the C++ slave under Verilator (Icarus: the Python model): both
+    # give the recorded cycles
+    assert out["host_memory"] == ("native" if sim == "verilator" else "python"), \
+        out["host_memory"]
     want = G.load(f"rtl/demo/{sim}")
     assert got == want, f"the demo on {sim} changed: cycles {got['cycles']} (recorded " \
         f"{want['cycles']})"
