@@ -43,8 +43,16 @@
 // host memory, cycle for cycle what the Python model does (tests/rtl/test_card_host_memory.py
 // runs both on the same traffic). It reads and writes the host memory's own bytes (the numpy
 // array behind pyhost.backend.HostMemory). Like the Python model it sleeps while nothing is in
-// flight and no VALID is up: value-change callbacks on the three VALIDs wake it, and only then
-// is the clock watched.
+// flight and no VALID is up, and only awake is the clock watched. It is woken where a value-
+// change callback on a VALID would run (each time the main loop checks the callbacks): the main
+// loop reads the three VALIDs' storage directly when they are plain one-bit signals (no VPI
+// callback in the list that every check walks), else value-change callbacks on them wake it.
+//
+// Quiet steps. While no callback runs, nothing registers one, so after a step in which none ran
+// and no ReadWrite, ReadOnly, NextSimTime or timed callback is due, the following steps skip
+// those phases (and the NextSimTime call that moves due timers) until a callback runs or the
+// earliest timer's time comes: while the card works alone, a step is the clock's write, one
+// evaluation and the value-change check.
 //
 // Command line (as cocotb's Verilator runner passes it): --trace, --trace-file FILE,
 // --trace-flush; plusargs go to the model and cocotb.
@@ -382,6 +390,8 @@ struct AxiHostMemory {
     vpiHandle sig[NSIG] = {};
     vpiHandle clk_cb = nullptr;
     vpiHandle wake_cb[3] = {};
+    CData* valid_bit[3] = {};        // the VALIDs' storage, when all three are plain bits
+    bool asleep = false;             // woken by the main loop (valid_bit) or by wake_cb
     uint8_t* mem = nullptr;          // host memory [base, base + size)
     uint64_t base = 0, size = 0;
     uint64_t latency = 0;            // cycles from AR to the first R beat
@@ -587,18 +597,29 @@ struct AxiHostMemory {
             vpi_remove_cb(clk_cb);
             clk_cb = nullptr;
         }
+        asleep = true;
+        if (valid_bit[0]) return;  // polled by poll_wake
         const Sig valids[3] = {ARVALID, AWVALID, WVALID};
         for (int k = 0; k < 3; ++k)
             if (!wake_cb[k]) wake_cb[k] = watch(sig[valids[k]], &AxiHostMemory::on_valid,
                                                 &wake_value);
     }
     void wake() {
+        asleep = false;
         for (auto& cb : wake_cb)
             if (cb) {
                 vpi_remove_cb(cb);
                 cb = nullptr;
             }
         watch_clock();
+    }
+    // Asleep on polled VALIDs and one is up: wake (as on_valid would at this check; it went to
+    // sleep at an edge with all three low, so a VALID that is up has risen since). True if woken.
+    bool poll_wake() {
+        if (!asleep || !valid_bit[0] || !(*valid_bit[0] | *valid_bit[1] | *valid_bit[2]))
+            return false;
+        wake();
+        return true;
     }
     void close() {
         for (auto& cb : wake_cb)
@@ -633,10 +654,22 @@ bool run_cbs(uint32_t reason) {
 // change only by an evaluation, a VPI write or the clock's edge, so the main loop settles only
 // after one of those (each call compares every watched signal with its last value). True when
 // a callback ran.
+// A host memory asleep on polled VALIDs is woken here, where its callbacks would run.
+bool poll_host_wakes() {
+    bool woke = false;
+    for (const auto& m : host_memories)
+        if (m && m->poll_wake()) woke = true;
+    return woke;
+}
+
 bool settle() {
-    if (!VerilatedVpi::hasCbs(cbValueChange)) return false;
     bool ran = false;
-    while (VerilatedVpi::callValueCbs()) ran = true;
+    for (;;) {
+        bool now = !host_memories.empty() && poll_host_wakes();
+        if (VerilatedVpi::hasCbs(cbValueChange) && VerilatedVpi::callValueCbs()) now = true;
+        if (!now) break;
+        ran = true;
+    }
     if (ran) ++callbacks_ran;
     return ran;
 }
@@ -682,11 +715,11 @@ void wrap_up() {
 
 }  // namespace
 
-// The storage of `name` (scope.signal) when it is a public, writable, one-bit signal without
-// unpacked dimensions (a CData); otherwise nullptr. Found as vpi_handle_by_name finds it: a
+// The storage of `name` (scope.signal) when it is a public (and, for `writable`, writable)
+// one-bit signal without unpacked dimensions (a CData); otherwise nullptr. Found as vpi_handle_by_name finds it: a
 // signal of the top module ("card_top.clk") is the model's port in scope TOP (the module's own
 // copy of the port is overwritten from it at every evaluation), any other in its own scope.
-static CData* plain_bit(const char* name) {
+static CData* plain_bit(const char* name, bool writable = true) {
     const std::string full = name;
     const size_t dot = full.rfind('.');
     if (dot == std::string::npos) return nullptr;
@@ -698,8 +731,8 @@ static CData* plain_bit(const char* name) {
     };
     if (scope_name.find('.') == std::string::npos) find("TOP");
     if (!var) find(scope_name.c_str());
-    if (!var || var->vltype() != VLVT_UINT8 || var->udims() != 0 || !var->isPublicRW()
-        || var->entBits() != 1)
+    if (!var || var->vltype() != VLVT_UINT8 || var->udims() != 0
+        || (writable && !var->isPublicRW()) || var->entBits() != 1)
         return nullptr;
     return static_cast<CData*>(var->datap());
 }
@@ -867,6 +900,11 @@ extern "C" int cosim_axi_host_open(const char* prefix, const char* clk, uint8_t*
     for (int k : {AxiHostMemory::ARREADY, AxiHostMemory::RVALID, AxiHostMemory::AWREADY,
                   AxiHostMemory::WREADY, AxiHostMemory::BVALID})
         if (!vpi_put_value(m->sig[k], &zero, nullptr, vpiNoDelay)) return -1;
+    const char* const valid_names[3] = {"arvalid", "awvalid", "wvalid"};
+    for (int k = 0; k < 3; ++k)
+        m->valid_bit[k] = plain_bit((std::string(prefix) + "_" + valid_names[k]).c_str(), false);
+    if (!m->valid_bit[0] || !m->valid_bit[1] || !m->valid_bit[2])
+        m->valid_bit[0] = m->valid_bit[1] = m->valid_bit[2] = nullptr;
     m->watch_clock();
     if (!m->clk_cb) return -1;
     host_memories.push_back(std::move(m));
@@ -962,7 +1000,18 @@ int main(int argc, char** argv) {
     ++callbacks_ran;
     settle();
 
+    // Quiet steps (see the top of the file): quiet_at is callbacks_ran when a step ended in which
+    // no callback ran and no ReadWrite, ReadOnly, NextSimTime or timed callback was due;
+    // quiet_until is then the earliest timer. While callbacks_ran stays there and the time is
+    // before quiet_until, those phases have nothing to do and are skipped.
+    uint64_t quiet_at = ~static_cast<uint64_t>(0), quiet_until = 0;
+    uint64_t step_began = callbacks_ran;  // callbacks_ran before this step's first callback
+    // A step is the first at its time when the previous one was earlier: only then has its
+    // NextSimTime call moved every NextSimTime callback registered before it (those of a step
+    // at the same time wait for a later time), so only such a step can start quiet steps.
+    bool first_at_time = true;
     while (!Verilated::gotFinish()) {
+        const bool quiet = quiet_at == callbacks_ran && sim_time < quiet_until;
         bool again;
         do {
             do {
@@ -972,30 +1021,45 @@ int main(int argc, char** argv) {
                 settle();
                 again = wrote || VerilatedVpi::evalNeeded();
             } while (again);
+            if (quiet && quiet_at == callbacks_ran) break;  // nothing to do below
             run_cbs(cbReadWriteSynch);
             again = apply_writes();
             if (again) settle();
         } while (again || VerilatedVpi::evalNeeded());
         top->eval_end_step();
-        run_cbs(cbReadOnlySynch);
+        if (!quiet || quiet_at != callbacks_ran) {
+            run_cbs(cbReadOnlySynch);
+            if (first_at_time && callbacks_ran == step_began
+                && !VerilatedVpi::hasCbs(cbReadWriteSynch)
+                && !VerilatedVpi::hasCbs(cbReadOnlySynch)
+                && !VerilatedVpi::hasCbs(cbNextSimTime) && !VerilatedVpi::hasCbs(cbAfterDelay)) {
+                quiet_at = callbacks_ran;
+                quiet_until = VerilatedVpi::cbNextDeadline();
+            }
+        }
 #if VM_TRACE
         if (trace_file) {
             trace_file->dump(sim_time);
             if (trace_flush) trace_file->flush();
         }
 #endif
-        uint64_t next = VerilatedVpi::cbNextDeadline();
+        const bool stay_quiet = quiet_at == callbacks_ran && sim_time < quiet_until;
+        uint64_t next = stay_quiet ? quiet_until : VerilatedVpi::cbNextDeadline();
         if (top->eventsPending() && top->nextTimeSlot() < next) next = top->nextTimeSlot();
         if (clock_gen.running && clock_gen.next_edge < next) next = clock_gen.next_edge;
         if (next == kNever) break;  // nothing can happen any more
+        first_at_time = next != sim_time;
         sim_time = next;
-        // cbNextSimTime's phase always calls into Verilator: it moves the callbacks due now
-        // from the future lists to the current ones
-        if (VerilatedVpi::callCbs(cbNextSimTime)) {
-            ++callbacks_ran;
-            settle_after(true);
+        step_began = callbacks_ran;
+        if (quiet_at != callbacks_ran || sim_time >= quiet_until) {
+            // cbNextSimTime's phase always calls into Verilator: it moves the callbacks due now
+            // from the future lists to the current ones
+            if (VerilatedVpi::callCbs(cbNextSimTime)) {
+                ++callbacks_ran;
+                settle_after(true);
+            }
+            settle_after(run_cbs(cbAfterDelay));  // the timed callbacks
         }
-        settle_after(run_cbs(cbAfterDelay));  // the timed callbacks
         if (clock_gen.running && clock_gen.next_edge == sim_time) {
             clock_gen.edge(sim_time);
             apply_writes();  // the edge with the timed callbacks' writes, before evaluating
