@@ -1,6 +1,7 @@
 """RtlCard: the CardBackend on the card's RTL under cocotb.
 
-BAR0 is a cocotbext-axi AxiLiteMaster on the card top's ``s_axil_*`` ports; host memory is a
+BAR0 is an AXI4-Lite master on the card top's ``s_axil_*`` ports (tb/common/axil_master.py's
+AxiLiteBar0: cocotbext-axi's timing, nothing watched while idle); host memory is a
 :class:`pyhost.backend.HostMemory` served to the card's ``m_axi_host_*`` port by
 :class:`tb.common.host_memory_axi.HostMemoryAxiSlave`; the interrupt is awaited as an edge.
 
@@ -21,6 +22,7 @@ from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
 
 from pyhost.backend import CardBackend, HostMemory, check_mmio
 from pyhost.spec import dram
+from tb.common.axil_master import AxiLiteBar0
 from tb.common.host_memory_axi import HostMemoryAxiSlave, HostMemoryConfig
 
 #: How much simulated time one wall-clock second of a caller's timeout stands for: about what
@@ -50,12 +52,14 @@ class RtlCard(CardBackend):
 
     def __init__(self, dut, host: HostMemory | None = None,
                  memory: HostMemoryConfig | None = None, irq_timeout_ns: int = 5_000_000,
-                 memory_model: str = "native", link: str = "axi", pcie=None) -> None:
+                 memory_model: str = "native", link: str = "axi", pcie=None,
+                 bar0: str = "lean") -> None:
         """``memory_model``: "native" (HostMemoryAxiSlave: latency, reordering, errors) or
         "axiram" (a plain cocotbext-axi AxiRam over the same HostMemory, for comparison).
         ``link``: "axi" (card_top: AXI4-Lite BAR0, AXI4 host port) or "pcie" (card_top_pcie
         behind the hard IP model and a root complex, tb/common/pcie_card.py; ``pcie`` is its
-        PcieOptions)."""
+        PcieOptions). ``bar0``: "lean" (AxiLiteBar0) or "cocotbext-axi" (its AxiLiteMaster,
+        for comparison: the same timing, but its channels watch five signals for the whole run)."""
         self.dut = dut
         self.host = host or HostMemory()
         self.pcie = None
@@ -72,8 +76,15 @@ class RtlCard(CardBackend):
             self.memory = self.axiram = None
             self.host_write_errors = False     # PCIe memory writes are posted
             return
-        self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
-        logging.getLogger(f"cocotb.{dut._name}.s_axil").setLevel(logging.WARNING)
+        self.axil: AxiLiteMaster | None = None
+        self.bar0: AxiLiteBar0 | None = None
+        if bar0 == "lean":
+            self.bar0 = AxiLiteBar0(dut, "s_axil", dut.clk)
+        elif bar0 == "cocotbext-axi":
+            self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
+            logging.getLogger(f"cocotb.{dut._name}.s_axil").setLevel(logging.WARNING)
+        else:
+            raise ValueError(f"bar0 {bar0!r}: expected 'lean' or 'cocotbext-axi'")
         self.memory: HostMemoryAxiSlave | None = None
         self.axiram: AxiRam | None = None
         if memory_model == "native":
@@ -104,6 +115,8 @@ class RtlCard(CardBackend):
         if self.pcie is not None:
             return await self.pcie.mmio_read(offset)
         self._poll()
+        if self.bar0 is not None:
+            return await self.bar0.read(offset)
         data = await self.axil.read(offset, 4)
         return int.from_bytes(data.data, "little")
 
@@ -111,6 +124,8 @@ class RtlCard(CardBackend):
         if self.pcie is not None:
             return await self.pcie.mmio_write(offset, value)
         self._poll()
+        if self.bar0 is not None:
+            return await self.bar0.write(offset, value)
         await self.axil.write(offset, value.to_bytes(4, "little"))
 
     async def _wait_irq(self, timeout_ns: int) -> bool:
