@@ -32,14 +32,14 @@ def test_lean_bar0_master_is_cocotbext_axis_to_the_edge(sim: str, tmp_path: Path
         got[master] = json.loads(out.read_text())
     ref, lean = got["cocotbext-axi"], got["lean"]
     assert len(ref["log"]) == len(lean["log"]) > 20
-    for a, b in zip(ref["log"], lean["log"]):
+    for a, b in zip(ref["log"], lean["log"], strict=True):
         assert a == b, f"access differs (cocotbext-axi, lean): {a} vs {b}"
     assert len(ref["edges"]) == len(lean["edges"]) > 100
     names = ["time", *SIGNALS]
     bready, bvalid = names.index("bready"), names.index("bvalid")
     rready, rvalid = names.index("rready"), names.index("rvalid")
     ready_differs = 0
-    for a, b in zip(ref["edges"], lean["edges"]):
+    for a, b in zip(ref["edges"], lean["edges"], strict=True):
         # BREADY / RREADY while their VALID is low mean nothing to the slave (AXI: a transfer
         # needs both; csr.v reads them only with its valid up). cocotbext-axi drops them while
         # rst is high and raises them at the first edge after; the lean master keeps them up.
