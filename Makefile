@@ -36,7 +36,9 @@ sim: $(STAMP)
 	@tools/ensure-system-deps fst
 	@$(RUN) python -m tb.sim
 
+# the FST tests need liblz4-dev as make sim does (a fresh machine may lack it)
 test: $(STAMP)
+	@tools/ensure-system-deps fst
 	@$(RUN) python -m pytest -n $(JOBS) --dist worksteal --durations=25 tests
 
 lint: $(STAMP)
