@@ -200,24 +200,41 @@ class RepeatDetector:
         lags = {c.lag for c in alive}
         # earlier calls this one may repeat: the last uses of its tensors (a weight's last use
         # is one repetition ago), and the last calls with the same sizes
+        # (each with the place in this call of the tensor whose use it is, -1 for a size match)
         tries: list[int] = []
+        places: list[int] = []
         if ul is None:
             ul = [self._uses.get(i) for i in ids]
             dq = self._index.get(key)
-        for u in ul:
+        for k, u in enumerate(ul):
             if u:
-                tries += u[-3:][::-1]
+                last = u[-3:]
+                tries += last[::-1]
+                places += [k] * len(last)
         if dq:
-            tries += itertools.islice(reversed(dq), self.max_candidates)
+            more = list(itertools.islice(reversed(dq), self.max_candidates))
+            tries += more
+            places += [-1] * len(more)
         empty: dict[int, int] = {}
         births = None
-        for t in tries[:4 * self.max_candidates]:
+        calls, w, first, end, n = self._calls, self.window, self._first, self._end, len(ids)
+        limit = 4 * self.max_candidates
+        for t, k in zip(tries[:limit], places[:limit], strict=True):
             if len(alive) >= self.max_candidates:
                 break
             lag = now - t
             if lag in lags:
                 continue
             lags.add(lag)
+            if k >= 0:
+                # t is a use of ids[k], which existed before that call: _probe fails unless the
+                # call then has the same length and ids[k] at the same place (skipped unprobed:
+                # the same answer without a call)
+                if not first <= t < end:
+                    continue
+                rec = calls[t % w]
+                if len(rec) != n or rec[k] != ids[k]:
+                    continue
             if births is None:                   # looked up once for all the probes
                 born = self._born
                 births = [born.get(x, -1) for x in ids]
