@@ -152,6 +152,7 @@ class ManagerStats:
     repeats_detected: int = 0   # times the repeat detector locked on a repetition
     repeat_breaks: int = 0      # ... and dropped it
     planned_repeats: int = 0    # plans made from a recorded repetition
+    online_repeats: int = 0     # repetitions of a locked one where the online experts chose
     window_evictions: int = 0   # placements done by evicting neighbours instead of compacting
     time_s: dict[str, float] = field(default_factory=dict)   # manager time, driver time excluded
     #: need-call times (driver excluded): a fixed-size histogram, not one entry per call
@@ -191,9 +192,11 @@ class MemoryManager:
         self._own_detector = self.detector   # saw every allocation (knows every size)
         self._observes = self.policy.observes
         self._plan_lock: object = None   # the detector lock the current plan was made for
-        self._arms: dict[str, int] = {}  # plan / order -> bytes per repetition (estimated)
+        self._arms: dict[str, int] = {}  # plan / order / online -> bytes per repetition
         self._arm = "order"
         self._arm_warm = True
+        self._online_mark = 0            # the online expert's shadow bytes at that start
+        self._online_scale = 1.0         # real / shadow bytes of the online arm, last measured
         self._learned_drops: set[tuple[Any, int]] = set()
         self._period_mark = (0, 0)       # (epoch, bytes moved) at the last repetition start
         self._costly_compactions = 0     # window evictions left before compaction is re-costed
@@ -636,7 +639,7 @@ class MemoryManager:
         if hasattr(self.policy, "planning"):
             det = self.detector
             self.policy.planning = self._sched is not None or (     # type: ignore[attr-defined]
-                det is not None and det.lock is not None)
+                det is not None and det.lock is not None and self._arm != "online")
 
     def _learn(self, ents: list[_Entry], epoch: int) -> None:
         """Report the call to the repeat detector; on a new lock, plan the repetition."""
@@ -707,14 +710,19 @@ class MemoryManager:
         planner.plan_key = lambda e, since: (det.role_of(e.id), det.phase(since))
         self._use_arm(min(self._arms, key=self._arms.__getitem__) if self._arms else "order")
         self._period_mark = (self._epoch, self._moved())
+        self._online_mark = self.policy.online_moved()          # type: ignore[attr-defined]
         self.stats.planned_repeats += bool(drops)
         self.stats.plan_s += time.perf_counter() - t0
 
     def _use_arm(self, arm: str) -> None:
         self._arm = arm
         self._arm_warm = True
+        if arm == "online":          # the online experts choose, the lock stays (predictions)
+            self._set_planning()
+            return
         planner = self.policy.planner                       # type: ignore[attr-defined]
         planner.set_plan(self._learned_drops if arm == "plan" else set())
+        self._set_planning()
         self.policy.rekey([e for e in self._entries.values() if e.addr is not None
                            and e.card_size], self._now)
 
@@ -771,10 +779,20 @@ class MemoryManager:
             return
         now = self._moved()
         self._period_mark = (self._epoch, now)
+        shadow = self.policy.online_moved()                     # type: ignore[attr-defined]
+        online, self._online_mark = shadow - self._online_mark, shadow
         if self._arm_warm:
             self._arm_warm = False
             return
         self._arms[self._arm] = now - moved
+        if self._arm == "online":
+            self.stats.online_repeats += 1
+            if online > 0:           # how far the shadows' bytes were from the card's
+                self._online_scale = (now - moved) / online
+        else:
+            # what the online experts would have moved in this repetition: their shadows
+            # (no fragmentation), scaled as the online arm's were off when last measured
+            self._arms["online"] = round(online * self._online_scale)
         best = min(self._arms, key=self._arms.__getitem__)
         if self._arms[best] < (1 - PLAN_MARGIN) * self._arms[self._arm]:
             self._use_arm(best)

@@ -716,6 +716,7 @@ class ShadowCache:
         self.res: dict[int, _Stub] = {}
         self.used = 0
         self.cost = 0.0
+        self.moved = 0          # the same bytes, not forgotten (per repetition: differences)
         self.decay = 1.0 - 1.0 / memory
         # recost is a no-op for the recency policies (LRU, LIRS): not called for them
         self._recosts = type(policy).recost is not EvictionPolicy.recost
@@ -745,10 +746,12 @@ class ShadowCache:
                 self.used -= v.card_size
                 if v.dirty:
                     self.cost += v.card_size
+                    self.moved += v.card_size
         for s in missing:
             res[s.id] = s
             self.used += s.card_size
             self.cost += s.card_size
+            self.moved += s.card_size
             p.insert(s, epoch)
         for s in stubs:
             p.touch(s, epoch)
@@ -764,6 +767,7 @@ class ShadowCache:
             if s is not None and s.dirty:
                 s.dirty = False
                 self.cost += s.card_size
+                self.moved += s.card_size
                 self.policy.recost(s, 0)
         elif s is not None:                  # "write" (the card copy is stale) or "free"
             self.policy.remove(s)
@@ -879,6 +883,16 @@ class AutoPolicy(EvictionPolicy):
 
     def set_plan(self, drops: set[tuple[Hashable, int]]) -> None:
         self.planner.set_plan(drops)
+
+    def online_moved(self) -> int:
+        """PCIe bytes the online expert now followed would have moved so far (its shadow's,
+        ignoring fragmentation; 0 without shadows): the manager compares a learned plan
+        with it per repetition."""
+        if not self._shadows:
+            return 0
+        if self._log:
+            self._flush()
+        return self._shadows["lirs" if self._online is self.lirs else "lru"].moved
 
     def _parts(self) -> tuple[EvictionPolicy, ...]:
         return (self.lirs, self.lru, self.planner)
