@@ -588,7 +588,9 @@ class MemoryManager:
         (tensor id, start step) drops already solved, else the interval MILP is solved here).
         `key_of` maps the trace's tensor ids to the names given to allocate_tensor. With
         `complete` the trace is the whole future: dirty tensors it never needs or reads again
-        are dropped without a write-back."""
+        are dropped without a write-back. Without, they are written back when evicted, and the
+        plan is made for that (`hold_dead`: it holds such a tensor until its free or drops it
+        with its write-back)."""
         self.set_schedule([[key_of(t) for t in ts] for ts in trace.needs()],
                           reads=[key_of(r[1]) for r in trace.records if r[0] == "read"])
         self._complete_hint = complete
@@ -597,6 +599,7 @@ class MemoryManager:
         planner = getattr(self.policy, "planner", self.policy)
         if hasattr(planner, "plan_key"):           # plans name intervals by key and position
             planner.plan_key = lambda e, since: (e.key, since)
+            planner.hold = not complete
         if set_plan is not None:
             t0 = time.perf_counter()
             if plan is None:
@@ -604,7 +607,8 @@ class MemoryManager:
                 from pyhost.memory.bound import BoundError, plan_drops
                 try:
                     plan = plan_drops(trace, self.capacity,
-                                      time_limit=getattr(self.policy, "plan_seconds", 5.0))
+                                      time_limit=getattr(self.policy, "plan_seconds", 5.0),
+                                      hold_dead=not complete)
                 except BoundError:
                     plan = set()        # a call larger than the card: no plan, Belady order
             set_plan({(key_of(t), s) for t, s in plan})
@@ -691,23 +695,36 @@ class MemoryManager:
         if tr is not None:
             phases, mid, off = tr.meta["step_phase"], tr.meta["middle"], tr.meta["offset"]
             all_phases = tr.meta["phases"]
-            try:
-                got = plan_drops(tr, self.capacity, time_limit=planner.plan_seconds,
-                                 tie=lambda t, k: (t % off, all_phases[k]), hold_dead=True)
-            except BoundError:
-                got = set()
-            # the middle copy's intervals, named by the recorded tensor and the phase
-            drops = {(t % off, phases[k - mid]) for t, k in got if 0 <= k - mid < len(phases)}
+
+            def solve(tie: Callable[[int, int], Any] | None) -> set[tuple[Any, int]]:
+                try:
+                    got = plan_drops(tr, self.capacity, time_limit=planner.plan_seconds,
+                                     tie=tie, hold_dead=True)
+                except BoundError:
+                    return set()
+                # the middle copy's intervals, named by the recorded tensor and the phase
+                return {(t % off, phases[k - mid]) for t, k in got if 0 <= k - mid < len(phases)}
+            # tied: one decision per role and phase in all three copies (periodic, but the
+            # first copy's empty card and the last one's missing future pull on it); free: the
+            # middle copy's own optimum, applied to every repetition all the same. The plan
+            # is the one whose replay moves less.
+            drops = solve(lambda t, k: (t % off, all_phases[k]))
+            free = solve(None)
             long = det.plan_trace(copies=SIM_COPIES)
             try:
                 assert long is not None
                 self._arms["order"] = self._simulate(long, "belady", None)
                 if drops:
                     self._arms["plan"] = self._simulate(long, "planned", drops)
+                if free and free != drops:
+                    moved = self._simulate(long, "planned", free)
+                    if not drops or moved < self._arms["plan"]:
+                        drops, self._arms["plan"] = free, moved
             except MemoryManagerError:      # a recording the replay cannot follow
                 self._arms = {}
         self._learned_drops = drops
         planner.plan_key = lambda e, since: (det.role_of(e.id), det.phase(since))
+        planner.hold = True                  # solved with hold_dead: this manager keeps data
         self._use_arm(min(self._arms, key=self._arms.__getitem__) if self._arms else "order")
         self._period_mark = (self._epoch, self._moved())
         self._online_mark = self.policy.online_moved()          # type: ignore[attr-defined]

@@ -436,6 +436,11 @@ class PlannedPolicy(BeladyPolicy):
             lambda e, since: (e.key, since)
         self._lazy = False
         self._stale = False
+        #: the plan was made for a manager that writes back every dirty tensor it evicts
+        #: (bound.interval_model's hold_dead: a learned plan, or an incomplete hint): a dirty
+        #: tensor with no next use then costs its write-back, and the plan says whether to
+        #: hold it (its dead tail kept) or write it back (dropped)
+        self.hold = False
 
     @property
     def lazy(self) -> bool:
@@ -475,7 +480,10 @@ class PlannedPolicy(BeladyPolicy):
         nu = self.next_use(e)
         since = self._since.get(e.id, now)
         if nu == INF:
-            key = -1e18 + now
+            if self.hold and e.dirty and self.plan_key(e, since) not in self.drops:
+                key = _KEPT_TAIL + since        # a dead tail the plan keeps: after the drops
+            else:
+                key = -1e18 + now
         elif self.plan_key(e, since) in self.drops:
             key = -1e16 - nu                    # planned drop: before every kept tensor
         else:
@@ -504,9 +512,10 @@ class PlannedPolicy(BeladyPolicy):
         return super().state_size() + len(self._since) + len(self._res) + len(self.drops)
 
     def window_cost(self, e: Resident) -> float | None:
-        # Out of order only tensors the plan drops anyway or that have no next use.
-        if self.next_use(e) != INF and \
-                self.plan_key(e, self._since.get(e.id, -1)) not in self.drops:
+        # Out of order only tensors the plan drops anyway or that have no next use (and, for
+        # a plan that holds dead tails, are not such a kept tail).
+        kept = self.plan_key(e, self._since.get(e.id, -1)) not in self.drops
+        if kept and (self.next_use(e) != INF or (self.hold and e.dirty)):
             return None
         return float(e.card_size * (2 if e.dirty else 1))
 
@@ -514,7 +523,14 @@ class PlannedPolicy(BeladyPolicy):
     def _score(key: float, now: int, dirty: bool) -> float:
         if -1e17 <= key <= -1e16:               # planned drops, farthest next use first
             return 1e15 + (-key - 1e16 - now) / (2.0 if dirty else 1.0)
+        if _KEPT_TAIL <= key < _KEPT_TAIL + 1e13:   # kept dead tails: oldest first
+            return 1e14 - (key - _KEPT_TAIL)
         return BeladyPolicy._score(key, now, dirty)
+
+
+#: Heap keys of dead tails a hold plan keeps (PlannedPolicy._put: this plus the need that
+#: started the tail): ranked after the planned drops, before every tensor with a next use.
+_KEPT_TAIL = -1e15
 
 
 _LIR, _HIR, _GHOST = 0, 1, 2
