@@ -107,3 +107,25 @@ async def bar0_sequence(dut) -> None:
            "end_ps": get_sim_time("ps")}
     with open(os.environ["CARD_TB_OUT"], "w") as f:
         json.dump(out, f)
+
+
+@cocotb.test(timeout_time=20, timeout_unit="us")   # a master that hangs fails here
+async def bar0_hang_is_an_error(dut) -> None:
+    """An access the slave never completes raises Bar0Error after the master's bound instead of
+    hanging: with rst held high the csr takes AW, W and AR but its response valids stay reset."""
+    from tb.common.axil_master import AxiLiteBar0, Bar0Error
+
+    start_clock(dut)
+    bar0 = AxiLiteBar0(dut, "s_axil", dut.clk, timeout_cycles=50)
+    dut.rst.value = 1
+    t0 = get_sim_time("ns")
+    for access, want in ((bar0.write(regs.offset("SCRATCH"), 1), "BAR0 write of 0x1 to 0x"),
+                         (bar0.read(regs.offset("SCRATCH")), "BAR0 read of 0x")):
+        try:
+            await access
+        except Bar0Error as e:
+            assert str(e).startswith(want) and "no response in 50 clock cycles" in str(e), e
+        else:
+            raise AssertionError("an access without response completed")
+    # each gave up after its bound: about 50 cycles of 2.5 ns, not the test's timeout
+    assert get_sim_time("ns") - t0 < 2 * 60 * 2.5

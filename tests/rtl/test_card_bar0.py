@@ -26,7 +26,8 @@ def test_lean_bar0_master_is_cocotbext_axis_to_the_edge(sim: str, tmp_path: Path
     got = {}
     for master in ("cocotbext-axi", "lean"):
         out = tmp_path / f"{master}.json"
-        simulator.test(build, "tb.card_top.test_card_bar0", run_name=f"bar0_{master}",
+        simulator.test(build, "tb.card_top.test_card_bar0", "bar0_sequence",
+                       run_name=f"bar0_{master}",
                        extra_env={"CARD_TB_BAR0": master, "CARD_TB_OUT": str(out),
                                   "COCOTB_LOG_LEVEL": "WARNING"})
         got[master] = json.loads(out.read_text())
@@ -63,3 +64,11 @@ def test_lean_bar0_master_is_cocotbext_axis_to_the_edge(sim: str, tmp_path: Path
             assert value == regs.CARD_ID
         elif name == "0xFFC":
             assert value == 0
+
+
+@pytest.mark.rtl
+def test_a_bar0_access_without_response_is_an_error(sim: str) -> None:
+    """No hang: a write and a read the slave never answers raise Bar0Error after the bound."""
+    build = simulator.card_build(sim, {"MEM_SIZE": "64'd1048576"}, waves=False)
+    simulator.test(build, "tb.card_top.test_card_bar0", "bar0_hang_is_an_error",
+                   run_name="bar0_hang", extra_env={"COCOTB_LOG_LEVEL": "WARNING"})
