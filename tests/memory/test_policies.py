@@ -78,6 +78,43 @@ def test_planned_evicts_plan_drops_first() -> None:
     assert p.window_cost(a) is not None and p.window_cost(b) is None
 
 
+@pytest.mark.parametrize("hold", [False, True])
+def test_planned_holds_the_dead_tails_its_plan_keeps(hold: bool) -> None:
+    """A dirty tensor with no next use costs a write-back to a manager that keeps data: under a
+    plan made for one (`hold`), it goes after the planned drops when the plan keeps its dead
+    tail, first when the plan drops it; without `hold` (a complete hint: dead bytes are free)
+    every such tensor goes first."""
+    p = PlannedPolicy()
+    p.hold = hold
+    nxt = {0: INF, 1: 30, 2: INF, 3: INF}
+    p.next_use = lambda e: nxt[e.id]   # type: ignore[method-assign]
+    p.set_plan({("t1", 4), ("t2", 4)})  # t1's interval and t2's dead tail are dropped
+    kept_tail, drop, dropped_tail, clean = R(0, dirty=True), R(1), R(2, dirty=True), R(3)
+    for r in (kept_tail, drop, dropped_tail, clean):
+        p.touch(r, 4)
+    order = [r.id for r in p.pick(40, 9, 5)]
+    if hold:
+        # free first (clean, no next use), then the plan's drops, then the kept tail
+        assert order == [3, 2, 1, 0], order
+        assert p.window_cost(kept_tail) is None and p.window_cost(dropped_tail) is not None
+    else:
+        assert order[0] == 3 and set(order[1:3]) == {0, 2} and order[3] == 1, order
+        assert p.window_cost(kept_tail) is not None
+
+
+def test_incomplete_hint_plans_for_a_manager_that_keeps_data() -> None:
+    """set_schedule_trace(complete=False) solves the MILP with hold_dead and sets hold."""
+    m = MemoryManager.dry_run(1 << 20, policy="planned")
+    tr = Trace()
+    tr.alloc(0, 4096)
+    tr.write(0, 4096)
+    tr.need(0)
+    m.set_schedule_trace(tr, complete=False)
+    assert m.policy.hold                               # type: ignore[attr-defined]
+    m.set_schedule_trace(tr)
+    assert not m.policy.hold                           # type: ignore[attr-defined]
+
+
 def test_unknown_policy_name() -> None:
     with pytest.raises(ValueError, match="choose one of"):
         make_policy("fifo")
