@@ -9,8 +9,9 @@ of a Verilator model's evaluation time, measured with callgrind).
 
 :class:`AxiLiteBar0` is the same master for one access at a time, written as one coroutine that
 awaits clock edges only while an access is in flight. It reproduces the cocotbext-axi master's
-timing edge for edge, for the serial accesses a host program makes (tests/tb/test_axil_master.py
-runs both on the same accesses and compares every handshake's time and value):
+timing edge for edge, for the serial accesses a host program makes (tests/rtl/test_card_bar0.py
+runs both on the same accesses and compares the bus at every edge and every access's times and
+values):
 
 - a call made at time t drives AW and W (or AR) at the first rising clock edge after t (the
   sources sleep while idle and are woken by the access, then await the next edge), with the
@@ -25,10 +26,18 @@ runs both on the same accesses and compares every handshake's time and value):
 - the address and data signals start as X (cocotbext-axi's sources initialise them so), AWPROT
   and ARPROT, where present, carry cocotbext-axi's default (non-secure, unprivileged, data).
 
+Reset (``rst``, when given): an access called while it is high starts at the first edge after
+its release, as cocotbext-axi's sources restart then; one in flight when it rises raises
+:class:`Bar0Error` (cocotbext-axi flushed it, and a read then returned nothing). rst is only
+sampled at the edges of an access, never watched.
+
 Unlike cocotbext-axi's master it refuses to hang: an access whose handshake or response does not
-come within ``timeout_cycles`` rising edges raises :class:`Bar0Error`, and so does a response
-that is not OKAY (cocotbext-axi returned it; RtlCard ignored it). Concurrent calls are served one
-after the other (cocotbext-axi's master pipelines up to two, with other timing).
+come within ``timeout_cycles`` rising edges raises :class:`Bar0Error`, and so do a response that
+is not OKAY (cocotbext-axi returned it; RtlCard ignored it) and a READY or VALID that is X. Its
+VALIDs are dropped whatever ends it (an error, or the caller's task cancelled). After a timeout
+or an X the bus is in an unknown state (a late response would be taken for the next access's),
+so every later access is refused with the reason. Concurrent calls are served one after the
+other (cocotbext-axi's master pipelines up to two, with other timing).
 """
 
 from __future__ import annotations
@@ -53,15 +62,17 @@ class AxiLiteBar0:
     """An AXI4-Lite master on ``<prefix>_*`` of ``dut``, clocked by ``clk``: 32-bit aligned reads
     and writes of whole words (the card's BAR0)."""
 
-    def __init__(self, dut, prefix: str, clk, timeout_cycles: int = TIMEOUT_CYCLES) -> None:
+    def __init__(self, dut, prefix: str, clk, rst=None,
+                 timeout_cycles: int = TIMEOUT_CYCLES) -> None:
         def sig(name: str, optional: bool = False):
             full = f"{prefix}_{name}"
             if optional and not hasattr(dut, full):
                 return None
             return getattr(dut, full)
 
-        self.clk = clk
+        self.clk, self.rst = clk, rst
         self.timeout_cycles = timeout_cycles
+        self._failed: str | None = None     # why an earlier access left the bus unknown
         self.awaddr, self.awprot = sig("awaddr"), sig("awprot", True)
         self.awvalid, self.awready = sig("awvalid"), sig("awready")
         self.wdata, self.wstrb = sig("wdata"), sig("wstrb", True)
@@ -94,67 +105,96 @@ class AxiLiteBar0:
         self.bready.value = 1
         self.rready.value = 1
 
-    async def _response(self, valid, what: str) -> None:
-        """Wait for the first rising edge at which the response VALID is sampled high."""
-        edge = self._edge
-        for _ in range(self.timeout_cycles):
-            await edge
-            if valid.value:
-                return
-        raise Bar0Error(f"{what}: no response in {self.timeout_cycles} clock cycles")
+    def _in_reset(self) -> bool:
+        return self.rst is not None and str(self.rst.value) == "1"
 
-    @staticmethod
-    def _check_resp(resp, what: str) -> None:
-        if resp is not None:
-            code = int(resp.value)
-            if code:
-                raise Bar0Error(f"{what}: {_RESP.get(code, code)} response")
+    def _bit(self, sig, what: str) -> bool:
+        v = sig.value
+        try:
+            return bool(v)
+        except ValueError:
+            self._failed = f"{sig._name} was {v}"
+            raise Bar0Error(f"{what}: {sig._name} is {v}, neither 0 nor 1") from None
 
     async def write(self, offset: int, value: int) -> None:
         """Write the 32-bit word ``value`` at the aligned byte offset ``offset``."""
-        async with self._lock:
-            what = f"BAR0 write of {value:#x} to {offset:#x}"
-            # the data go out with the VALIDs, at the first edge (as the sources drive them)
-            await self._drive_at_next_edge(
-                [(self.awaddr, offset), (self.awprot, PROT_DEFAULT), (self.wdata, value),
-                 (self.wstrb, self.strb)],
-                [(self.awvalid, self.awready), (self.wvalid, self.wready)], what)
-            await self._response(self.bvalid, what)
-            self._check_resp(self.bresp, what)
-            self.writes += 1
+        await self._access(f"BAR0 write of {value:#x} to {offset:#x}",
+                           [(self.awaddr, offset), (self.awprot, PROT_DEFAULT),
+                            (self.wdata, value), (self.wstrb, self.strb)],
+                           [(self.awvalid, self.awready), (self.wvalid, self.wready)],
+                           self.bvalid, self.bresp)
+        self.writes += 1
 
     async def read(self, offset: int) -> int:
         """Read the 32-bit word at the aligned byte offset ``offset``."""
-        async with self._lock:
-            what = f"BAR0 read of {offset:#x}"
-            await self._drive_at_next_edge([(self.araddr, offset), (self.arprot, PROT_DEFAULT)],
-                                           [(self.arvalid, self.arready)], what)
-            await self._response(self.rvalid, what)
-            self._check_resp(self.rresp, what)
-            self.reads += 1
-            return int(self.rdata.value)
+        await self._access(f"BAR0 read of {offset:#x}",
+                           [(self.araddr, offset), (self.arprot, PROT_DEFAULT)],
+                           [(self.arvalid, self.arready)], self.rvalid, self.rresp)
+        self.reads += 1
+        return int(self.rdata.value)
 
-    async def _drive_at_next_edge(self, fields: list, pairs: list, what: str) -> None:
-        """At the next rising edge drive ``fields`` and raise each (valid, ready) pair's VALID;
-        hold each VALID until its READY is sampled high at an edge (then drop it there)."""
-        edge = self._edge
-        await edge
-        for s, v in fields:
-            if s is not None:
-                s.value = v
-        for valid, _ in pairs:
-            valid.value = 1
-        pending = pairs
-        for _ in range(self.timeout_cycles):
-            await edge
-            left = []
-            for valid, ready in pending:
-                if ready.value:
-                    valid.value = 0
+    async def _access(self, what: str, fields: list, pairs: list, resp_valid, resp) -> None:
+        """One access: at the first rising edge at which ``rst`` is not sampled high, drive
+        ``fields`` and raise each (valid, ready) pair's VALID; drop each VALID at the edge its
+        READY is sampled high; then wait for the first edge at which ``resp_valid`` is sampled
+        high. Every wait is bounded by ``timeout_cycles`` edges."""
+        async with self._lock:
+            if self._failed is not None:
+                raise Bar0Error(
+                    f"{what}: refused, because an earlier access failed ({self._failed}): a "
+                    "response that comes late would be taken for another access's; reset the "
+                    "card and build a new RtlCard")
+            edge, limit = self._edge, self.timeout_cycles
+            up: list = []
+            try:
+                # cocotbext-axi's sources do not run while rst is high, and start at the first
+                # edge after its release: so does the access
+                for _ in range(limit + 1):
+                    await edge
+                    if not self._in_reset():
+                        break
                 else:
-                    left.append((valid, ready))
-            if not left:
-                return
-            pending = left
-        raise Bar0Error(f"{what}: no handshake in {self.timeout_cycles} clock cycles "
-                        "(the slave never raised READY)")
+                    raise Bar0Error(f"{what}: rst held high for {limit} clock cycles")
+                for sig, v in fields:
+                    if sig is not None:
+                        sig.value = v
+                for valid, _ in pairs:
+                    valid.value = 1
+                up = list(pairs)
+                for _ in range(limit):
+                    await edge
+                    self._no_reset(what)
+                    left = []
+                    for valid, ready in up:
+                        if self._bit(ready, what):
+                            valid.value = 0
+                        else:
+                            left.append((valid, ready))
+                    up = left
+                    if not up:
+                        break
+                else:
+                    self._failed = "no handshake"
+                    raise Bar0Error(f"{what}: no handshake in {limit} clock cycles (the slave "
+                                    "never raised READY)")
+                for _ in range(limit):
+                    await edge
+                    self._no_reset(what)
+                    if self._bit(resp_valid, what):
+                        break
+                else:
+                    self._failed = "no response"
+                    raise Bar0Error(f"{what}: no response in {limit} clock cycles")
+                if resp is not None:
+                    code = int(resp.value)
+                    if code:
+                        raise Bar0Error(f"{what}: {_RESP.get(code, code)} response")
+            except BaseException:               # an error, or the calling task cancelled
+                for valid, _ in up:             # no VALID left up for the slave to take later
+                    valid.value = 0
+                raise
+
+    def _no_reset(self, what: str) -> None:
+        if self._in_reset():
+            raise Bar0Error(f"{what}: rst rose during the access (the slave dropped it; "
+                            "cocotbext-axi's master flushed such an access without an error)")

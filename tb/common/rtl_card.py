@@ -79,7 +79,7 @@ class RtlCard(CardBackend):
         self.axil: AxiLiteMaster | None = None
         self.bar0: AxiLiteBar0 | None = None
         if bar0 == "lean":
-            self.bar0 = AxiLiteBar0(dut, "s_axil", dut.clk)
+            self.bar0 = AxiLiteBar0(dut, "s_axil", dut.clk, dut.rst)
         elif bar0 == "cocotbext-axi":
             self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
             logging.getLogger(f"cocotb.{dut._name}.s_axil").setLevel(logging.WARNING)

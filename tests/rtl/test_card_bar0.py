@@ -36,22 +36,25 @@ def test_lean_bar0_master_is_cocotbext_axis_to_the_edge(sim: str, tmp_path: Path
     for a, b in zip(ref["log"], lean["log"], strict=True):
         assert a == b, f"access differs (cocotbext-axi, lean): {a} vs {b}"
     assert len(ref["edges"]) == len(lean["edges"]) > 100
-    names = ["time", *SIGNALS]
+    names = ["time", *SIGNALS, "rst"]
     bready, bvalid = names.index("bready"), names.index("bvalid")
     rready, rvalid = names.index("rready"), names.index("rvalid")
-    ready_differs = 0
-    for a, b in zip(ref["edges"], lean["edges"], strict=True):
+    rst = names.index("rst")
+    ready_differs, prev_rst = 0, "1"
+    for k, (a, b) in enumerate(zip(ref["edges"], lean["edges"], strict=True)):
         # BREADY / RREADY while their VALID is low mean nothing to the slave (AXI: a transfer
         # needs both; csr.v reads them only with its valid up). cocotbext-axi drops them while
         # rst is high and raises them at the first edge after; the lean master keeps them up.
         a, b = list(a), list(b)
         for ready, valid in ((bready, bvalid), (rready, rvalid)):
             if a[valid] == "0" and b[valid] == "0" and a[ready] != b[ready]:
+                assert k == 0 or a[rst] == "1" or prev_rst == "1", \
+                    f"READY differs outside a reset: {a} vs {b}"
                 ready_differs += 1
                 a[ready] = b[ready] = "-"
         assert a == b, f"bus differs at an edge (cocotbext-axi, lean): {a} vs {b}"
-    # only around the reset: 8 cycles held, the first edges before it and after it
-    assert ready_differs <= 2 * 12, ready_differs
+        prev_rst = a[rst]
+    assert ready_differs > 0       # the comparison saw the resets (two in the sequence)
     assert ref["end_ps"] == lean["end_ps"]
     # and the accesses did what they say: each SCRATCH read returns the last SCRATCH write
     last = None
@@ -67,8 +70,9 @@ def test_lean_bar0_master_is_cocotbext_axis_to_the_edge(sim: str, tmp_path: Path
 
 
 @pytest.mark.rtl
-def test_a_bar0_access_without_response_is_an_error(sim: str) -> None:
-    """No hang: a write and a read the slave never answers raise Bar0Error after the bound."""
+def test_bar0_errors_neither_hang_nor_leave_a_valid_up(sim: str) -> None:
+    """rst held high: Bar0Error after the bound; rst rising in an access: Bar0Error at once,
+    its VALID dropped; the next access after the release works."""
     build = simulator.card_build(sim, {"MEM_SIZE": "64'd1048576"}, waves=False)
-    simulator.test(build, "tb.card_top.test_card_bar0", "bar0_hang_is_an_error",
-                   run_name="bar0_hang", extra_env={"COCOTB_LOG_LEVEL": "WARNING"})
+    simulator.test(build, "tb.card_top.test_card_bar0", "bar0_errors",
+                   run_name="bar0_errors", extra_env={"COCOTB_LOG_LEVEL": "WARNING"})
