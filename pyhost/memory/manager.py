@@ -195,7 +195,7 @@ class MemoryManager:
         self._arms: dict[str, int] = {}  # plan / order / online -> bytes per repetition
         self._arm = "order"
         self._arm_warm = True
-        self._online_mark = 0            # the online expert's shadow bytes at that start
+        self._online_mark: dict[str, int] = {}   # each expert's shadow bytes at that start
         self._online_scale = 1.0         # real / shadow bytes of the online arm, last measured
         self._learned_drops: set[tuple[Any, int]] = set()
         self._period_mark = (0, 0)       # (epoch, bytes moved) at the last repetition start
@@ -713,7 +713,8 @@ class MemoryManager:
             long = det.plan_trace(copies=SIM_COPIES)
             try:
                 assert long is not None
-                self._arms["order"] = self._simulate(long, "belady", None)
+                # next-use order as the live arm runs it: the planning half without drops
+                self._arms["order"] = self._simulate(long, "planned", None)
                 if drops:
                     self._arms["plan"] = self._simulate(long, "planned", drops)
                 if free and free != drops:
@@ -727,7 +728,7 @@ class MemoryManager:
         planner.hold = True                  # solved with hold_dead: this manager keeps data
         self._use_arm(min(self._arms, key=self._arms.__getitem__) if self._arms else "order")
         self._period_mark = (self._epoch, self._moved())
-        self._online_mark = self.policy.online_moved()          # type: ignore[attr-defined]
+        self._online_mark = self.policy.shadow_moved()[1]       # type: ignore[attr-defined]
         self.stats.planned_repeats += bool(drops)
         self.stats.plan_s += time.perf_counter() - t0
 
@@ -789,15 +790,17 @@ class MemoryManager:
         is lower by PLAN_MARGIN, that one is used from now on. The repetition after a lock or
         a switch is not measured (the card's state is still the previous policy's)."""
         det = self.detector
-        if not self._arms or det is None or det.lock is None:
-            return
+        if not self._arms or det is None or det.lock is None or self._sched is not None:
+            return                           # (a hint's plan is not the learned one's to change)
         t, moved = self._period_mark
         if self._epoch - t < det.lock.lag:
             return
         now = self._moved()
         self._period_mark = (self._epoch, now)
-        shadow = self.policy.online_moved()                     # type: ignore[attr-defined]
-        online, self._online_mark = shadow - self._online_mark, shadow
+        # the followed expert's shadow, from its own mark (the expert may change in between)
+        expert, shadow = self.policy.shadow_moved()             # type: ignore[attr-defined]
+        online = shadow.get(expert, 0) - self._online_mark.get(expert, 0)
+        self._online_mark = shadow
         if self._arm_warm:
             self._arm_warm = False
             return

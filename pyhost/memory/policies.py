@@ -732,7 +732,11 @@ class ShadowCache:
         self.res: dict[int, _Stub] = {}
         self.used = 0
         self.cost = 0.0
-        self.moved = 0          # the same bytes, not forgotten (per repetition: differences)
+        #: the bytes the card would move, not forgotten (per repetition: differences): as
+        #: `cost`, but a tensor's first load counts only if it has bytes (the manager uploads
+        #: nothing for a tensor neither written nor updated)
+        self.moved = 0
+        self._content: set[int] = set()      # live tensors written or updated
         self.decay = 1.0 - 1.0 / memory
         # recost is a no-op for the recency policies (LRU, LIRS): not called for them
         self._recosts = type(policy).recost is not EvictionPolicy.recost
@@ -763,17 +767,23 @@ class ShadowCache:
                 if v.dirty:
                     self.cost += v.card_size
                     self.moved += v.card_size
+        content = self._content
         for s in missing:
             res[s.id] = s
             self.used += s.card_size
             self.cost += s.card_size
-            self.moved += s.card_size
+            if s.id in content:
+                self.moved += s.card_size
             p.insert(s, epoch)
         for s in stubs:
             p.touch(s, epoch)
 
     def event(self, kind: str, e: Resident) -> None:
         s = self.res.get(e.id)
+        if kind in ("updated", "write"):
+            self._content.add(e.id)
+        elif kind == "free":
+            self._content.discard(e.id)
         if kind == "updated":
             if s is not None:
                 s.dirty = True
@@ -793,7 +803,7 @@ class ShadowCache:
             self.policy.forget(e)
 
     def state_size(self) -> int:
-        return len(self.res) + self.policy.state_size()
+        return len(self.res) + len(self._content) + self.policy.state_size()
 
 
 #: AutoPolicy feeds its shadow caches in batches of at most this many events (see observe).
@@ -900,15 +910,13 @@ class AutoPolicy(EvictionPolicy):
     def set_plan(self, drops: set[tuple[Hashable, int]]) -> None:
         self.planner.set_plan(drops)
 
-    def online_moved(self) -> int:
-        """PCIe bytes the online expert now followed would have moved so far (its shadow's,
-        ignoring fragmentation; 0 without shadows): the manager compares a learned plan
-        with it per repetition."""
-        if not self._shadows:
-            return 0
+    def shadow_moved(self) -> tuple[str, dict[str, int]]:
+        """The expert now followed, and the PCIe bytes each expert's shadow would have moved so
+        far (ignoring fragmentation; empty without shadows): the manager compares a learned
+        plan with the followed one's bytes per repetition."""
         if self._log:
             self._flush()
-        return self._shadows["lirs" if self._online is self.lirs else "lru"].moved
+        return self.expert, {k: sh.moved for k, sh in self._shadows.items()}
 
     def _parts(self) -> tuple[EvictionPolicy, ...]:
         return (self.lirs, self.lru, self.planner)
