@@ -76,9 +76,10 @@ def interval_model(trace: Trace, card_sizes: dict[int, int] | None = None,
 
     `hold_dead` models what a manager that does not know the future must do with a dirty
     tensor after its last need: keep it on the card until it is freed (or overwritten), or
-    write it back. Each such *dead tail* is an interval from the last need to the free whose
-    drop costs the version's write-back and no reload. The bound leaves them out (a manager
-    that knows the future drops dead bytes for free); the repeat detector's plans use them.
+    write it back. Each such *dead tail* is an interval from the last need to the free (or to
+    the end of the trace, for a tensor still alive and dirty there) whose drop costs the
+    version's write-back and no reload. The bound leaves them out (a manager that knows the
+    future drops dead bytes for free); the repeat detector's plans use them.
     """
     host_sizes = trace.sizes()
     sizes = dict(host_sizes)
@@ -163,6 +164,11 @@ def interval_model(trace: Trace, card_sizes: dict[int, int] | None = None,
             dirty.pop(t, None)
             content.discard(t)
         # "alloc" changes nothing on the card
+    if hold_dead:
+        # a dirty tensor still alive at the end: its bytes are on the card until the end, or
+        # were written back (the trace may go on; a manager that keeps data cannot lose them)
+        for t in list(dirty):
+            tail(t, len(trace.records))
     ver = np.array(iver, dtype=np.int64)
     if ver.size:
         ver[np.isin(ver, list(read_versions))] = -1
