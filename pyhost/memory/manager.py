@@ -735,12 +735,11 @@ class MemoryManager:
     def _use_arm(self, arm: str) -> None:
         self._arm = arm
         self._arm_warm = True
+        self._set_planning()
         if arm == "online":          # the online experts choose, the lock stays (predictions)
-            self._set_planning()
             return
         planner = self.policy.planner                       # type: ignore[attr-defined]
         planner.set_plan(self._learned_drops if arm == "plan" else set())
-        self._set_planning()
         self.policy.rekey([e for e in self._entries.values() if e.addr is not None
                            and e.card_size], self._now)
 
@@ -786,9 +785,11 @@ class MemoryManager:
 
     def _check_plan(self) -> None:
         """After each repetition of a learned one: what the way of choosing victims in use
-        (the plan, or next-use order) moved becomes its estimate, and if the other's estimate
-        is lower by PLAN_MARGIN, that one is used from now on. The repetition after a lock or
-        a switch is not measured (the card's state is still the previous policy's)."""
+        (the plan, next-use order, or the online experts) moved becomes its estimate, the online
+        arm's estimate is renewed from the shadows when another one is in use, and if another
+        arm's estimate is lower by PLAN_MARGIN, that one is used from now on. The repetition
+        after a lock or a switch is not measured (the card's state is still the previous
+        policy's)."""
         det = self.detector
         if not self._arms or det is None or det.lock is None or self._sched is not None:
             return                           # (a hint's plan is not the learned one's to change)

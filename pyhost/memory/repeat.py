@@ -201,25 +201,19 @@ class RepeatDetector:
         # earlier calls this one may repeat: the last uses of its tensors (a weight's last use
         # is one repetition ago), and the last calls with the same sizes
         # (each with the place in this call of the tensor whose use it is, -1 for a size match)
-        tries: list[int] = []
-        places: list[int] = []
+        tries: list[tuple[int, int]] = []
         if ul is None:
             ul = [self._uses.get(i) for i in ids]
             dq = self._index.get(key)
         for k, u in enumerate(ul):
             if u:
-                last = u[-3:]
-                tries += last[::-1]
-                places += [k] * len(last)
+                tries += [(t, k) for t in reversed(u[-3:])]
         if dq:
-            more = list(itertools.islice(reversed(dq), self.max_candidates))
-            tries += more
-            places += [-1] * len(more)
+            tries += [(t, -1) for t in itertools.islice(reversed(dq), self.max_candidates)]
         empty: dict[int, int] = {}
         births = None
         calls, w, first, end, n = self._calls, self.window, self._first, self._end, len(ids)
-        limit = 4 * self.max_candidates
-        for t, k in zip(tries[:limit], places[:limit], strict=True):
+        for t, k in tries[:4 * self.max_candidates]:
             if len(alive) >= self.max_candidates:
                 break
             lag = now - t

@@ -70,7 +70,7 @@ class AxiLiteBar0:
                 return None
             return getattr(dut, full)
 
-        self.clk, self.rst = clk, rst
+        self.rst = rst
         self.timeout_cycles = timeout_cycles
         self._failed: str | None = None     # why an earlier access left the bus unknown
         self.awaddr, self.awprot = sig("awaddr"), sig("awprot", True)
@@ -96,8 +96,6 @@ class AxiLiteBar0:
                 s.value = LogicArray("X" * len(s))
         self._edge = RisingEdge(clk)
         self._lock = Lock()
-        self.reads = 0
-        self.writes = 0
         cocotb.start_soon(self._ready_up())
 
     async def _ready_up(self) -> None:
@@ -123,14 +121,12 @@ class AxiLiteBar0:
                             (self.wdata, value), (self.wstrb, self.strb)],
                            [(self.awvalid, self.awready), (self.wvalid, self.wready)],
                            self.bvalid, self.bresp)
-        self.writes += 1
 
     async def read(self, offset: int) -> int:
         """Read the 32-bit word at the aligned byte offset ``offset``."""
         await self._access(f"BAR0 read of {offset:#x}",
                            [(self.araddr, offset), (self.arprot, PROT_DEFAULT)],
                            [(self.arvalid, self.arready)], self.rvalid, self.rresp)
-        self.reads += 1
         return int(self.rdata.value)
 
     async def _access(self, what: str, fields: list, pairs: list, resp_valid, resp) -> None:

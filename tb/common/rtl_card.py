@@ -47,6 +47,21 @@ class _HostMemoryView:
         self.host.write(s.start, data)
 
 
+class _CocotbextBar0:
+    """cocotbext-axi's AxiLiteMaster behind AxiLiteBar0's read / write (for comparison)."""
+
+    def __init__(self, dut) -> None:
+        self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
+        logging.getLogger(f"cocotb.{dut._name}.s_axil").setLevel(logging.WARNING)
+
+    async def read(self, offset: int) -> int:
+        data = await self.axil.read(offset, 4)
+        return int.from_bytes(data.data, "little")
+
+    async def write(self, offset: int, value: int) -> None:
+        await self.axil.write(offset, value.to_bytes(4, "little"))
+
+
 class RtlCard(CardBackend):
     """The card RTL (card_top) as a CardBackend. Construct it inside a cocotb test."""
 
@@ -76,13 +91,11 @@ class RtlCard(CardBackend):
             self.memory = self.axiram = None
             self.host_write_errors = False     # PCIe memory writes are posted
             return
-        self.axil: AxiLiteMaster | None = None
-        self.bar0: AxiLiteBar0 | None = None
         if bar0 == "lean":
-            self.bar0 = AxiLiteBar0(dut, "s_axil", dut.clk, dut.rst)
+            self.bar0: AxiLiteBar0 | _CocotbextBar0 = AxiLiteBar0(dut, "s_axil", dut.clk,
+                                                                  dut.rst)
         elif bar0 == "cocotbext-axi":
-            self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), dut.clk, dut.rst)
-            logging.getLogger(f"cocotb.{dut._name}.s_axil").setLevel(logging.WARNING)
+            self.bar0 = _CocotbextBar0(dut)
         else:
             raise ValueError(f"bar0 {bar0!r}: expected 'lean' or 'cocotbext-axi'")
         self.memory: HostMemoryAxiSlave | None = None
@@ -115,18 +128,13 @@ class RtlCard(CardBackend):
         if self.pcie is not None:
             return await self.pcie.mmio_read(offset)
         self._poll()
-        if self.bar0 is not None:
-            return await self.bar0.read(offset)
-        data = await self.axil.read(offset, 4)
-        return int.from_bytes(data.data, "little")
+        return await self.bar0.read(offset)
 
     async def _write(self, offset: int, value: int) -> None:
         if self.pcie is not None:
             return await self.pcie.mmio_write(offset, value)
         self._poll()
-        if self.bar0 is not None:
-            return await self.bar0.write(offset, value)
-        await self.axil.write(offset, value.to_bytes(4, "little"))
+        await self.bar0.write(offset, value)
 
     async def _wait_irq(self, timeout_ns: int) -> bool:
         if self.pcie is not None:
