@@ -13,7 +13,7 @@ from pyhost.memory.codec import Codec, PrecisionReport
 from pyhost.memory.hoststore import HostHome
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class TensorHandle:
     """Handle returned by `allocate_tensor`. Compare by identity; `id` is unique per manager."""
 

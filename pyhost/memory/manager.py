@@ -650,7 +650,7 @@ class MemoryManager:
         det = self.detector
         assert det is not None
         had = det.lock
-        det.observe(epoch, [e.id for e in ents], [e.card_size for e in ents],
+        det.observe(epoch, tuple([e.id for e in ents]), tuple([e.card_size for e in ents]),
                     sized=det is self._own_detector)
         lock = det.lock
         if lock is not had:

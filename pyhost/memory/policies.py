@@ -436,6 +436,7 @@ class PlannedPolicy(BeladyPolicy):
             lambda e, since: (e.key, since)
         self._lazy = False
         self._stale = False
+        self._lazy_from = 0                   # the first need call (pin) of the lazy period
         #: the plan was made for a manager that writes back every dirty tensor it evicts
         #: (bound.interval_model's hold_dead: a learned plan, or an incomplete hint): a dirty
         #: tensor with no next use then costs its write-back, and the plan says whether to
@@ -445,10 +446,12 @@ class PlannedPolicy(BeladyPolicy):
     @property
     def lazy(self) -> bool:
         """While lazy (AutoPolicy's planning half when it does not plan), the policy keeps only
-        the residents and their last need (`_since`), not its heaps: nothing picks from them,
-        and the manager re-ranks every resident (`rekey`) when planning starts, which
-        overwrote any order kept meanwhile anyway. A pick before such a rekey ranks the
-        residents itself."""
+        the residents, not its heaps: nothing picks from them, and the manager re-ranks every
+        resident (`rekey`) when planning starts, which overwrote any order kept meanwhile
+        anyway. A pick before such a rekey ranks the residents itself. Lazy, the touches are
+        not recorded either (AutoPolicy.touch): while lazy there is no schedule, so a need's
+        position is its call number, the resident's `pin`, which gives `_since` back when
+        planning starts (the lazy period's inserts are recorded)."""
         return self._lazy
 
     @lazy.setter
@@ -456,6 +459,14 @@ class PlannedPolicy(BeladyPolicy):
         if on and not self._lazy:
             self._clean, self._dirty = _LazyHeap(), _LazyHeap()
             self._stale = True
+            self._lazy_from = max((e.pin for e in self._res.values()), default=-1) + 1
+        elif not on and self._lazy:
+            since, start = self._since, self._lazy_from
+            for i, e in self._res.items():
+                if e.pin >= start:                  # needed while lazy: at call e.pin
+                    s = since.get(i, -1)
+                    if e.pin > s:
+                        since[i] = e.pin
         self._lazy = on
 
     def set_plan(self, drops: set[tuple[Hashable, int]]) -> None:
@@ -643,8 +654,11 @@ class LirsPolicy(EvictionPolicy):
         st = self._status[i]
         s = self._s
         if st == _LIR:
-            s.move_to_end(i)
-            self._prune()
+            if next(iter(s)) == i:                           # the bottom moves: prune S
+                s.move_to_end(i)
+                self._prune()
+            else:                                            # the bottom stays LIR
+                s.move_to_end(i)
         elif i in s:                                         # resident HIR reused: now LIR
             del self._q[i]
             self._make_lir(i)
@@ -961,7 +975,10 @@ class AutoPolicy(EvictionPolicy):
     def touch(self, e: Resident, now: int) -> None:
         self.lirs.touch(e, now)
         self.lru._order.move_to_end(e.id)          # LruPolicy.touch
-        self.planner.touch(e, now)
+        planner = self.planner                     # PlannedPolicy.touch (lazy: see its lazy)
+        if not planner._lazy:
+            planner._since[e.id] = now
+            planner._put(e, now)
 
     def recost(self, e: Resident, now: int) -> None:
         # the recency experts do not look at cost (EvictionPolicy.recost)

@@ -20,6 +20,12 @@ from then on:
 A call that does not match is tolerated `tolerance` times in a row (a repetition with one
 changed call keeps the lock); after that the lock is dropped and the search starts again. All
 state is bounded by the window and the live tensors, whatever the number of calls.
+
+While searches find nothing (calls that repeat no earlier one), the search backs off: it runs
+every 2nd, 4th, ... up to every `backoff`-th call, and again at every call once a candidate
+lives. Every call of a repetition repeats the call one lag before it, so a skipped call only
+delays the lock by at most `backoff - 1` calls, and on a stream that does not repeat the search
+(the larger part of a call's cost) runs on one call in `backoff`.
 """
 
 from __future__ import annotations
@@ -50,12 +56,17 @@ class RepeatDetector:
     """See the module docstring. Times are need-call numbers (the manager's epoch)."""
 
     def __init__(self, window: int = 1 << 15, confirm: int = 4, tolerance: int = 2,
-                 candidates: int = 4, evidence: int = 2) -> None:
+                 candidates: int = 4, evidence: int = 2, backoff: int = 4) -> None:
         #: a lock needs `confirm` matching calls in a row, with `evidence` tensors among them
         #: that are the very same as one lag ago (not only renamed ones of the same size)
         self.evidence = evidence
         self.window, self.confirm, self.tolerance = window, confirm, tolerance
         self.max_candidates = candidates
+        #: the longest interval between searches that find nothing (see the module docstring)
+        self.backoff = backoff
+        self._interval = 0                                # calls between searches now
+        self._skip = 0                                    # calls left until the next search
+        self._skipped = 0                                 # calls not searched since the last
         # recorded calls in a ring: time t at t % window, for _first <= t < _end
         self._calls: list[tuple[int, ...]] = [()] * window
         self._keys: list[tuple[int, ...]] = [()] * window
@@ -65,10 +76,9 @@ class RepeatDetector:
         self._uses: dict[int, list[int]] = {}             # id -> need times in the window
         self._size: dict[int, int] = {}                   # id -> card bytes (recorded, live)
         self._born: dict[int, int] = {}                   # live id -> time it was allocated
-        # the last OPS_PER_CALL * window calls (maxlen: the oldest drop out together)
-        self._ops: deque[tuple[str, int | tuple[int, ...], int | None]] = deque(
+        # the last OPS_PER_CALL * window calls: (kind, tensor(s), size, need count)
+        self._ops: deque[tuple[str, int | tuple[int, ...], int | None, int]] = deque(
             maxlen=OPS_PER_CALL * window)
-        self._ops_time: deque[int] = deque(maxlen=OPS_PER_CALL * window)  # need count of each
         self._cands: list[_Candidate] = []
         self.lock: _Candidate | None = None
         self._misses = 0
@@ -102,8 +112,7 @@ class RepeatDetector:
         self._op(kind, tid, size, now)
 
     def _op(self, kind: str, tid: int | tuple[int, ...], size: int | None, now: int) -> None:
-        self._ops.append((kind, tid, size))
-        self._ops_time.append(now)
+        self._ops.append((kind, tid, size, now))
 
     def observe(self, now: int, ids: Sequence[int], sizes: Sequence[int],
                 sized: bool = False) -> None:
@@ -114,8 +123,7 @@ class RepeatDetector:
         key = tuple(sizes)
         if not sized:
             self._size.update(zip(ids, key, strict=True))
-        self._ops.append(("need", ids, None))
-        self._ops_time.append(now)
+        self._ops.append(("need", ids, None, now))
         if self.lock is not None:
             if self._match(self.lock, ids, now):
                 self.lock.matches += 1
@@ -128,13 +136,24 @@ class RepeatDetector:
                     self.lock = None
                     self.breaks += 1
                     self._cands = []
+                    self._interval = self._skip = self._skipped = 0   # search from this call
         # the tensors' recorded uses and the calls of the same sizes, looked up once for the
         # search and the record (big dicts: each lookup is a cache miss)
         uses = self._uses
         ul = [uses.get(i) for i in ids]
         dq = self._index.get(key)
         if self.lock is None:
-            self._search(ids, key, now, ul, dq)
+            if self._cands or self._skip <= 0:
+                self._search(ids, key, now, ul, dq)
+                self._skipped = 0
+                if self._cands or self.lock is not None:
+                    self._interval = 0
+                else:                                    # nothing found: back off
+                    self._interval = min(2 * self._interval or 1, self.backoff)
+                    self._skip = self._interval - 1
+            else:
+                self._skip -= 1
+                self._skipped += 1
         self._record(ids, key, now, ul, dq)
 
     # --- matching -----------------------------------------------------------------------------
@@ -235,8 +254,10 @@ class RepeatDetector:
             got = self._probe(lag, ids, now, empty, empty, births)  # new: no renaming yet
             if got is not None:
                 new, same = got
-                c = _Candidate(lag, matches=1, exact=same, fwd=dict(new),
-                               inv={h: x for x, h in new})
+                c = self._grown(lag, ids, now) if self._skipped else None
+                if c is None:
+                    c = _Candidate(lag, matches=1, exact=same, fwd=dict(new),
+                                   inv={h: x for x, h in new})
                 alive.append(c)
         alive.sort(key=lambda c: -c.matches)
         self._cands = alive[:self.max_candidates]
@@ -251,6 +272,24 @@ class RepeatDetector:
             # their own roles (also where they live on into the next repetition); every later
             # tensor takes the role of its counterpart one lag earlier.
             self.role = {x: x for x, b in self._born.items() if b >= self.anchor - 1}
+
+    def _grown(self, lag: int, ids: tuple[int, ...], now: int) -> _Candidate | None:
+        """A candidate at `lag` found after calls the search skipped (backoff), grown over
+        them as a search at every call would have grown it: the run of consecutive calls up
+        to this one that repeat the call one lag before, so its renaming (and so the
+        predictions and the plan's trace) covers them too. None if this call does not extend
+        that run (then the candidate starts here, as without skipped calls)."""
+        c = _Candidate(lag)
+        for t in range(now - self._skipped, now):
+            rec = self._recorded(t)
+            if rec is not None and self._match(c, rec, t):
+                c.matches += 1
+            elif c.matches:
+                c = _Candidate(lag)
+        if not self._match(c, ids, now):
+            return None
+        c.matches += 1
+        return c
 
     def _set_roles(self, c: _Candidate, ids: tuple[int, ...], now: int) -> None:
         for x in ids:
@@ -281,8 +320,9 @@ class RepeatDetector:
             u.append(now)
         if self._end - self._first == w:                     # full: forget the oldest call
             self._forget_oldest()
-        self._calls[now % w] = ids
-        self._keys[now % w] = key
+        j = now % w
+        self._calls[j] = ids
+        self._keys[j] = key
         self._end = now + 1
 
     def _reset_ring(self, now: int) -> None:
@@ -292,22 +332,26 @@ class RepeatDetector:
 
     def _forget_oldest(self) -> None:
         t = self._first
-        old, okey = self._calls[t % self.window], self._keys[t % self.window]
-        self._first += 1
-        dq = self._index[okey]
+        j = t % self.window
+        old, okey = self._calls[j], self._keys[j]
+        self._first = t + 1
+        index = self._index
+        dq = index[okey]
         if dq and dq[0] == t:
             dq.popleft()
         if not dq:
-            del self._index[okey]
+            del index[okey]
+        uses = self._uses
         for i in old:
-            u = self._uses.get(i)
+            u = uses.get(i)
             if u and u[0] == t:
-                del u[0]
-                if not u:
-                    del self._uses[i]
-                    if i not in self._born:
-                        self._size.pop(i, None)
-                        self.role.pop(i, None)
+                if len(u) > 1:
+                    del u[0]
+                    continue
+                del uses[i]
+                if i not in self._born:
+                    self._size.pop(i, None)
+                    self.role.pop(i, None)
 
     # --- predictions --------------------------------------------------------------------------
 
@@ -354,9 +398,9 @@ class RepeatDetector:
         if self.lock is None:
             return None
         start = self.anchor - 1          # ops after this need call (boundary ops included)
-        if not self._ops or self._ops_time[0] > start:
+        if not self._ops or self._ops[0][3] > start:
             return None
-        ops = [(k, t, n) for (k, t, n), when in zip(self._ops, self._ops_time, strict=True)
+        ops = [(k, t, n) for k, t, n, when in self._ops
                if when > start or (when == start and k != "need")]
         if not any(k == "need" for k, _, _ in ops):
             return None

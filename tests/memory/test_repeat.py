@@ -13,6 +13,7 @@ import pytest
 
 from pyhost.memory import MemoryManager, TensorHandle
 from pyhost.memory.policies import INF, AutoPolicy
+from pyhost.memory.repeat import RepeatDetector
 
 #: On random traces (nothing repeats but by chance), the default with its repeat detector
 #: moves at most this much more than the same policy without it (plus one tensor's bytes).
@@ -214,3 +215,83 @@ def test_noisy_loops_cost_no_more_than_the_plain_policy() -> None:
     assert online > 0, "the online experts never took over from a plan"
     assert geo <= 1 + MARGIN, f"geometric mean {geo:.3f}x the plain online policy"
     assert max(ratios) <= NOISY_WORST, f"worst {max(ratios):.3f}x the plain online policy"
+
+
+def _stream(det: RepeatDetector, steps: int, layers: int = 20, seed: int = 0
+            ) -> Iterator[tuple[int, list[int]]]:
+    """A training-like stream reported to `det`: 2 * layers need calls of unrelated one-off
+    tensors (nothing repeats), then `steps` training steps of a layer chain: a forward pass that
+    keeps every activation and a backward pass that needs them again in reverse, fresh
+    activations every step (freed at its end). Yields (call time, the live tensor ids) after
+    each call of the steps."""
+    rng = random.Random(seed)
+    now, nid = 0, 0
+
+    def new(size: int) -> int:
+        nonlocal nid
+        nid += 1
+        det.allocated(nid, size, now)
+        return nid
+
+    def need(*ids: int) -> None:
+        nonlocal now
+        now += 1
+        det.observe(now, ids, [det._size[i] for i in ids], sized=True)
+    weights = [new(4096 * (1 + j % 5)) for j in range(layers)]
+    for _ in range(2 * layers):                  # nothing to find: the search backs off
+        need(new(rng.randrange(64, 4096, 64)), new(rng.randrange(64, 4096, 64)))
+    for _ in range(steps):
+        acts = [new(8192)]
+        for j in range(layers):
+            acts.append(new(8192 + 64 * (j % 3)))
+            need(weights[j], acts[j], acts[j + 1])
+            yield now, [*weights, *acts]
+        for j in reversed(range(layers)):
+            need(weights[j], acts[j + 1], acts[j])
+            yield now, [*weights, *acts]
+        for a in acts:
+            det.freed(a, now)
+
+
+def test_the_search_backs_off_while_nothing_repeats() -> None:
+    """On calls that repeat nothing, the search runs on about one call in `backoff` (it is most
+    of a call's cost there), and at every call again once a candidate lives."""
+    det = RepeatDetector(backoff=4)
+    searched = 0
+    search = det._search
+
+    def counting(*a: object, **k: object) -> None:
+        nonlocal searched
+        searched += 1
+        search(*a, **k)  # type: ignore[arg-type]
+    det._search = counting  # type: ignore[method-assign]
+    rng = random.Random(1)
+    for i in range(5000):
+        det.allocated(i, rng.randrange(64, 4096, 64), 0)
+    for now in range(1, 2001):
+        ids = tuple(rng.sample(range(5000), 3))     # random calls on old tensors
+        det.observe(now, ids, [det._size[i] for i in ids], sized=True)
+    assert det.lock is None
+    assert 2000 / 4 <= searched <= 2000 / 4 + 8, f"{searched} searches in 2000 calls"
+
+
+@pytest.mark.parametrize("backoff", [2, 4, 8])
+def test_a_lock_found_after_skipped_calls_predicts_as_one_that_searched_every_call(
+        backoff: int) -> None:
+    """The candidate a backed-off search finds is grown over the calls it skipped, so its
+    renaming covers them: from the call both detectors hold a lock on, every live tensor's
+    predicted next use is the same as with a search at every call (without the growing, the
+    activations of the skipped calls had no counterpart: no prediction, and a plan that took
+    them for tensors living across repetitions)."""
+    every, backed = RepeatDetector(backoff=1), RepeatDetector(backoff=backoff)
+    checked = 0
+    for (now, live), _ in zip(_stream(every, 6), _stream(backed, 6), strict=True):
+        if every.lock is None or backed.lock is None:
+            continue
+        assert every.lag == backed.lag == 40
+        got = [backed.next_use(i, now) for i in live]
+        want = [every.next_use(i, now) for i in live]
+        assert got == want, f"call {now}: next uses {got} != {want}"
+        checked += len(live)
+    assert backed.locks == 1 and backed.breaks == 0 and checked > 1000
+    assert backed.anchor - every.anchor < backoff       # locked at most backoff - 1 calls later
