@@ -416,7 +416,7 @@ class MemoryManager:
         self._epoch += 1
         epoch = self._epoch
         if self.detector is not None:
-            self._learn(ents, epoch)
+            self._learn(ents, tuple(distinct), epoch)
         if self._observes:
             self.policy.observe("need", ents, epoch)
         if self._sched is None:
@@ -441,10 +441,7 @@ class MemoryManager:
         self.stats.need_misses += len(missing)
         if missing:
             self._bring_in(missing, epoch)
-        now, touch = self._now, self.policy.touch
-        for e in ents:
-            if e.card_size:
-                touch(e, now)
+        self.policy.touch_all(ents, self._now)
         if self._record is not None:
             self._rec({"op": "need", "ts": [t.id for t in args]})
         out = tuple([e.addr for e in arg_ents])
@@ -645,12 +642,12 @@ class MemoryManager:
             self.policy.planning = self._sched is not None or (     # type: ignore[attr-defined]
                 det is not None and det.lock is not None and self._arm != "online")
 
-    def _learn(self, ents: list[_Entry], epoch: int) -> None:
+    def _learn(self, ents: list[_Entry], ids: tuple[int, ...], epoch: int) -> None:
         """Report the call to the repeat detector; on a new lock, plan the repetition."""
         det = self.detector
         assert det is not None
         had = det.lock
-        det.observe(epoch, tuple([e.id for e in ents]), tuple([e.card_size for e in ents]),
+        det.observe(epoch, ids, tuple([e.card_size for e in ents]),
                     sized=det is self._own_detector)
         lock = det.lock
         if lock is not had:

@@ -71,6 +71,13 @@ class EvictionPolicy(abc.ABC):
     def touch(self, e: Resident, now: int) -> None:
         """`e` is used by need call number `now`."""
 
+    def touch_all(self, ents: Iterable[Resident], now: int) -> None:
+        """`touch` for each tensor of a need call that has card bytes (the manager's call)."""
+        touch = self.touch
+        for e in ents:
+            if e.card_size:
+                touch(e, now)
+
     def recost(self, e: Resident, now: int) -> None:
         """`e` became dirty (updated on the card) or clean (written back): its cost changed."""
         return None   # recency policies do not look at cost
@@ -649,7 +656,7 @@ class LirsPolicy(EvictionPolicy):
 
     def touch(self, e: Resident, now: int) -> None:
         i = e.id
-        if self._inserted.pop(i, None) == e.pin:
+        if self._inserted and self._inserted.pop(i, None) == e.pin:
             return                                           # the miss of this very call
         st = self._status[i]
         s = self._s
@@ -973,16 +980,24 @@ class AutoPolicy(EvictionPolicy):
         self.planner.insert(e, now)
 
     def touch(self, e: Resident, now: int) -> None:
-        self.lirs.touch(e, now)
-        self.lru._order.move_to_end(e.id)          # LruPolicy.touch
-        planner = self.planner                     # PlannedPolicy.touch (lazy: see its lazy)
-        if not planner._lazy:
-            planner._since[e.id] = now
-            planner._put(e, now)
+        self.touch_all((e,), now)
+
+    def touch_all(self, ents: Iterable[Resident], now: int) -> None:
+        # the parts' touch, inlined: LruPolicy.touch; PlannedPolicy.touch (lazy: see its lazy)
+        lirs_touch, order, planner = self.lirs.touch, self.lru._order, self.planner
+        for e in ents:
+            if e.card_size:
+                lirs_touch(e, now)
+                order.move_to_end(e.id)
+                if not planner._lazy:
+                    planner._since[e.id] = now
+                    planner._put(e, now)
 
     def recost(self, e: Resident, now: int) -> None:
-        # the recency experts do not look at cost (EvictionPolicy.recost)
-        self.planner.recost(e, now)
+        # the recency experts do not look at cost (EvictionPolicy.recost); PlannedPolicy.recost
+        planner = self.planner
+        if not planner._lazy:
+            planner._put(e, now)
 
     def remove(self, e: Resident) -> None:
         for p in self._parts():

@@ -109,7 +109,7 @@ class RepeatDetector:
 
     def op(self, kind: str, tid: int, size: int | None, now: int) -> None:
         """A write, read or update (for the plan's trace)."""
-        self._op(kind, tid, size, now)
+        self._ops.append((kind, tid, size, now))
 
     def _op(self, kind: str, tid: int | tuple[int, ...], size: int | None, now: int) -> None:
         self._ops.append((kind, tid, size, now))
