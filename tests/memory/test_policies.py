@@ -10,10 +10,16 @@ from pyhost.memory import MemoryManager, ScheduleError
 from pyhost.memory.allocator import CardAllocator
 from pyhost.memory.policies import (
     INF,
+    SHADOW_RATE,
+    SHADOW_SAMPLE_ABOVE,
+    AutoPolicy,
     BeladyPolicy,
     GreedyDualSizePolicy,
+    LirsPolicy,
     LruPolicy,
     PlannedPolicy,
+    ShadowCache,
+    SizedLruPolicy,
     make_policy,
 )
 from pyhost.memory.trace import Trace
@@ -187,3 +193,57 @@ def test_need_sequence_schedule_is_followed_to_the_end() -> None:
     mgr.set_schedule(schedule_of(tr))
     replay(tr, mgr)
     assert mgr._sched is not None and mgr._sched_pos == len(tr.needs())
+
+
+def _shadow_session(shadow: ShadowCache, seed: int, tensors: int, calls: int) -> None:
+    """Random need calls (one output updated per call, some reads) over `tensors` tensors of
+    64 B - 4 KiB, fed to `shadow` as AutoPolicy feeds its shadows."""
+    rng = np.random.default_rng(seed)
+    rs = [R(i, int(n)) for i, n in enumerate(rng.integers(1, 65, tensors) * 64)]
+    for r in rs:
+        shadow.event("write", r)
+    for epoch, (a, b, c) in enumerate(rng.integers(0, tensors, (calls, 3)).tolist(), 1):
+        ents = list({x: rs[x] for x in (a, b, c)}.values())
+        shadow.need(ents, epoch)
+        shadow.event("updated", rs[c])
+        if epoch % 7 == 0:
+            shadow.event("read", rs[b])
+
+
+@pytest.mark.parametrize("policy", [LirsPolicy, SizedLruPolicy])
+def test_a_sampled_shadow_estimates_the_bytes_of_the_whole_one(policy: type) -> None:
+    """A shadow that simulates an eighth of the tensors on an eighth of the card (each byte
+    counted eight times) moves about what the whole simulation moves (the expert choice and
+    the online arm's estimate read these bytes), for an eighth of the residents."""
+    tensors, cap = 40_000, 8 << 20           # the card holds about 10 % of the bytes
+    whole, sample = ShadowCache(policy(), cap), ShadowCache(policy(), cap, rate=1 / 8)
+    for sh in (whole, sample):
+        _shadow_session(sh, 3, tensors, 30_000)
+    assert whole.moved > 50 << 20
+    assert abs(sample.moved / whole.moved - 1) < 0.1, (sample.moved, whole.moved)
+    assert abs(sample.cost / whole.cost - 1) < 0.15, (sample.cost, whole.cost)
+    assert len(sample.res) < len(whole.res) / 6
+
+
+def test_the_default_samples_its_shadows_when_they_hold_many_tensors() -> None:
+    """AutoPolicy's shadows switch to a SHADOW_RATE sample once one holds more than
+    SHADOW_SAMPLE_ABOVE tensors; the expert followed and the shadows' byte totals (which the
+    manager takes differences of) carry on."""
+    m = MemoryManager.dry_run(64 << 20)
+    ts = [m.allocate_tensor(4096) for _ in range(SHADOW_SAMPLE_ABOVE + 2000)]
+    for t in ts:
+        m.write_tensor(t, t.size, None)
+    pol = m.policy
+    assert isinstance(pol, AutoPolicy)
+    before = None
+    for i, t in enumerate(ts):
+        m.need_in_device(t)
+        if i == SHADOW_SAMPLE_ABOVE - 1000:
+            expert, before = pol.shadow_moved()
+            assert all(sh.rate == 1 for sh in pol._shadows.values())
+    expert2, after = pol.shadow_moved()
+    assert all(sh.rate == SHADOW_RATE for sh in pol._shadows.values())
+    assert expert2 == expert and before is not None
+    assert all(after[k] >= before[k] > 0 for k in before), (before, after)
+    assert max(len(sh.res) for sh in pol._shadows.values()) < SHADOW_SAMPLE_ABOVE / 4
+    m.check()
