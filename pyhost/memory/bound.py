@@ -312,17 +312,31 @@ def plan_drops(trace: Trace, capacity: int, *, time_limit: float = 5.0,
     """(tensor id, start step) of the reuse intervals an optimal schedule drops.
 
     From the MILP's best integer solution within `time_limit` if it is optimal or within
-    PLAN_GAP of the dual bound; otherwise empty. With `tie`, intervals for which it returns the
-    same key (not None) are all dropped or all kept: the repeat detector ties the intervals of
-    the same role and phase in every copy of a recorded repetition, so that the solution is a
-    periodic schedule (optimal among those), which can be applied to every repetition.
-    `hold_dead`: plan for a manager that cannot drop dead dirty bytes (interval_model).
+    PLAN_GAP of the dual bound; otherwise empty (see `solve_plan`). With `tie`, intervals for
+    which it returns the same key (not None) are all dropped or all kept: the repeat detector
+    ties the intervals of the same role and phase in every copy of a recorded repetition, so
+    that the solution is a periodic schedule (optimal among those), which can be applied to
+    every repetition. `hold_dead`: plan for a manager that cannot drop dead dirty bytes
+    (interval_model).
     """
+    drops, proven = solve_plan(trace, capacity, time_limit=time_limit, tie=tie,
+                               hold_dead=hold_dead)
+    return drops if proven else set()
+
+
+def solve_plan(trace: Trace, capacity: int, *, time_limit: float = 5.0,
+               tie: Callable[[int, int], Hashable] | None = None,
+               hold_dead: bool = False) -> tuple[set[tuple[int, int]], bool]:
+    """`plan_drops`, and whether its drops are proven good (an optimal integer solution, or
+    one within PLAN_GAP of the dual bound). An unproven one (the best integer solution found
+    in `time_limit`) is returned too, for a caller that measures it against no plan: such
+    incumbents were measured to do worse than Belady's order on some traces, better on
+    others. No integer solution: empty, and not proven."""
     m = interval_model(trace, hold_dead=hold_dead)
     c, A, lb, n_d, n = _program(m, capacity)
     long = np.flatnonzero(m.end - m.start >= 2)
     if n == 0 or A.shape[0] == 0:
-        return set()
+        return set(), True
     constraints = [LinearConstraint(A, lb, np.inf)]
     if tie is not None:
         groups: dict[Hashable, list[int]] = {}
@@ -345,9 +359,8 @@ def plan_drops(trace: Trace, capacity: int, *, time_limit: float = 5.0,
         r = milp(c, constraints=constraints, integrality=np.ones(n),
                  bounds=Bounds(0, 1), options={"time_limit": time_limit})
     gap = getattr(r, "mip_gap", None)
-    if r.x is None or not (r.status == 0 or (gap is not None and gap <= PLAN_GAP)):
-        # No good integer solution in time. A rounded LP solution or a poor incumbent was
-        # measured to do worse than no plan at all (Belady's order), so there is no plan.
-        return set()
+    if r.x is None:
+        return set(), False
+    proven = r.status == 0 or (gap is not None and gap <= PLAN_GAP)
     drop = long[np.flatnonzero(r.x[:n_d] > 0.5)]
-    return {(int(m.tensor[i]), int(m.start[i])) for i in drop}
+    return {(int(m.tensor[i]), int(m.start[i])) for i in drop}, proven

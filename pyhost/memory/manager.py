@@ -601,17 +601,62 @@ class MemoryManager:
             t0 = time.perf_counter()
             if plan is None:
                 # scipy (the MILP) is loaded only when a planning policy needs it
-                from pyhost.memory.bound import BoundError, plan_drops
+                from pyhost.memory.bound import BoundError, solve_plan
                 try:
-                    plan = plan_drops(trace, self.capacity,
-                                      time_limit=getattr(self.policy, "plan_seconds", 5.0),
-                                      hold_dead=not complete)
+                    plan, proven = solve_plan(
+                        trace, self.capacity,
+                        time_limit=getattr(self.policy, "plan_seconds", 5.0),
+                        hold_dead=not complete)
                 except BoundError:
-                    plan = set()        # a call larger than the card: no plan, Belady order
+                    plan, proven = set(), True    # a call larger than the card: Belady order
+                if plan and not proven:
+                    # The MILP's best solution in time is not proven good: it is used only if
+                    # a dry-run replay of the hint moves fewer bytes with it than without.
+                    with_plan = self._hint_bytes(trace, key_of, plan, complete)
+                    without = self._hint_bytes(trace, key_of, set(), complete)
+                    if with_plan is None or without is None or with_plan >= without:
+                        plan = set()
             set_plan({(key_of(t), s) for t, s in plan})
             self.stats.plan_s += time.perf_counter() - t0
             self.policy.rekey([e for e in self._entries.values() if e.addr is not None
                                and e.card_size], self._now)
+
+    def _hint_bytes(self, trace: Trace, key_of: Callable[[int], str],
+                    plan: set[tuple[int, int]], complete: bool) -> int | None:
+        """PCIe bytes a dry run of this card moves replaying `trace` from an empty card with
+        it as the schedule hint and `plan` as its plan (set_schedule_trace's measure of an
+        unproven plan). None if the trace uses a tensor it does not allocate (one of this
+        manager's: the replay cannot stand in for it)."""
+        sim = MemoryManager.dry_run(self.capacity, policy="planned", align=self.alloc.align,
+                                    batching=self.transport.batching,
+                                    prefetch_calls=self.prefetch_calls,
+                                    prefetch_max_tensor=self.prefetch_max_tensor)
+        sim.set_schedule_trace(trace, key_of, plan=plan, complete=complete)
+        handles: dict[int, TensorHandle] = {}
+        for op, t, size, extra in trace.records:
+            if op == "alloc":
+                prec = extra.get("precision") if extra else None
+                handles[t] = sim.allocate_tensor(
+                    size, name=key_of(t), precision=codec_from_json(prec) if prec else None)
+                continue
+            if op == "need":
+                if any(x not in handles for x in t):
+                    return None
+                sim.need_in_device(*(handles[x] for x in t))
+                continue
+            h = handles.get(t)
+            if h is None:
+                return None
+            if op == "write":
+                sim.write_tensor(h, size, None)
+            elif op == "updated":
+                sim.tensor_updated(h)
+            elif op == "read":
+                sim.read_tensor(h, size, None)
+            elif op == "free":
+                sim.free_tensor(handles.pop(t))
+        s = sim.transport.stats
+        return s.bytes_h2c + s.bytes_c2h
 
     def _advance_schedule(self, ents: list[_Entry]) -> None:
         sched = self._sched
