@@ -632,31 +632,42 @@ class MemoryManager:
                                     prefetch_calls=self.prefetch_calls,
                                     prefetch_max_tensor=self.prefetch_max_tensor)
         sim.set_schedule_trace(trace, key_of, plan=plan, complete=complete)
+        if not sim._replay(trace, key_of):
+            return None
+        s = sim.transport.stats
+        return s.bytes_h2c + s.bytes_c2h
+
+    def _replay(self, trace: Trace, key_of: Callable[[int], str],
+                before_need: Callable[[], None] | None = None) -> bool:
+        """Run the trace's calls on this (dry-run) manager, its tensors named by `key_of`;
+        `before_need()` runs before each need. False, stopping there, at a call on a tensor the
+        trace did not allocate. (tb.memory.replay is the testbench's replay, with payload.)"""
         handles: dict[int, TensorHandle] = {}
         for op, t, size, extra in trace.records:
             if op == "alloc":
                 prec = extra.get("precision") if extra else None
-                handles[t] = sim.allocate_tensor(
+                handles[t] = self.allocate_tensor(
                     size, name=key_of(t), precision=codec_from_json(prec) if prec else None)
                 continue
             if op == "need":
                 if any(x not in handles for x in t):
-                    return None
-                sim.need_in_device(*(handles[x] for x in t))
+                    return False
+                if before_need is not None:
+                    before_need()
+                self.need_in_device(*(handles[x] for x in t))
                 continue
             h = handles.get(t)
             if h is None:
-                return None
+                return False
             if op == "write":
-                sim.write_tensor(h, size, None)
+                self.write_tensor(h, size, None)
             elif op == "updated":
-                sim.tensor_updated(h)
+                self.tensor_updated(h)
             elif op == "read":
-                sim.read_tensor(h, size, None)
+                self.read_tensor(h, size, None)
             elif op == "free":
-                sim.free_tensor(handles.pop(t))
-        s = sim.transport.stats
-        return s.bytes_h2c + s.bytes_c2h
+                self.free_tensor(handles.pop(t))
+        return True
 
     def _advance_schedule(self, ents: list[_Entry]) -> None:
         sched = self._sched
@@ -804,26 +815,14 @@ class MemoryManager:
         # measured over the copies between the first and the last, per copy
         cs = tr.meta["copy_starts"]
         first, last = cs[1], cs[-1]
-        start = end = 0
-        handles: dict[int, TensorHandle] = {}
-        for op, t, size, _ in tr.records:
-            if op == "alloc":
-                handles[t] = sim.allocate_tensor(size, name=f"t{t}")
-            elif op == "write":
-                sim.write_tensor(handles[t], size, None)
-            elif op == "need":
-                if sim._epoch == first:
-                    start = sim._moved()
-                elif sim._epoch == last:
-                    end = sim._moved()
-                sim.need_in_device(*(handles[x] for x in t))
-            elif op == "updated":
-                sim.tensor_updated(handles[t])
-            elif op == "read":
-                sim.read_tensor(handles[t], size, None)
-            elif op == "free":
-                sim.free_tensor(handles.pop(t))
-        return ((end or sim._moved()) - start) // max(len(cs) - 2, 1)
+        marks = {first: 0, last: 0}
+
+        def mark() -> None:
+            if sim._epoch in marks:
+                marks[sim._epoch] = sim._moved()
+        if not sim._replay(tr, "t{}".format, mark):
+            raise MemoryManagerError("the recorded repetition uses a tensor it does not allocate")
+        return ((marks[last] or sim._moved()) - marks[first]) // max(len(cs) - 2, 1)
 
     def _check_plan(self) -> None:
         """After each repetition of a learned one: what the way of choosing victims in use

@@ -456,9 +456,9 @@ class PlannedPolicy(BeladyPolicy):
         the residents, not its heaps: nothing picks from them, and the manager re-ranks every
         resident (`rekey`) when planning starts, which overwrote any order kept meanwhile
         anyway. A pick before such a rekey ranks the residents itself. Lazy, the touches are
-        not recorded either (AutoPolicy.touch): while lazy there is no schedule, so a need's
-        position is its call number, the resident's `pin`, which gives `_since` back when
-        planning starts (the lazy period's inserts are recorded)."""
+        not recorded either (`touch`): while lazy there is no schedule, so a need's position
+        is its call number, the resident's `pin`, which gives `_since` back when planning
+        starts (the lazy period's inserts are recorded)."""
         return self._lazy
 
     @lazy.setter
@@ -510,8 +510,8 @@ class PlannedPolicy(BeladyPolicy):
         (self._clean if e.dirty else self._dirty).drop(e)
 
     def touch(self, e: Resident, now: int) -> None:
-        self._since[e.id] = now
-        if not self._lazy:
+        if not self._lazy:                      # lazy: the pins stand in (see lazy)
+            self._since[e.id] = now
             self._put(e, now)
 
     def insert(self, e: Resident, now: int) -> None:
@@ -661,11 +661,10 @@ class LirsPolicy(EvictionPolicy):
         st = self._status[i]
         s = self._s
         if st == _LIR:
-            if next(iter(s)) == i:                           # the bottom moves: prune S
-                s.move_to_end(i)
+            bottom = next(iter(s)) == i
+            s.move_to_end(i)
+            if bottom:                                       # the bottom moved: prune S
                 self._prune()
-            else:                                            # the bottom stays LIR
-                s.move_to_end(i)
         elif i in s:                                         # resident HIR reused: now LIR
             del self._q[i]
             self._make_lir(i)
@@ -755,8 +754,9 @@ class ShadowCache:
                  rate: float = 1.0) -> None:
         self.policy = policy
         self.rate = rate
+        self._sampling = rate < 1
         self._cut = int(rate * (1 << 32))          # ids whose hash is below are simulated
-        self._scale = 1 if rate >= 1 else 1.0 / rate
+        self._scale = 1.0 / rate if self._sampling else 1
         capacity = int(capacity * rate)
         policy.capacity = capacity
         self.capacity = capacity
@@ -779,7 +779,7 @@ class ShadowCache:
     def need(self, ents: list[Resident], epoch: int) -> None:
         p, res = self.policy, self.res
         self.cost *= self.decay
-        if self._cut < 1 << 32:
+        if self._sampling:
             ents = [e for e in ents if self.sampled(e.id)]
             if not ents:
                 return
@@ -819,7 +819,7 @@ class ShadowCache:
             p.touch(s, epoch)
 
     def event(self, kind: str, e: Resident) -> None:
-        if self._cut < 1 << 32 and not self.sampled(e.id):
+        if self._sampling and not self.sampled(e.id):
             return
         s = self.res.get(e.id)
         if kind in ("updated", "write"):
@@ -924,10 +924,13 @@ class AutoPolicy(EvictionPolicy):
         self._cap = n
         self.lirs.capacity = self.lru.capacity = self.planner.capacity = n
         if n:
-            self._shadows = {"lirs": ShadowCache(LirsPolicy(), n),
-                             "lru": ShadowCache(SizedLruPolicy(), n)}
-            self._pair = (self._shadows["lirs"], self._shadows["lru"])
+            self._make_shadows(1.0)
         self._log = []
+
+    def _make_shadows(self, rate: float) -> None:
+        self._shadows = {"lirs": ShadowCache(LirsPolicy(), self._cap, rate=rate),
+                         "lru": ShadowCache(SizedLruPolicy(), self._cap, rate=rate)}
+        self._pair = (self._shadows["lirs"], self._shadows["lru"])
 
     @property                            # type: ignore[override]
     def next_use(self) -> Callable[[Resident], float]:   # type: ignore[override]
@@ -1007,13 +1010,11 @@ class AutoPolicy(EvictionPolicy):
         their cost (which chooses the expert) from zero, the expert kept; `moved` carries on
         from the old ones' totals (the manager takes differences of it), and the live written
         tensors of the sample stay known (a reload of one counts)."""
-        for name, old in list(self._shadows.items()):
-            new = ShadowCache(LirsPolicy() if name == "lirs" else SizedLruPolicy(), self._cap,
-                              rate=SHADOW_RATE)
-            new.moved = old.moved
-            new._content = {i for i in old._content if new.sampled(i)}
-            self._shadows[name] = new
-        self._pair = (self._shadows["lirs"], self._shadows["lru"])
+        old = self._shadows
+        self._make_shadows(SHADOW_RATE)
+        for name, new in self._shadows.items():
+            new.moved = old[name].moved
+            new._content = {i for i in old[name]._content if new.sampled(i)}
 
     def insert(self, e: Resident, now: int) -> None:
         self.lirs.insert(e, now)
@@ -1024,21 +1025,19 @@ class AutoPolicy(EvictionPolicy):
         self.touch_all((e,), now)
 
     def touch_all(self, ents: Iterable[Resident], now: int) -> None:
-        # the parts' touch, inlined: LruPolicy.touch; PlannedPolicy.touch (lazy: see its lazy)
-        lirs_touch, order, planner = self.lirs.touch, self.lru._order, self.planner
+        # LruPolicy.touch inlined; the planning half's touch is a no-op while lazy (not called)
+        lirs_touch, order = self.lirs.touch, self.lru._order
+        planner_touch = None if self.planner.lazy else self.planner.touch
         for e in ents:
             if e.card_size:
                 lirs_touch(e, now)
                 order.move_to_end(e.id)
-                if not planner._lazy:
-                    planner._since[e.id] = now
-                    planner._put(e, now)
+                if planner_touch is not None:
+                    planner_touch(e, now)
 
     def recost(self, e: Resident, now: int) -> None:
-        # the recency experts do not look at cost (EvictionPolicy.recost); PlannedPolicy.recost
-        planner = self.planner
-        if not planner._lazy:
-            planner._put(e, now)
+        # the recency experts do not look at cost (EvictionPolicy.recost)
+        self.planner.recost(e, now)
 
     def remove(self, e: Resident) -> None:
         for p in self._parts():

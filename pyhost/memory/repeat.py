@@ -94,11 +94,11 @@ class RepeatDetector:
     def allocated(self, tid: int, size: int, now: int) -> None:
         self._born[tid] = now
         self._size[tid] = size
-        self._op("alloc", tid, size, now)
+        self.op("alloc", tid, size, now)
 
     def freed(self, tid: int, now: int) -> None:
         self._born.pop(tid, None)
-        self._op("free", tid, None, now)
+        self.op("free", tid, None, now)
         if tid not in self._uses:
             self._size.pop(tid, None)
             self.role.pop(tid, None)
@@ -108,10 +108,7 @@ class RepeatDetector:
                 self.lock.inv.pop(x, None)
 
     def op(self, kind: str, tid: int, size: int | None, now: int) -> None:
-        """A write, read or update (for the plan's trace)."""
-        self._ops.append((kind, tid, size, now))
-
-    def _op(self, kind: str, tid: int | tuple[int, ...], size: int | None, now: int) -> None:
+        """A write, read or update (for the plan's trace; allocations and frees too)."""
         self._ops.append((kind, tid, size, now))
 
     def observe(self, now: int, ids: Sequence[int], sizes: Sequence[int],
