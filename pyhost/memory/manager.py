@@ -626,13 +626,18 @@ class MemoryManager:
         """PCIe bytes a dry run of this card moves replaying `trace` from an empty card with
         it as the schedule hint and `plan` as its plan (set_schedule_trace's measure of an
         unproven plan). None if the trace uses a tensor it does not allocate (one of this
-        manager's: the replay cannot stand in for it)."""
+        manager's: the replay cannot stand in for it) or makes a call the API refuses (a read
+        of a tensor never written, ...): the hint is the caller's, and a plan is not worth an
+        error of the stand-in's."""
         sim = MemoryManager.dry_run(self.capacity, policy="planned", align=self.alloc.align,
                                     batching=self.transport.batching,
                                     prefetch_calls=self.prefetch_calls,
                                     prefetch_max_tensor=self.prefetch_max_tensor)
         sim.set_schedule_trace(trace, key_of, plan=plan, complete=complete)
-        if not sim._replay(trace, key_of):
+        try:
+            if not sim._replay(trace, key_of):
+                return None
+        except MemoryManagerError:
             return None
         s = sim.transport.stats
         return s.bytes_h2c + s.bytes_c2h

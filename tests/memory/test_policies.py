@@ -304,3 +304,22 @@ def test_an_unproven_plan_that_moves_more_is_not_used(monkeypatch: pytest.Monkey
         m.set_schedule_trace(tr)
         assert bool(m.policy.drops) == proven           # type: ignore[attr-defined]
     assert replays == [True, False]                     # measured once, when unproven
+
+
+def test_a_hint_the_replay_refuses_gives_no_plan_and_no_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replay that measures an unproven plan runs the caller's hint through the API: a
+    hint it refuses (here a read of a tensor never written) means no plan, not an error."""
+    from pyhost.memory import bound
+
+    tr = Trace()
+    tr.alloc(0, 4096)
+    tr.alloc(1, 4096)
+    tr.write(0, 4096)
+    tr.need(0)
+    tr.read(1, 4096)                                   # never written
+    tr.need(0)
+    monkeypatch.setattr(bound, "solve_plan", lambda *a, **k: ({(0, 0)}, False))
+    m = MemoryManager.dry_run(64 << 10, policy="planned")
+    m.set_schedule_trace(tr)
+    assert not m.policy.drops                          # type: ignore[attr-defined]
