@@ -249,11 +249,9 @@ def test_the_default_samples_its_shadows_when_they_hold_many_tensors() -> None:
     m.check()
 
 
-def _hinted_bytes(tr: Trace, cap: int, plan_seconds: float | None = None,
-                  plan: set[tuple[int, int]] | None = None) -> tuple[int, MemoryManager]:
+def _hinted_bytes(tr: Trace, cap: int, plan: set[tuple[int, int]] | None = None
+                  ) -> tuple[int, MemoryManager]:
     m = MemoryManager.dry_run(cap, policy="planned")
-    if plan_seconds is not None:
-        m.policy.plan_seconds = plan_seconds  # type: ignore[attr-defined]
     if plan is None:
         replay(tr, m, schedule=True)
     else:
@@ -263,22 +261,25 @@ def _hinted_bytes(tr: Trace, cap: int, plan_seconds: float | None = None,
     return s.bytes_h2c + s.bytes_c2h, m
 
 
-def test_an_unproven_plan_is_used_when_its_replay_moves_less() -> None:
-    """40 mixed sizes looped at 1.05x the card: HiGHS proves no solution within 1 % in 2 s
-    (not in 60 either), so its best solution used to be thrown away for Belady's order
-    (1.085x the bound). A dry-run replay of the hint with it moves less than without it,
-    so it is the plan now."""
+def test_an_unproven_plan_is_used_when_its_replay_moves_less(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plan HiGHS has not proven (here the optimal one of a small loop, passed off as
+    unproven, so that the test does not hang on the solver's speed) is kept when a dry-run
+    replay of the hint moves less with it than Belady's order; before, every unproven plan
+    was dropped for Belady's order. (The benchmark's cyclic-mixed-1.05x, which HiGHS does not
+    prove in 60 s, went from 1.085x to 1.028x the bound this way.)"""
     from bench.memory_traces import cyclic_trace
-    from pyhost.memory.bound import solve_plan
+    from pyhost.memory import bound
 
-    tr = cyclic_trace(1 << 20, 1.05, mixed=True)
+    tr = cyclic_trace(1 << 16, 1.2, mixed=True, tensors=8, cycles=5)
     cap = tr.meta["capacity"]
-    drops, proven = solve_plan(tr, cap, time_limit=2.0)
-    assert drops and not proven
-    planned, m = _hinted_bytes(tr, cap, plan_seconds=2.0)
+    drops, proven = bound.solve_plan(tr, cap, time_limit=30.0)
+    assert drops and proven
+    monkeypatch.setattr(bound, "solve_plan", lambda *a, **k: (set(drops), False))
+    planned, m = _hinted_bytes(tr, cap)
     belady, _ = _hinted_bytes(tr, cap, plan=set())
     assert m.policy.drops                                    # type: ignore[attr-defined]
-    assert planned < 0.97 * belady, (planned, belady)
+    assert planned < 0.9 * belady, (planned, belady)
 
 
 def test_an_unproven_plan_that_moves_more_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -287,9 +288,9 @@ def test_an_unproven_plan_that_moves_more_is_not_used(monkeypatch: pytest.Monkey
     from bench.memory_traces import cyclic_trace
     from pyhost.memory import bound
 
-    tr = cyclic_trace(1 << 20, 1.5, mixed=True)
+    tr = cyclic_trace(1 << 16, 1.2, mixed=True, tensors=8, cycles=5)
     cap = tr.meta["capacity"]
-    drops, _ = bound.solve_plan(tr, cap, time_limit=1.0)
+    drops, _ = bound.solve_plan(tr, cap, time_limit=30.0)    # proven in ~0.01 s
     assert drops
     replays: list[bool] = []
 
