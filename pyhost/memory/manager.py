@@ -154,6 +154,7 @@ class ManagerStats:
     planned_repeats: int = 0    # plans made from a recorded repetition
     online_repeats: int = 0     # repetitions of a locked one where the online experts chose
     window_evictions: int = 0   # placements done by evicting neighbours instead of compacting
+    slot_evictions: int = 0     # large map: victims whose room took a tensor (_place_in_victims)
     time_s: dict[str, float] = field(default_factory=dict)   # manager time, driver time excluded
     #: need-call times (driver excluded): a fixed-size histogram, not one entry per call
     need_hist: LatencyHistogram = field(default_factory=LatencyHistogram)
@@ -980,7 +981,10 @@ class MemoryManager:
                     "although the call fits the card; please report with a recorded trace")
             self._evict(victims)
         placing = {e.id for e in missing}
-        moves = self._place(missing, placing, epoch)
+        unplaced = missing
+        if self.alloc.large and not pre:
+            unplaced = self._place_in_victims(missing, epoch)
+        moves = self._place(unplaced, placing, epoch) if unplaced else []
         if pre:
             order = sorted(pre, key=lambda e: (e.home.chunk, e.home.address))  # type: ignore
             addrs = self.alloc.alloc_run([e.card_size for e in order], [e.id for e in order])
@@ -1015,6 +1019,45 @@ class MemoryManager:
             self.policy.insert(e, self._now)
         self._upload([self._entries[i] for i in placing
                       if self._entries[i].written and self._entries[i].host_valid])
+
+    def _place_in_victims(self, missing: list[_Entry], epoch: int) -> list[_Entry]:
+        """Placement on a large map (allocator.LARGE blocks: many small tensors on a full
+        card): best fit, largest first; a tensor that fits no hole makes the policy evict on,
+        in its order, until one does (the victims of a round cover what is still unplaced;
+        their holes merge with their neighbours), up to LARGE_CANDIDATES victims. The bytes
+        evicted beyond the call's need stay as holes for the next calls' tensors (best fit
+        again), so over many calls the card evicts in the policy's order what it places, with
+        no search of the map and no compaction. The tensors still unplaced are returned, for
+        the general rule (window or compaction)."""
+        alloc = self.alloc
+        rest = sorted(missing, key=lambda e: -e.card_size)
+        budget = LARGE_CANDIDATES
+        while True:
+            left = []
+            for e in rest:
+                a = alloc.alloc(e.card_size, e.id)
+                if a is None:
+                    left.append(e)
+                else:
+                    e.addr = a
+            rest = left
+            if not rest or budget <= 0:
+                return rest
+            cands = self.policy.candidates(epoch)
+            if cands is None:
+                return rest
+            want = sum(e.card_size for e in rest)
+            victims, got = [], 0
+            for c in cands:
+                if got >= want or len(victims) >= budget:
+                    break
+                victims.append(c)
+                got += c.card_size
+            if not victims:
+                return rest
+            budget -= len(victims)
+            self._evict(victims)
+            self.stats.slot_evictions += len(victims)
 
     def _prefetch_candidates(self, missing: list[_Entry]) -> tuple[list[_Entry], int]:
         """Small written tensors of the next `prefetch_calls` scheduled calls, and the bytes of

@@ -162,6 +162,9 @@ class LruPolicy(EvictionPolicy):
                 got += e.card_size
         return out
 
+    def candidates(self, epoch: int) -> Iterable[Resident]:
+        return (e for e in self._order.values() if e.pin != epoch)
+
 
 class NaivePolicy(LruPolicy):
     """Transfer on every use: nothing stays on the card from one need call to the next."""
@@ -223,9 +226,6 @@ class SizedLruPolicy(LruPolicy):
 
     def pick(self, nbytes: int, epoch: int, now: int) -> list[Resident]:
         return pick_in_order(self._order.values(), nbytes, epoch)
-
-    def candidates(self, epoch: int) -> Iterable[Resident]:
-        return (e for e in self._order.values() if e.pin != epoch)
 
 
 class _LazyHeap:

@@ -34,6 +34,7 @@ from pyhost.memory import (
     NeverWrittenError,
     NotOnCardError,
     TensorHandle,
+    allocator,
 )
 from pyhost.model_card import ModelCard
 from tests.memory.test_hoststore import free_ranges, justified
@@ -198,3 +199,23 @@ ManagerMachine.TestCase.settings = settings(
     max_examples=80, stateful_step_count=50, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 TestManagerMachine = ManagerMachine.TestCase
+
+
+class LargeMapMachine(ManagerMachine):
+    """The same with every card map "large" (allocator.LARGE lowered to 2 blocks): placement by
+    eviction in the policy's order (MemoryManager._place_in_victims), the local window and
+    compaction searches of a large map, all under the same checks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._large = allocator.LARGE
+        allocator.LARGE = 2
+
+    def teardown(self) -> None:
+        allocator.LARGE = self._large
+
+
+LargeMapMachine.TestCase.settings = settings(
+    max_examples=100, stateful_step_count=50, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+TestLargeMapMachine = LargeMapMachine.TestCase
