@@ -85,6 +85,12 @@ DEFAULT_POLICY = "auto"
 #: DEFER_SHARE of the card per call.
 DEFER_MAX = 64 << 10
 DEFER_SHARE = 0.5
+#: ... but once the card has had to evict (it is full), only while at least DEFER_FULL_USED of
+#: such uploads were needed before they left the card: on a full card the room a guess takes
+#: is evicted for by the next calls, and a wrong guess moved its bytes for nothing (a random
+#: miss-heavy workload refilled the holes its evictions left with guesses at every call, 61 %
+#: of them used).
+DEFER_FULL_USED = 0.9
 #: Read gathering: a read that writes back a small dirty tensor also writes back the next ones
 #: in update order once the reads have followed that order; the batch starts at GATHER_START
 #: tensors and doubles while the reader keeps up, to GATHER_MAX tensors / GATHER_MAX_BYTES.
@@ -870,10 +876,13 @@ class MemoryManager:
     def _deferred_companions(self, placing: set[int]) -> list[_Entry]:
         """Deferred writes to upload with this call's: the oldest pending small tensors that
         fit the free card space (nothing is evicted for them), at most a share of the card that
-        shrinks when such uploads go unused."""
+        shrinks when such uploads go unused; none once the card has had to evict, unless
+        DEFER_FULL_USED of them were used."""
         if not self._pending or self._sched is not None or not self.policy.keeps_resident:
             return []
         used, unused = self._spec_used, self._spec_unused
+        if self.stats.evictions and unused > (1 - DEFER_FULL_USED) * (used + unused):
+            return []
         share = DEFER_SHARE * (used + 1) / (used + unused + 1)
         budget = min(self.alloc.free, int(share * self.capacity))
         out, got = [], 0
@@ -960,13 +969,17 @@ class MemoryManager:
     # --- placement, eviction, transfers -------------------------------------------------------
 
     def _bring_in(self, missing: list[_Entry], epoch: int) -> None:
-        need = sum(e.card_size for e in missing)
-        must = need - self.alloc.free            # bytes this call cannot do without
+        placing = {e.id for e in missing}
         # Prefetch only when this call uploads anyway: one batch then covers the next calls,
         # instead of every call topping up the window by one tensor.
         pre, horizon_bytes = [], 0
         if self._sched is not None and any(e.written and e.host_valid for e in missing):
             pre, horizon_bytes = self._prefetch_candidates(missing)
+        unplaced = missing
+        if self.alloc.large and not pre:         # evicts in the policy's order as it places
+            unplaced = self._place_in_victims(missing, epoch)
+        need = sum(e.card_size for e in unplaced)
+        must = need - self.alloc.free            # bytes this call cannot do without
         short = max(must, horizon_bytes - (self.alloc.free - need)) if pre else must
         if short > 0:
             victims = self.policy.pick(short, epoch, self._now)
@@ -980,10 +993,6 @@ class MemoryManager:
                     f"internal error: policy {self.policy.name} freed {got} of {must} bytes "
                     "although the call fits the card; please report with a recorded trace")
             self._evict(victims)
-        placing = {e.id for e in missing}
-        unplaced = missing
-        if self.alloc.large and not pre:
-            unplaced = self._place_in_victims(missing, epoch)
         moves = self._place(unplaced, placing, epoch) if unplaced else []
         if pre:
             order = sorted(pre, key=lambda e: (e.home.chunk, e.home.address))  # type: ignore

@@ -450,3 +450,26 @@ def test_large_map_evicts_in_policy_order_without_compaction(
         for t in ts:
             mgr.read_tensor(t, t.size, out[:t.size])
             assert np.array_equal(out[:t.size], want[t.id]), f"{t!r} lost its bytes"
+
+
+def test_a_full_card_takes_no_guesses_that_went_unused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deferred writes ride along with a need only into free card space; once the card is full
+    (under DEFER_MIN_FREE free) and such guesses have gone unused (random needs), the holes the
+    evictions leave are not refilled with guesses at every call: each would be evicted for by
+    the next calls, and the wrong ones moved their bytes for nothing. (A large map, as with
+    100k small tensors: there placement evicts on in the policy's order, leaving holes.)"""
+    from pyhost.memory import allocator
+    monkeypatch.setattr(allocator, "LARGE", 32)
+    rng = np.random.default_rng(3)
+    mgr = MemoryManager.dry_run(64 * KiB, policy="auto")
+    ts = [mgr.allocate_tensor(int(n)) for n in rng.integers(1, 17, 2000) * 64]
+    for t in ts:
+        mgr.write_tensor(t, t.size, None)
+    picks = rng.integers(0, len(ts), (1500, 3)).tolist()
+    for a, b, c in picks[:500]:
+        mgr.need_in_device(ts[a], ts[b], ts[c])
+    assert mgr.stats.deferred_unused > 0
+    before = mgr.stats.deferred_uploads
+    for a, b, c in picks[500:]:
+        mgr.need_in_device(ts[a], ts[b], ts[c])
+    assert mgr.stats.deferred_uploads == before      # (12 more without the rule)
