@@ -850,9 +850,10 @@ class ShadowCache:
 
 #: AutoPolicy feeds its shadow caches in batches of at most this many events (see observe).
 SHADOW_LOG = 256
-#: Once a shadow cache holds more than this many tensors, AutoPolicy's shadows simulate a
-#: SHADOW_RATE sample of the tensors instead (ShadowCache's rate): 100k small tensors on the
-#: card cost the shadows 1/8 of the work. None of the benchmark's traces comes near.
+#: Once a shadow cache holds more than this many tensors, or so many live tensors with data
+#: that a SHADOW_RATE sample of them holds more (the cache will fill with them), AutoPolicy's
+#: shadows simulate a SHADOW_RATE sample of the tensors instead (ShadowCache's rate): 100k
+#: small tensors cost the shadows 1/8 of the work. None of the benchmark's traces comes near.
 SHADOW_SAMPLE_ABOVE = 8192
 SHADOW_RATE = 1 / 8
 
@@ -1002,7 +1003,8 @@ class AutoPolicy(EvictionPolicy):
                 for e in ents:
                     a_sh.event(kind, e)
                     b_sh.event(kind, e)
-        if a_sh.rate == 1 and max(len(a_sh.res), len(b_sh.res)) > SHADOW_SAMPLE_ABOVE:
+        if a_sh.rate == 1 and (max(len(a_sh.res), len(b_sh.res)) > SHADOW_SAMPLE_ABOVE
+                               or len(a_sh._content) * SHADOW_RATE > SHADOW_SAMPLE_ABOVE):
             self._sample()
 
     def _sample(self) -> None:
