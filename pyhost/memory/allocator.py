@@ -77,11 +77,6 @@ class CardAllocator:
         """(start, size, key) of every block, in address order."""
         return [(s, *self._blocks[s]) for s in sorted(self._blocks)]
 
-    @property
-    def hole_lengths(self) -> dict[int, int]:
-        """Hole start -> length (the allocator's own index: read it, do not change it)."""
-        return self._holes
-
     def holes(self) -> list[tuple[int, int]]:
         return [(s, self._holes[s]) for s in self._hstarts]
 

@@ -52,7 +52,7 @@ from pyhost.memory.errors import (
 )
 from pyhost.memory.handle import TensorHandle, _Entry
 from pyhost.memory.hoststore import HostArena, HostProvider, RealHost, VirtualHost
-from pyhost.memory.policies import INF, EvictionPolicy, make_policy
+from pyhost.memory.policies import INF, EvictionPolicy, make_policy, take_in_order
 from pyhost.memory.repeat import RepeatDetector
 from pyhost.memory.stats import LatencyHistogram
 from pyhost.memory.transport import Driver, DryRunDriver, Transport
@@ -160,7 +160,7 @@ class ManagerStats:
     planned_repeats: int = 0    # plans made from a recorded repetition
     online_repeats: int = 0     # repetitions of a locked one where the online experts chose
     window_evictions: int = 0   # placements done by evicting neighbours instead of compacting
-    slot_evictions: int = 0     # large map: victims whose room took a tensor (_place_in_victims)
+    slot_evictions: int = 0     # large map: victims evicted while placing (_place_in_victims)
     time_s: dict[str, float] = field(default_factory=dict)   # manager time, driver time excluded
     #: need-call times (driver excluded): a fixed-size histogram, not one entry per call
     need_hist: LatencyHistogram = field(default_factory=LatencyHistogram)
@@ -1055,13 +1055,7 @@ class MemoryManager:
             cands = self.policy.candidates(epoch)
             if cands is None:
                 return rest
-            want = sum(e.card_size for e in rest)
-            victims, got = [], 0
-            for c in cands:
-                if got >= want or len(victims) >= budget:
-                    break
-                victims.append(c)
-                got += c.card_size
+            victims = take_in_order(cands, sum(e.card_size for e in rest), budget)
             if not victims:
                 return rest
             budget -= len(victims)

@@ -153,14 +153,7 @@ class LruPolicy(EvictionPolicy):
         return len(self._order)
 
     def pick(self, nbytes: int, epoch: int, now: int) -> list[Resident]:
-        out, got = [], 0
-        for e in self._order.values():
-            if got >= nbytes:
-                break
-            if e.pin != epoch:
-                out.append(e)
-                got += e.card_size
-        return out
+        return take_in_order(self.candidates(epoch), nbytes)
 
     def candidates(self, epoch: int) -> Iterable[Resident]:
         return (e for e in self._order.values() if e.pin != epoch)
@@ -171,6 +164,20 @@ class NaivePolicy(LruPolicy):
 
     name = "naive"
     keeps_resident = False
+
+
+def take_in_order(cands: Iterable[Resident], nbytes: int, most: int | None = None
+                  ) -> list[Resident]:
+    """The first candidates, in their order, until they add up to `nbytes` (or `most` of
+    them)."""
+    out: list[Resident] = []
+    got = 0
+    for e in cands:
+        if got >= nbytes or (most is not None and len(out) >= most):
+            break
+        out.append(e)
+        got += e.card_size
+    return out
 
 
 def pick_in_order(cands: Iterable[Resident], nbytes: int, epoch: int, look: int = 8
