@@ -30,8 +30,6 @@ delays the lock by at most `backoff - 1` calls, and on a stream that does not re
 
 from __future__ import annotations
 
-import bisect
-import itertools
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -72,8 +70,15 @@ class RepeatDetector:
         self._keys: list[tuple[int, ...]] = [()] * window
         self._first = 0
         self._end = 0
-        self._index: dict[tuple[int, ...], deque[int]] = {}   # call key -> recent times
-        self._uses: dict[int, list[int]] = {}             # id -> need times in the window
+        # A tensor's need times in the window, and the times of the calls of one key (sizes),
+        # as chains through the ring, newest first: the last time in a dict, each recorded
+        # call the time before (per tensor, and for its key; -1: none). Nothing but ints per
+        # call, no list or deque per tensor or key to create, grow and drop (with 100k live
+        # tensors each was a cache miss). A time before _first has left the window.
+        self._prevs: list[tuple[int, ...]] = [()] * window    # per tensor of the call
+        self._kprev: list[int] = [-1] * window
+        self._last: dict[int, int] = {}                   # id -> its last need time
+        self._klast: dict[tuple[int, ...], int] = {}      # call key -> its last time
         self._size: dict[int, int] = {}                   # id -> card bytes (recorded, live)
         self._born: dict[int, int] = {}                   # live id -> time it was allocated
         # the last OPS_PER_CALL * window calls: (kind, tensor(s), size, need count)
@@ -99,7 +104,7 @@ class RepeatDetector:
     def freed(self, tid: int, now: int) -> None:
         self._born.pop(tid, None)
         self.op("free", tid, None, now)
-        if tid not in self._uses:
+        if tid not in self._last:
             self._size.pop(tid, None)
             self.role.pop(tid, None)
         if self.lock is not None:
@@ -134,14 +139,14 @@ class RepeatDetector:
                     self.breaks += 1
                     self._cands = []
                     self._interval = self._skip = self._skipped = 0   # search from this call
-        # the tensors' recorded uses and the calls of the same sizes, looked up once for the
+        # the tensors' last uses and the last call of the same sizes, looked up once for the
         # search and the record (big dicts: each lookup is a cache miss)
-        uses = self._uses
-        ul = [uses.get(i) for i in ids]
-        dq = self._index.get(key)
+        last = self._last
+        ul = [last.get(i, -1) for i in ids]
+        kl = self._klast.get(key, -1)
         if self.lock is None:
             if self._cands or self._skip <= 0:
-                self._search(ids, key, now, ul, dq)
+                self._search(ids, key, now, ul, kl)
                 self._skipped = 0
                 if self._cands or self.lock is not None:
                     self._interval = 0
@@ -151,7 +156,7 @@ class RepeatDetector:
             else:
                 self._skip -= 1
                 self._skipped += 1
-        self._record(ids, key, now, ul, dq)
+        self._record(ids, key, now, ul, kl)
 
     # --- matching -----------------------------------------------------------------------------
 
@@ -205,9 +210,28 @@ class RepeatDetector:
             new.append((x, h))
         return new, same
 
+    def _uses_of(self, tid: int, t: int, most: int) -> list[int]:
+        """The need times of `tid` in the window from `t` (one of them, or -1) back, newest
+        first, at most `most`."""
+        out: list[int] = []
+        calls, prevs, w, first = self._calls, self._prevs, self.window, self._first
+        while t >= first and len(out) < most:
+            out.append(t)
+            j = t % w
+            t = prevs[j][calls[j].index(tid)]
+        return out
+
+    def _times_of_key(self, t: int, most: int) -> list[int]:
+        """The times of the calls with the key of call `t` (or -1), newest first."""
+        out: list[int] = []
+        kprev, w, first = self._kprev, self.window, self._first
+        while t >= first and len(out) < most:
+            out.append(t)
+            t = kprev[t % w]
+        return out
+
     def _search(self, ids: tuple[int, ...], key: tuple[int, ...], now: int,
-                ul: list[list[int] | None] | None = None, dq: deque[int] | None = None
-                ) -> None:
+                ul: list[int] | None = None, kl: int = -1) -> None:
         alive = []
         for c in self._cands:
             if self._match(c, ids, now):
@@ -219,13 +243,13 @@ class RepeatDetector:
         # (each with the place in this call of the tensor whose use it is, -1 for a size match)
         tries: list[tuple[int, int]] = []
         if ul is None:
-            ul = [self._uses.get(i) for i in ids]
-            dq = self._index.get(key)
-        for k, u in enumerate(ul):
-            if u:
-                tries += [(t, k) for t in reversed(u[-3:])]
-        if dq:
-            tries += [(t, -1) for t in itertools.islice(reversed(dq), self.max_candidates)]
+            ul = [self._last.get(i, -1) for i in ids]
+            kl = self._klast.get(key, -1)
+        for k, (i, t) in enumerate(zip(ids, ul, strict=True)):
+            if t >= 0:
+                tries += [(u, k) for u in self._uses_of(i, t, 3)]
+        if kl >= 0:
+            tries += [(t, -1) for t in self._times_of_key(kl, self.max_candidates)]
         empty: dict[int, int] = {}
         births = None
         calls, w, first, end, n = self._calls, self.window, self._first, self._end, len(ids)
@@ -295,31 +319,25 @@ class RepeatDetector:
                 self.role[x] = self.role.get(h, h)
 
     def _record(self, ids: tuple[int, ...], key: tuple[int, ...], now: int,
-                ul: list[list[int] | None] | None = None, dq: deque[int] | None = None
-                ) -> None:
-        uses = self._uses
+                ul: list[int] | None = None, kl: int = -1) -> None:
+        last = self._last
         if self._end == self._first or now != self._end:   # first call, or a gap: restart
             self._reset_ring(now)
             ul = None                                        # the lookups are stale
         if ul is None:
-            ul = [uses.get(i) for i in ids]
-            dq = self._index.get(key)
+            ul = [last.get(i, -1) for i in ids]
+            kl = self._klast.get(key, -1)
+        for i in ids:
+            last[i] = now
+        self._klast[key] = now
         w = self.window
-        if dq is None:
-            dq = self._index[key] = deque()
-        dq.append(now)
-        for i, u in zip(ids, ul, strict=True):
-            if u is None:
-                u = uses.get(i)              # (a tensor twice in one call)
-                if u is None:
-                    uses[i] = [now]
-                    continue
-            u.append(now)
         if self._end - self._first == w:                     # full: forget the oldest call
             self._forget_oldest()
         j = now % w
         self._calls[j] = ids
         self._keys[j] = key
+        self._prevs[j] = tuple(ul)
+        self._kprev[j] = kl
         self._end = now + 1
 
     def _reset_ring(self, now: int) -> None:
@@ -332,20 +350,13 @@ class RepeatDetector:
         j = t % self.window
         old, okey = self._calls[j], self._keys[j]
         self._first = t + 1
-        index = self._index
-        dq = index[okey]
-        if dq and dq[0] == t:
-            dq.popleft()
-        if not dq:
-            del index[okey]
-        uses = self._uses
+        klast = self._klast
+        if klast.get(okey) == t:                 # its key's last call: the key leaves
+            del klast[okey]
+        last = self._last
         for i in old:
-            u = uses.get(i)
-            if u and u[0] == t:
-                if len(u) > 1:
-                    del u[0]
-                    continue
-                del uses[i]
+            if last.get(i) == t:                 # its last use: the tensor leaves the window
+                del last[i]
                 if i not in self._born:
                     self._size.pop(i, None)
                     self.role.pop(i, None)
@@ -367,12 +378,18 @@ class RepeatDetector:
         # all: the next repetition has its own); a tensor that was not, like a weight, as
         # it was itself one lag ago
         r = c.fwd.get(tid, tid)
-        u = self._uses.get(r)
-        if u:
-            k = bisect.bisect_right(u, now - lag)
-            if k < len(u):
-                return u[k] + lag
-        return INF
+        t = self._last.get(r, -1)
+        lo = now - lag
+        if t <= lo:
+            return INF
+        # the first use after lo: back along the chain (the uses of one repetition)
+        calls, prevs, w, first = self._calls, self._prevs, self.window, self._first
+        while True:
+            j = t % w
+            p = prevs[j][calls[j].index(r)]
+            if p <= lo or p < first:
+                return t + lag
+            t = p
 
     def role_of(self, tid: int) -> int:
         return self.role.get(tid, tid)
@@ -479,8 +496,8 @@ class RepeatDetector:
     def state_size(self) -> int:
         """Entries held (bounded by the window and the live tensors; tested)."""
         c = self.lock
-        return ((self._end - self._first) + sum(len(d) for d in self._index.values())
-                + sum(len(u) for u in self._uses.values()) + len(self._size) + len(self._born)
+        return (2 * (self._end - self._first) + len(self._klast)
+                + len(self._last) + len(self._size) + len(self._born)
                 + len(self._ops) + len(self.role)
                 + (len(c.fwd) + len(c.inv) if c else 0)
                 + sum(len(x.fwd) + len(x.inv) for x in self._cands))
