@@ -103,9 +103,22 @@ class CardAllocator:
         return start if size <= length else None
 
     def _take(self, hole: int, at: int, size: int, key: Hashable) -> None:
-        length = self._del_hole(hole)
-        self._add_hole(hole, at - hole)
-        self._add_hole(at + size, hole + length - at - size)
+        length = self._holes[hole]
+        rest = hole + length - at - size
+        if at == hole and rest > 0:
+            # the common case, the block at the hole's start: the rest of the hole keeps the
+            # hole's place in the address order (no delete and insert in _hstarts)
+            hs = self._hstarts
+            hs[bisect.bisect_left(hs, hole)] = at + size
+            del self._holes[hole]
+            self._holes[at + size] = rest
+            bs = self._bysize
+            del bs[bisect.bisect_left(bs, (length, hole))]
+            bisect.insort(bs, (rest, at + size))
+        else:
+            self._del_hole(hole)
+            self._add_hole(hole, at - hole)
+            self._add_hole(at + size, rest)
         self._blocks[at] = (size, key)
         self.used += size
 
@@ -115,9 +128,17 @@ class CardAllocator:
         """Best fit: the smallest hole that holds `size` (aligned if any such hole allows)."""
         if size <= 0:
             raise ValueError(f"block size must be positive, got {size}")
-        i = bisect.bisect_left(self._bysize, (size, -1))
+        bs = self._bysize
+        i = bisect.bisect_left(bs, (size, -1))
+        if i == len(bs):
+            return None
+        length, start = bs[i]
+        at = -(-start // self.align) * self.align      # the first candidate (_fit), inlined
+        if at + size <= start + length:
+            self._take(start, at, size, key)
+            return at
         fallback = None
-        for length, start in self._bysize[i:i + 8]:   # a few candidates for an aligned fit
+        for length, start in bs[i:i + 8]:             # a few candidates for an aligned fit
             at = self._fit(start, length, size)
             if at is not None and at % self.align == 0:
                 self._take(start, at, size, key)

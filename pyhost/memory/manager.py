@@ -1026,8 +1026,8 @@ class MemoryManager:
             self.transport.move([(m.src, m.size, m.dst) for m in moves if m.copy])
         for e in missing:
             self.policy.insert(e, self._now)
-        self._upload([self._entries[i] for i in placing
-                      if self._entries[i].written and self._entries[i].host_valid])
+        entries = self._entries
+        self._upload([e for i in placing if (e := entries[i]).written and e.host_valid])
 
     def _place_in_victims(self, missing: list[_Entry], epoch: int) -> list[_Entry]:
         """Placement on a large map (allocator.LARGE blocks: many small tensors on a full
@@ -1251,24 +1251,27 @@ class MemoryManager:
             dirty = [v for v in dirty if not v.discarded]
         if dirty:
             self._writeback(dirty, evicting=True)
-        for v in victims:
-            self._release(v, evicted=in_order)
+        self._release_all(victims, evicted=in_order)
         self.stats.evictions += len(victims)
 
     def _release(self, e: _Entry, evicted: bool = False) -> None:
         """Give up the card copy (no write-back: callers decide that)."""
-        if e.spec:
-            e.spec = False                        # uploaded for nothing
-            self._spec_unused += 1
-            self.stats.deferred_unused += 1
-        if e.card_size:
-            self.alloc.free_block(e.addr)  # type: ignore[arg-type]
-            if evicted:
-                self.policy.evicted(e)
-            else:
-                self.policy.remove(e)
-        e.addr = None
-        e.dirty = False
+        self._release_all((e,), evicted)
+
+    def _release_all(self, ents: Iterable[_Entry], evicted: bool = False) -> None:
+        """_release of each (one loop: the miss path evicts a few tensors per call)."""
+        free_block = self.alloc.free_block
+        gone = self.policy.evicted if evicted else self.policy.remove
+        for e in ents:
+            if e.spec:
+                e.spec = False                    # uploaded for nothing
+                self._spec_unused += 1
+                self.stats.deferred_unused += 1
+            if e.card_size:
+                free_block(e.addr)  # type: ignore[arg-type]
+                gone(e)
+            e.addr = None
+            e.dirty = False
 
     def _stage(self, size: int) -> tuple[Any, int]:
         self._staging -= 1

@@ -593,6 +593,8 @@ class LirsPolicy(EvictionPolicy):
     ghost_factor = 1.0
 
     def __init__(self) -> None:
+        self._cap = 0
+        self._lir_limit = INF                                # LIR bytes allowed (capacity)
         self._s: OrderedDict[int, None] = OrderedDict()      # recency stack, bottom first
         self._q: OrderedDict[int, Resident] = OrderedDict()  # resident HIR, next victim first
         self._ghosts: OrderedDict[int, int] = OrderedDict()  # ghost id -> bytes, oldest first
@@ -603,9 +605,14 @@ class LirsPolicy(EvictionPolicy):
         self._lir_bytes = 0
         self._ghost_bytes = 0
 
-    @property
-    def _lir_limit(self) -> float:
-        return (1.0 - self.hir_fraction) * self.capacity if self.capacity else INF
+    @property                            # type: ignore[override]
+    def capacity(self) -> int:           # type: ignore[override]
+        return self._cap
+
+    @capacity.setter
+    def capacity(self, n: int) -> None:
+        self._cap = n
+        self._lir_limit = (1.0 - self.hir_fraction) * n if n else INF
 
     def _prune(self) -> None:
         s, status = self._s, self._status
@@ -694,7 +701,12 @@ class LirsPolicy(EvictionPolicy):
         st = self._status.get(i)
         if st is None:
             return
-        self._leave_card(i, st)
+        self._res.pop(i, None)                               # _leave_card, inlined
+        self._inserted.pop(i, None)
+        if st == _LIR:
+            self._lir_bytes -= self._size[i]
+        elif st == _HIR:
+            self._q.pop(i, None)
         if i in self._s:                                     # history stays, as a ghost
             self._status[i] = _GHOST
             self._ghosts[i] = self._size[i]
@@ -783,13 +795,21 @@ class ShadowCache:
         """Whether tensor `i` is simulated (always, at rate 1)."""
         return (i * 2654435761) & 0xFFFFFFFF < self._cut     # Knuth's multiplicative hash
 
-    def need(self, ents: list[Resident], epoch: int) -> None:
+    def sample(self, ents: list[Resident]) -> list[Resident]:
+        """The simulated ones of `ents` (all, at rate 1)."""
+        if not self._sampling:
+            return ents
+        cut = self._cut
+        return [e for e in ents if (e.id * 2654435761) & 0xFFFFFFFF < cut]   # as sampled
+
+    def need(self, ents: list[Resident], epoch: int, sampled: bool = False) -> None:
+        """A need call with these tensors; `sampled`: `ents` is `sample(ents)` already."""
         p, res = self.policy, self.res
         self.cost *= self.decay
-        if self._sampling:
-            ents = [e for e in ents if self.sampled(e.id)]
-            if not ents:
-                return
+        if self._sampling and not sampled:
+            ents = self.sample(ents)
+        if not ents:
+            return
         scale = self._scale
         stubs, missing, need = [], [], 0
         for e in ents:
@@ -825,8 +845,9 @@ class ShadowCache:
         for s in stubs:
             p.touch(s, epoch)
 
-    def event(self, kind: str, e: Resident) -> None:
-        if self._sampling and not self.sampled(e.id):
+    def event(self, kind: str, e: Resident, sampled: bool = False) -> None:
+        """Tensor e was written, read, updated or freed (`sampled`: it is in the sample)."""
+        if self._sampling and not sampled and not self.sampled(e.id):
             return
         s = self.res.get(e.id)
         if kind in ("updated", "write"):
@@ -987,6 +1008,11 @@ class AutoPolicy(EvictionPolicy):
         does not pay for the simulation. (The caller does not change `ents` afterwards.)"""
         if not self._shadows:
             return
+        # the tensors the shadows simulate, chosen once for both (they share the rate); a
+        # need call counts even without any (its decay), the other events do not
+        ents = self._pair[0].sample(ents)
+        if not ents and kind != "need":
+            return
         log = self._log
         log.append((kind, ents, epoch))
         if len(log) >= SHADOW_LOG:
@@ -999,8 +1025,8 @@ class AutoPolicy(EvictionPolicy):
         m = self.switch_margin
         for kind, ents, epoch in log:
             if kind == "need":
-                a_sh.need(ents, epoch)
-                b_sh.need(ents, epoch)
+                a_sh.need(ents, epoch, True)
+                b_sh.need(ents, epoch, True)
                 a, b = a_sh.cost, b_sh.cost
                 if self._online is lru and a < (1 - m) * b:
                     self._online = lirs
@@ -1008,8 +1034,8 @@ class AutoPolicy(EvictionPolicy):
                     self._online = lru
             else:
                 for e in ents:
-                    a_sh.event(kind, e)
-                    b_sh.event(kind, e)
+                    a_sh.event(kind, e, True)
+                    b_sh.event(kind, e, True)
         if a_sh.rate == 1 and (max(len(a_sh.res), len(b_sh.res)) > SHADOW_SAMPLE_ABOVE
                                or len(a_sh._content) * SHADOW_RATE > SHADOW_SAMPLE_ABOVE):
             self._sample()
@@ -1027,7 +1053,7 @@ class AutoPolicy(EvictionPolicy):
 
     def insert(self, e: Resident, now: int) -> None:
         self.lirs.insert(e, now)
-        self.lru.insert(e, now)
+        self.lru._order[e.id] = e                 # LruPolicy.insert
         self.planner.insert(e, now)
 
     def touch(self, e: Resident, now: int) -> None:
@@ -1045,16 +1071,21 @@ class AutoPolicy(EvictionPolicy):
                     planner_touch(e, now)
 
     def recost(self, e: Resident, now: int) -> None:
-        # the recency experts do not look at cost (EvictionPolicy.recost)
-        self.planner.recost(e, now)
+        # the recency experts do not look at cost (EvictionPolicy.recost), nor does the
+        # planning half while lazy (PlannedPolicy.recost)
+        if not self.planner._lazy:
+            self.planner.recost(e, now)
 
     def remove(self, e: Resident) -> None:
         for p in self._parts():
             p.remove(e)
 
     def evicted(self, e: Resident) -> None:
-        for p in self._parts():
-            p.evicted(e)
+        # LIRS keeps a ghost; for the LRU expert and the planning half an eviction is a
+        # removal (EvictionPolicy.evicted)
+        self.lirs.evicted(e)
+        del self.lru._order[e.id]                 # LruPolicy.remove
+        self.planner.remove(e)
 
     def forget(self, e: Resident) -> None:
         for p in self._parts():
