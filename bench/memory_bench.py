@@ -67,6 +67,9 @@ BATCHING_TARGET = 10.0
 NEED_US_TARGET = 20.0
 MISS_US_TARGET = 40.0
 LATENCY_LIVE = 100_000
+#: Independent latency runs (seeds 0, 1, ...); the figures judged are the medians of the runs'
+#: medians: one run's median moves by up to 10 % from process to process on a shared machine.
+LATENCY_RUNS = 3
 #: Where the online default misses ONLINE_TARGET on a model trace, the data-keeping optimum's
 #: cost per iteration in the steady state is computed on this many iterations (see periodic).
 PERIODIC_ITERATIONS = 5
@@ -165,7 +168,8 @@ def latency(live: int, miss_heavy: bool, calls: int = 20_000, seed: int = 0
             ) -> dict[str, float]:
     """Median need-in-device overhead (driver time excluded) with `live` tensors allocated:
     on the hit path (the card holds them all) or miss-heavy (the card holds a fifth of them,
-    random triples, one output updated per call)."""
+    random triples, one output updated per call). Exact quantiles of every call's time (the
+    manager's own histogram rounds to its 10 % buckets)."""
     rng = np.random.default_rng(seed)
     sizes = (rng.integers(1, 65, live) * 64).tolist()
     total = sum(sizes)
@@ -179,7 +183,7 @@ def latency(live: int, miss_heavy: bool, calls: int = 20_000, seed: int = 0
             m.need_in_device(*ts[i:i + 3])
     hits0, miss0 = m.stats.need_hits, m.stats.need_misses
     picks = rng.integers(0, live, (calls, 3))
-    hist, cpu = LatencyHistogram(), LatencyHistogram()
+    wall_s, cpu_s = [], []
     drv = m.transport.stats
     # The driver's part (the dry run's descriptor split and chain planning: about 13 us of a
     # miss-heavy call) is left out of both: it is timed by the transport in wall time, which
@@ -195,15 +199,28 @@ def latency(live: int, miss_heavy: bool, calls: int = 20_000, seed: int = 0
         t1 = perf_counter()
         c1 = thread_time()
         dd = drv.driver_time_s - d0
-        hist.add(t1 - t0 - dd)
-        cpu.add(c1 - c0 - dd)
+        wall_s.append(t1 - t0 - dd)
+        cpu_s.append(c1 - c0 - dd)
     hits, misses = m.stats.need_hits - hits0, m.stats.need_misses - miss0
-    return {"live": live, "capacity": cap, "calls": calls, "median_us": 1e6 * hist.median(),
-            "p90_us": 1e6 * hist.quantile(0.9), "cpu_median_us": 1e6 * cpu.median(),
-            "cpu_p90_us": 1e6 * cpu.quantile(0.9), "cpu_p99_us": 1e6 * cpu.quantile(0.99),
+    wall, cpu = 1e6 * np.array(wall_s), 1e6 * np.array(cpu_s)
+    return {"live": live, "capacity": cap, "calls": calls, "seed": seed,
+            "median_us": float(np.median(wall)), "p90_us": float(np.quantile(wall, 0.9)),
+            "cpu_median_us": float(np.median(cpu)), "cpu_p90_us": float(np.quantile(cpu, 0.9)),
+            "cpu_p99_us": float(np.quantile(cpu, 0.99)),
             # the mean too: work deferred to some calls (the shadows' log) shows only there
-            "cpu_mean_us": 1e6 * cpu.mean,
+            "cpu_mean_us": float(cpu.mean()),
             "miss_fraction": misses / max(hits + misses, 1)}
+
+
+def latency_runs(live: int, miss_heavy: bool, calls: int = 20_000, runs: int = LATENCY_RUNS
+                 ) -> dict[str, object]:
+    """`latency` with seeds 0 .. runs-1; each figure is the median over the runs (each run's
+    own figures under "runs")."""
+    each = [latency(live, miss_heavy, calls, seed) for seed in range(runs)]
+    out: dict[str, object] = {k: float(np.median([r[k] for r in each]))
+                              for k in each[0] if k.endswith("_us") or k == "miss_fraction"}
+    out.update(live=live, capacity=each[0]["capacity"], calls=calls, runs=each)
+    return out
 
 
 def plot(rows: list[dict], path: Path) -> None:
@@ -272,8 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         compare(*args.compare)
         return 0
     if args.latency:
-        lat = {"hit": latency(LATENCY_LIVE, miss_heavy=False),
-               "miss": latency(LATENCY_LIVE, miss_heavy=True, calls=5000)}
+        lat = {"hit": latency_runs(LATENCY_LIVE, miss_heavy=False),
+               "miss": latency_runs(LATENCY_LIVE, miss_heavy=True, calls=5000)}
         print(json.dumps(lat, indent=1))
         return 0 if (lat["hit"]["cpu_median_us"] <= NEED_US_TARGET
                      and lat["miss"]["cpu_median_us"] <= MISS_US_TARGET) else 1
@@ -326,9 +343,10 @@ def main(argv: list[str] | None = None) -> int:
         off, _ = run_policy(small, cap_small, pol, sched, batching=False)
         batching[pol] = {"batched": on, "unbatched": off,
                          "call_ratio": off["driver_calls"] / max(on["driver_calls"], 1)}
-    lat = {"hit": latency(LATENCY_LIVE, miss_heavy=False),
-           "miss": latency(LATENCY_LIVE, miss_heavy=True, calls=5000)}
-    print(f"need-in-device overhead, {LATENCY_LIVE} live tensors: hit path median "
+    lat = {"hit": latency_runs(LATENCY_LIVE, miss_heavy=False),
+           "miss": latency_runs(LATENCY_LIVE, miss_heavy=True, calls=5000)}
+    print(f"need-in-device overhead, {LATENCY_LIVE} live tensors, median of {LATENCY_RUNS} "
+          "runs: hit path median "
           f"{lat['hit']['median_us']:.1f} us (p90 {lat['hit']['p90_us']:.1f}; CPU "
           f"{lat['hit']['cpu_median_us']:.1f}, mean {lat['hit']['cpu_mean_us']:.1f}); miss-heavy "
           f"({lat['miss']['miss_fraction']:.0%} misses) median {lat['miss']['median_us']:.1f} us "
@@ -395,9 +413,9 @@ def main(argv: list[str] | None = None) -> int:
                    f"{DEFAULT_POLICY} {med_default:.1f} us, {SCHEDULE_AWARE} {med_sched:.1f} us"))
     # judged on the calling thread's CPU time: on a shared machine the wall time also counts
     # the time other processes hold the core (both are reported)
-    checks.append((f"median need_in_device overhead (thread CPU time), {LATENCY_LIVE} live "
-                   f"tensors: <= {NEED_US_TARGET:.0f} us hit path, <= {MISS_US_TARGET:.0f} us "
-                   "miss-heavy",
+    checks.append((f"median need_in_device overhead (thread CPU time, median of "
+                   f"{LATENCY_RUNS} runs), {LATENCY_LIVE} live tensors: <= {NEED_US_TARGET:.0f} "
+                   f"us hit path, <= {MISS_US_TARGET:.0f} us miss-heavy",
                    lat["hit"]["cpu_median_us"] <= NEED_US_TARGET
                    and lat["miss"]["cpu_median_us"] <= MISS_US_TARGET,
                    f"hit {lat['hit']['cpu_median_us']:.1f} us, miss-heavy "

@@ -104,3 +104,18 @@ def test_random_traces_on_the_functional_card(seed: int) -> None:
             card.card_memory[addr:addr + new.size] = new
         replay(tr, mgr, schedule=True, kernel=kernel, after=lambda i, m=mgr: m.check())
         mgr.close()
+
+
+def test_the_latency_benchmark_takes_the_median_of_its_runs() -> None:
+    """bench memory's need-in-device latency: exact quantiles per run, and each figure judged
+    is the median over the runs (small sizes: the structure, not the speed)."""
+    from bench.memory_bench import latency, latency_runs
+    one = latency(600, miss_heavy=True, calls=60, seed=1)
+    assert one["seed"] == 1 and one["calls"] == 60 and 0.5 < one["miss_fraction"] <= 1
+    assert 0 < one["cpu_median_us"] <= one["cpu_p90_us"] <= one["cpu_p99_us"]
+    res = latency_runs(600, miss_heavy=False, calls=60, runs=3)
+    runs = res["runs"]
+    assert [r["seed"] for r in runs] == [0, 1, 2]
+    for k in ("median_us", "cpu_median_us", "cpu_mean_us"):
+        assert res[k] == sorted(r[k] for r in runs)[1]
+    assert res["miss_fraction"] == 0
