@@ -333,7 +333,7 @@ class MemoryManager:
         if self.detector is not None:
             self.detector.op("write", e.id, size, self._epoch)
         if self._observes:
-            self.policy.observe("write", [e], self._epoch)
+            self.policy.observe_one("write", e, self._epoch)
         if self._record is not None:
             self._rec({"op": "write", "t": e.id, "size": size})
         self._account("write", t0, d0)
@@ -364,7 +364,7 @@ class MemoryManager:
         if self.detector is not None:
             self.detector.op("read", e.id, size, self._epoch)
         if self._observes:
-            self.policy.observe("read", [e], self._epoch)
+            self.policy.observe_one("read", e, self._epoch)
         if self.payload and size:
             dst = self._destination(host_dst, size)
             assert e.home is not None
@@ -478,7 +478,7 @@ class MemoryManager:
         if self.detector is not None:
             self.detector.op("updated", e.id, None, self._epoch)
         if self._observes:
-            self.policy.observe("updated", [e], self._epoch)
+            self.policy.observe_one("updated", e, self._epoch)
         if self._record is not None:
             self._rec({"op": "updated", "t": e.id})
         self._account("updated", t0, d0)
@@ -504,7 +504,7 @@ class MemoryManager:
         if self.detector is not None:
             self.detector.freed(e.id, self._epoch)
         if self._observes:
-            self.policy.observe("free", [e], self._epoch)
+            self.policy.observe_one("free", e, self._epoch)
         if self._by_key.get(e.key) is e:
             del self._by_key[e.key]
         if self._record is not None:

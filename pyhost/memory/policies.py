@@ -114,6 +114,10 @@ class EvictionPolicy(abc.ABC):
         simulate others (AutoPolicy); called only when `observes` is set."""
         return None
 
+    def observe_one(self, kind: str, e: Resident, epoch: int) -> None:
+        """`observe` of a call on one tensor (every kind but "need")."""
+        self.observe(kind, [e], epoch)
+
     #: True: the manager reports every call to `observe`.
     observes: ClassVar[bool] = False
 
@@ -1011,27 +1015,44 @@ class AutoPolicy(EvictionPolicy):
         # the tensors the shadows simulate, chosen once for both (they share the rate); a
         # need call counts even without any (its decay), the other events do not
         ents = self._pair[0].sample(ents)
-        if not ents and kind != "need":
-            return
         log = self._log
+        if not ents:
+            if kind != "need":
+                return
+            if not log:                  # nothing waits: the decay alone, now (as _flush)
+                a_sh, b_sh = self._pair
+                a_sh.cost *= a_sh.decay
+                b_sh.cost *= b_sh.decay
+                self._choose(a_sh.cost, b_sh.cost)
+                return
         log.append((kind, ents, epoch))
         if len(log) >= SHADOW_LOG:
             self._flush()
 
+    def observe_one(self, kind: str, e: Resident, epoch: int) -> None:
+        # observe without a list for a tensor outside the sample (ShadowCache.sample)
+        if not self._shadows:
+            return
+        sh = self._pair[0]
+        if not sh._sampling or (e.id * 2654435761) & 0xFFFFFFFF < sh._cut:
+            self.observe(kind, [e], epoch)
+
+    def _choose(self, a: float, b: float) -> None:
+        """Follow the expert whose shadow moved less (a: LIRS's, b: LRU's), with hysteresis."""
+        m = self.switch_margin
+        if self._online is self.lru and a < (1 - m) * b:
+            self._online = self.lirs
+        elif self._online is self.lirs and a > (1 + m) * b:
+            self._online = self.lru
+
     def _flush(self) -> None:
         log, self._log = self._log, []
         a_sh, b_sh = self._pair
-        lirs, lru = self.lirs, self.lru
-        m = self.switch_margin
         for kind, ents, epoch in log:
             if kind == "need":
                 a_sh.need(ents, epoch, True)
                 b_sh.need(ents, epoch, True)
-                a, b = a_sh.cost, b_sh.cost
-                if self._online is lru and a < (1 - m) * b:
-                    self._online = lirs
-                elif self._online is lirs and a > (1 + m) * b:
-                    self._online = lru
+                self._choose(a_sh.cost, b_sh.cost)
             else:
                 for e in ents:
                     a_sh.event(kind, e, True)

@@ -81,6 +81,10 @@ class RepeatDetector:
         self._klast: dict[tuple[int, ...], int] = {}      # call key -> its last time
         self._size: dict[int, int] = {}                   # id -> card bytes (recorded, live)
         self._born: dict[int, int] = {}                   # live id -> time it was allocated
+        # ids with uses in the window that are not live (freed, or never reported by
+        # `allocated`): their size and role go when their last use leaves the window (a small
+        # set, where a lookup in _born was a cache miss per forgotten tensor)
+        self._dead: set[int] = set()
         # the last OPS_PER_CALL * window calls: (kind, tensor(s), size, need count)
         self._ops: deque[tuple[str, int | tuple[int, ...], int | None, int]] = deque(
             maxlen=OPS_PER_CALL * window)
@@ -98,6 +102,7 @@ class RepeatDetector:
 
     def allocated(self, tid: int, size: int, now: int) -> None:
         self._born[tid] = now
+        self._dead.discard(tid)
         self._size[tid] = size
         self.op("alloc", tid, size, now)
 
@@ -107,6 +112,8 @@ class RepeatDetector:
         if tid not in self._last:
             self._size.pop(tid, None)
             self.role.pop(tid, None)
+        else:
+            self._dead.add(tid)
         if self.lock is not None:
             x = self.lock.fwd.pop(tid, None)
             if x is not None:
@@ -125,6 +132,8 @@ class RepeatDetector:
         key = tuple(sizes)
         if not sized:
             self._size.update(zip(ids, key, strict=True))
+            born = self._born
+            self._dead.update(i for i in ids if i not in born)
         self._ops.append(("need", ids, None, now))
         if self.lock is not None:
             if self._match(self.lock, ids, now):
@@ -353,11 +362,12 @@ class RepeatDetector:
         klast = self._klast
         if klast.get(okey) == t:                 # its key's last call: the key leaves
             del klast[okey]
-        last = self._last
+        last, dead = self._last, self._dead
         for i in old:
             if last.get(i) == t:                 # its last use: the tensor leaves the window
                 del last[i]
-                if i not in self._born:
+                if i in dead:
+                    dead.discard(i)
                     self._size.pop(i, None)
                     self.role.pop(i, None)
 
@@ -497,7 +507,7 @@ class RepeatDetector:
         """Entries held (bounded by the window and the live tensors; tested)."""
         c = self.lock
         return (2 * (self._end - self._first) + len(self._klast)
-                + len(self._last) + len(self._size) + len(self._born)
+                + len(self._last) + len(self._size) + len(self._born) + len(self._dead)
                 + len(self._ops) + len(self.role)
                 + (len(c.fwd) + len(c.inv) if c else 0)
                 + sum(len(x.fwd) + len(x.inv) for x in self._cands))

@@ -49,7 +49,9 @@ class LatencyHistogram:
         return _LO * 10 ** ((b - 0.5) / BUCKETS_PER_DECADE)
 
     def add(self, x: float) -> None:
-        self.counts[self._bucket(x)] += 1
+        # _bucket, inlined (once per manager call)
+        b = 0 if x <= _LO else min(_N - 1, 1 + int(math.log10(x / _LO) * BUCKETS_PER_DECADE))
+        self.counts[b] += 1
         self.n += 1
         self.total += x
 
