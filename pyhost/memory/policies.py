@@ -599,6 +599,7 @@ class LirsPolicy(EvictionPolicy):
     def __init__(self) -> None:
         self._cap = 0
         self._lir_limit = INF                                # LIR bytes allowed (capacity)
+        self._ghost_limit = INF                              # ghost bytes kept (capacity)
         self._s: OrderedDict[int, None] = OrderedDict()      # recency stack, bottom first
         self._q: OrderedDict[int, Resident] = OrderedDict()  # resident HIR, next victim first
         self._ghosts: OrderedDict[int, int] = OrderedDict()  # ghost id -> bytes, oldest first
@@ -617,6 +618,7 @@ class LirsPolicy(EvictionPolicy):
     def capacity(self, n: int) -> None:
         self._cap = n
         self._lir_limit = (1.0 - self.hir_fraction) * n if n else INF
+        self._ghost_limit = self.ghost_factor * n if n else INF
 
     def _prune(self) -> None:
         s, status = self._s, self._status
@@ -711,16 +713,26 @@ class LirsPolicy(EvictionPolicy):
             self._lir_bytes -= self._size[i]
         elif st == _HIR:
             self._q.pop(i, None)
-        if i in self._s:                                     # history stays, as a ghost
-            self._status[i] = _GHOST
-            self._ghosts[i] = self._size[i]
-            self._ghost_bytes += self._size[i]
-            limit = self.ghost_factor * self.capacity if self.capacity else INF
-            while self._ghost_bytes > limit and self._ghosts:
-                self._drop_ghost(next(iter(self._ghosts)))
-            self._prune()
-        else:
+        s = self._s
+        if i not in s:
             del self._status[i], self._size[i]
+            return
+        # history stays, as a ghost (the newest), within the ghost bytes kept
+        n, limit, ghosts = self._size[i], self._ghost_limit, self._ghosts
+        if next(iter(s)) == i:
+            # at the bottom of S its ghost would be pruned at once: only the older ghosts it
+            # would have pushed over the limit go, and it leaves S as the prune would take it
+            while self._ghost_bytes + n > limit and ghosts:
+                self._drop_ghost(next(iter(ghosts)))
+            del s[i]
+            del self._status[i], self._size[i]
+        else:
+            self._status[i] = _GHOST
+            ghosts[i] = n
+            self._ghost_bytes += n
+            while self._ghost_bytes > limit and ghosts:
+                self._drop_ghost(next(iter(ghosts)))
+        self._prune()
 
     def _leave_card(self, i: int, st: int) -> None:
         """Tensor ``i`` (status ``st``) is no longer resident: out of the resident maps, its
