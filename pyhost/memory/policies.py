@@ -693,6 +693,17 @@ class LirsPolicy(EvictionPolicy):
             s[i] = None
             self._q.move_to_end(i)
 
+    def touch_all(self, ents: Iterable[Resident], now: int) -> None:
+        # touch's common case inline: a LIR tensor, not the stack's bottom, moves to the top
+        inserted, status, s, touch = self._inserted, self._status, self._s, self.touch
+        for e in ents:
+            if e.card_size:
+                i = e.id
+                if not inserted and status[i] == _LIR and next(iter(s)) != i:
+                    s.move_to_end(i)
+                else:
+                    touch(e, now)
+
     def pick(self, nbytes: int, epoch: int, now: int) -> list[Resident]:
         lir = (self._res[i] for i in self._s if self._status[i] == _LIR)
         return pick_in_order(itertools.chain(self._q.values(), lir), nbytes, epoch,
@@ -1094,11 +1105,13 @@ class AutoPolicy(EvictionPolicy):
 
     def touch_all(self, ents: Iterable[Resident], now: int) -> None:
         # LruPolicy.touch inlined; the planning half's touch is a no-op while lazy (not called)
-        lirs_touch, order = self.lirs.touch, self.lru._order
+        if not isinstance(ents, (list, tuple)):
+            ents = list(ents)                     # (gone through twice)
+        self.lirs.touch_all(ents, now)
+        order = self.lru._order
         planner_touch = None if self.planner.lazy else self.planner.touch
         for e in ents:
             if e.card_size:
-                lirs_touch(e, now)
                 order.move_to_end(e.id)
                 if planner_touch is not None:
                     planner_touch(e, now)
