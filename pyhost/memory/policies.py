@@ -56,8 +56,21 @@ class EvictionPolicy(abc.ABC):
     #: True: the manager runs its repeat detector and hands the policy its predictions
     #: (`learn`); see AutoPolicy.
     learns: ClassVar[bool] = False
-    #: Set by the manager: the card's capacity in bytes.
-    capacity: int = 0
+    _cap: int = 0
+
+    @property
+    def capacity(self) -> int:
+        """Set by the manager: the card's capacity in bytes."""
+        return self._cap
+
+    @capacity.setter
+    def capacity(self, n: int) -> None:
+        self._cap = n
+        self._capacity_set(n)
+
+    def _capacity_set(self, n: int) -> None:
+        """The capacity became n (for what a policy derives from it)."""
+        return None
 
     #: Set by the manager: position of the next need of a tensor after the current call (INF
     #: when the schedule has none, or there is no schedule).
@@ -610,13 +623,7 @@ class LirsPolicy(EvictionPolicy):
         self._lir_bytes = 0
         self._ghost_bytes = 0
 
-    @property                            # type: ignore[override]
-    def capacity(self) -> int:           # type: ignore[override]
-        return self._cap
-
-    @capacity.setter
-    def capacity(self, n: int) -> None:
-        self._cap = n
+    def _capacity_set(self, n: int) -> None:
         self._lir_limit = (1.0 - self.hir_fraction) * n if n else INF
         self._ghost_limit = self.ghost_factor * n if n else INF
 
@@ -971,13 +978,7 @@ class AutoPolicy(EvictionPolicy):
         self._planning = on
         self.planner.lazy = not on
 
-    @property                            # type: ignore[override]
-    def capacity(self) -> int:           # type: ignore[override]
-        return self._cap
-
-    @capacity.setter
-    def capacity(self, n: int) -> None:
-        self._cap = n
+    def _capacity_set(self, n: int) -> None:
         self.lirs.capacity = self.lru.capacity = self.planner.capacity = n
         if n:
             self._make_shadows(1.0)
