@@ -36,12 +36,6 @@ class LatencyHistogram:
         return h
 
     @staticmethod
-    def _bucket(x: float) -> int:
-        if x <= _LO:
-            return 0
-        return min(_N - 1, 1 + int(math.log10(x / _LO) * BUCKETS_PER_DECADE))
-
-    @staticmethod
     def _centre(b: int) -> float:
         """Geometric centre of bucket b (its lower edge for bucket 0)."""
         if b == 0:
@@ -49,7 +43,7 @@ class LatencyHistogram:
         return _LO * 10 ** ((b - 0.5) / BUCKETS_PER_DECADE)
 
     def add(self, x: float) -> None:
-        # _bucket, inlined (once per manager call)
+        # the bucket: log-spaced above _LO (computed inline: once per manager call)
         b = 0 if x <= _LO else min(_N - 1, 1 + int(math.log10(x / _LO) * BUCKETS_PER_DECADE))
         self.counts[b] += 1
         self.n += 1
