@@ -109,6 +109,11 @@ def _write_npy(f: IO[bytes], arr: np.ndarray) -> None:
 
 
 def _subgraph_doc(w: _Writer, s: Subgraph) -> dict[str, Any]:
+    bad = _bad_name_attr(s.attrs)
+    if bad is not None:          # what load refuses is not written
+        raise XmodelError(f"subgraph {s.name!r}: attribute {bad[0]!r} is a "
+                          f"{type(bad[1]).__name__}, not a string; device, runner and plugin "
+                          "are names (leave one unset rather than None), not saving it")
     doc: dict[str, Any] = {"name": s.name, "attrs": w.attrs(s.attrs)}
     if s.is_leaf:
         if not s.is_root:
@@ -518,19 +523,29 @@ def _check_tensor(op: Op, what: str) -> None:
                               f"/{t.dtype}; the file is inconsistent")
 
 
-#: Subgraph attributes the compiler, runtime and summary read as names.
+#: Subgraph attributes the compiler, runtime and summary read as names. Set means a string:
+#: a device set to None would count as assigned (plugin_api.is_assigned) without naming one.
 _STRING_ATTRS = ("device", "runner", "plugin")
+
+
+def _bad_name_attr(attrs: dict[str, Any]) -> tuple[str, Any] | None:
+    """The first of _STRING_ATTRS that is set to something other than a string, with it."""
+    for k in _STRING_ATTRS:
+        if k in attrs and not isinstance(attrs[k], str):
+            return k, attrs[k]
+    return None
 
 
 def _restore(sub: Subgraph, doc: dict[str, Any], r: _Reader, ops: dict[str, Op],
              depth: int) -> None:
     if depth > MAX_DEPTH:
         raise XmodelError(f"the subgraph tree nests deeper than {MAX_DEPTH} levels")
-    for k, v in r.attrs(doc.get("attrs", {}), f"subgraph {sub.name!r}: attrs").items():
-        if k in _STRING_ATTRS and not isinstance(v, str):
-            raise XmodelError(f"subgraph {sub.name!r}: attribute {k!r} is a "
-                              f"{type(v).__name__}, not a string; the file is corrupt")
-        sub.attrs[k] = v
+    attrs = r.attrs(doc.get("attrs", {}), f"subgraph {sub.name!r}: attrs")
+    bad = _bad_name_attr(attrs)
+    if bad is not None:
+        raise XmodelError(f"subgraph {sub.name!r}: attribute {bad[0]!r} is a "
+                          f"{type(bad[1]).__name__}, not a string; the file is corrupt")
+    sub.attrs.update(attrs)
     if "children" not in doc:
         if not sub.is_root and "ops" not in doc:
             raise XmodelError(f"subgraph {sub.name!r} lists neither children nor ops")
