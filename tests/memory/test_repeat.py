@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -295,3 +296,65 @@ def test_a_lock_found_after_skipped_calls_predicts_as_one_that_searched_every_ca
         checked += len(live)
     assert backed.locks == 1 and backed.breaks == 0 and checked > 1000
     assert backed.anchor - every.anchor < backoff       # locked at most backoff - 1 calls later
+
+
+@pytest.mark.parametrize("window", [24, 37, 64])
+def test_predictions_follow_the_recorded_uses_as_the_ring_wraps(window: int) -> None:
+    """next_use against the window's calls recomputed by brute force, at every call, while the
+    ring wraps many times over (times before the window's first call must no longer count):
+    a loop with weights used twice per repetition and fresh activations each repetition
+    (freed at its end, so a prediction goes through the uses of a freed counterpart), then
+    random calls over a pool of tensors (searches walking uses back to the window's start),
+    then the loop in another order, which must lock again and predict as right."""
+    rng = random.Random(window)
+    det = RepeatDetector(window=window)
+    loop = [("w0", 0), ("w1", 0, 1), ("w2", 1, 2), ("w3", 2, 3), ("w0", 3, 4),
+            ("w3", 3, 4), ("w2", 2, 3), ("w1", 1, 2), ("w0", 0, 1), ("w1", 0)]
+    names = {f"w{j}": j for j in range(4)}
+    pool = list(range(4, 40))                 # the random phase's tensors
+    for i in range(40):
+        det.allocated(i, 4096 * (1 + i % 4) if i < 4 else 512 * (1 + i % 3), 0)
+    state = {"id": 40, "now": 0, "checked": 0}
+    calls: list[tuple[int, tuple[int, ...]]] = []
+    sizes: list[int] = []
+
+    def observe(call: tuple[int, ...], acts: list[int]) -> None:
+        state["now"] += 1
+        now = state["now"]
+        det.observe(now, call, [det._size[i] for i in call], sized=True)
+        calls.append((now, call))
+        lock = det.lock
+        if lock is None:
+            return
+        recorded = [(t, c) for t, c in calls if t > now - window]
+        for tid in {*names.values(), *acts}:
+            r = lock.fwd.get(tid, tid)
+            after = [t for t, c in recorded if r in c and t > now - lock.lag]
+            want = min(after) + lock.lag if after else INF
+            assert det.next_use(tid, now) == want, (window, now, tid)
+            state["checked"] += 1
+
+    def repetitions(order: list[tuple[Any, ...]], n: int) -> None:
+        for _ in range(n):
+            acts = []
+            for k in range(5):
+                det.allocated(state["id"], 1024 * (k + 1), state["now"])
+                acts.append(state["id"])
+                state["id"] += 1
+            for w, *ks in order:
+                observe((names[w], *[acts[k] for k in ks]), acts)
+            for a in acts:
+                det.freed(a, state["now"])
+            sizes.append(det.state_size())
+
+    repetitions(loop, 10 * window // len(loop) + 3)
+    assert det.lock is not None and det.lag == len(loop) and det.breaks == 0
+    for _ in range(4 * window):
+        observe(tuple(rng.sample(pool, 3)), [])
+    assert det.lock is None and det.breaks == 1
+    locks, checked = det.locks, state["checked"]
+    repetitions(loop[::-1], 4 * window // len(loop) + 3)
+    assert det.lock is not None and det.lag == len(loop) and det.locks == locks + 1
+    assert checked > 200 and state["checked"] > checked + 100
+    # bounded by the window, whatever the calls: no more after ten windows than after two
+    assert max(sizes[len(sizes) // 2:]) <= max(sizes[:len(sizes) // 2]) + 16, sizes
