@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bench.memory_traces import many_small_trace
 from pyhost.memory import MemoryManager, ScheduleError
 from pyhost.memory.allocator import CardAllocator
 from pyhost.memory.policies import (
+    _GHOST,
+    _HIR,
+    _LIR,
     INF,
     SHADOW_RATE,
     SHADOW_SAMPLE_ABOVE,
@@ -33,6 +38,107 @@ class R:
                  ) -> None:
         self.id, self.card_size, self.dirty, self.pin = i, size, dirty, -1
         self.key = key or f"t{i}"
+
+
+def _lirs_invariants(p: LirsPolicy, resident: dict[int, R]) -> None:
+    """LIRS's structures agree with what is on the card."""
+    status, size = p._status, p._size
+    stack = list(p._s)
+    lir = {i for i, st_ in status.items() if st_ == _LIR}
+    hir = {i for i, st_ in status.items() if st_ == _HIR}
+    ghosts = {i for i, st_ in status.items() if st_ == _GHOST}
+    assert lir | hir == set(resident) and not (lir | hir) & ghosts
+    assert set(p._q) == hir and set(p._res) == set(resident)
+    assert set(p._ghosts) == ghosts and ghosts <= set(stack)
+    assert set(stack) <= lir | hir | ghosts and set(size) == set(status)
+    assert p._lir_bytes == sum(size[i] for i in lir)
+    assert p._ghost_bytes == sum(p._ghosts.values()) == sum(size[i] for i in ghosts)
+    assert p._ghost_bytes <= p.ghost_factor * p.capacity
+    if len(lir) > 1:        # one tensor larger than the LIR share may stand alone
+        assert p._lir_bytes <= (1 - p.hir_fraction) * p.capacity
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(2, 12).flatmap(lambda k: st.tuples(
+    st.just(k), st.lists(st.tuples(st.integers(0, 3 * k), st.integers(0, 9)), max_size=160))))
+def test_lirs_keeps_its_structures_consistent(case: tuple[int, list[tuple[int, int]]]) -> None:
+    """Random needs (a miss evicts what pick chooses), frees of residents and of evicted
+    tensors, on a card of k units: after every operation LIRS's stack, HIR queue, ghosts and
+    byte counts agree with the card (its bottom-of-stack shortcut on eviction, its one-loop
+    touches, its cached limits)."""
+    k, ops = case
+    p = LirsPolicy()
+    p.capacity = k * 100
+    objs: dict[int, R] = {}
+    resident: dict[int, R] = {}
+    used = 0
+    for step, (i, action) in enumerate(ops):
+        n = 100 * (1 + i % 3) if i % 3 < k else 100
+        if action == 0:                               # freed
+            e = objs.pop(i, None)
+            if e is not None:
+                if i in resident:
+                    p.remove(resident.pop(i))
+                    used -= e.card_size
+                else:
+                    p.forget(e)
+        elif i in resident:
+            resident[i].pin = step
+            p.touch_all([resident[i]], step)
+        else:
+            e = objs.setdefault(i, R(i, n))
+            e.pin = step
+            if used + e.card_size > p.capacity:
+                for v in p.pick(used + e.card_size - p.capacity, step, step):
+                    assert v.pin != step and v.id in resident
+                    p.evicted(v)
+                    del resident[v.id]
+                    used -= v.card_size
+            resident[i] = e
+            used += e.card_size
+            p.insert(e, step)
+            p.touch_all([e], step)
+        assert used <= p.capacity
+        _lirs_invariants(p, resident)
+
+
+def test_lirs_keeps_a_loop_a_scan_cannot_displace() -> None:
+    """A loop over more than the card: LIRS keeps most of it resident (LRU keeps none), and a
+    scan of tensors used once displaces only HIR ones."""
+    p, lru = LirsPolicy(), LruPolicy()
+    for q in (p, lru):
+        q.capacity = 1000
+    loop = [R(i, 100) for i in range(12)]
+    res: dict[LirsPolicy | LruPolicy, dict[int, R]] = {p: {}, lru: {}}
+    hits = {p: 0, lru: 0}
+    step = 0
+
+    def need(q: LirsPolicy | LruPolicy, e: R) -> None:
+        e.pin = step
+        r = res[q]
+        if e.id in r:
+            hits[q] += 1
+            q.touch_all([e], step)
+            return
+        if sum(x.card_size for x in r.values()) + e.card_size > q.capacity:
+            for v in q.pick(e.card_size, step, step):
+                q.evicted(v)
+                del r[v.id]
+        r[e.id] = e
+        q.insert(e, step)
+        q.touch_all([e], step)
+    for _ in range(10):
+        for e in loop:
+            step += 1
+            for q in (p, lru):
+                need(q, e)
+    assert hits[lru] == 0 and hits[p] > 60
+    lir = {i for i, s_ in p._status.items() if s_ == _LIR}
+    for j in range(100, 130):                         # a scan: each tensor once
+        step += 1
+        need(p, R(j, 100))
+        _lirs_invariants(p, res[p])
+    assert lir <= set(res[p]), "the scan displaced a LIR tensor"
 
 
 def test_lru_order_and_pins() -> None:
