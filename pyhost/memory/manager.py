@@ -1038,18 +1038,10 @@ class MemoryManager:
         again), so over many calls the card evicts in the policy's order what it places, with
         no search of the map and no compaction. The tensors still unplaced are returned, for
         the general rule (window or compaction)."""
-        alloc = self.alloc
         rest = sorted(missing, key=lambda e: -e.card_size)
         budget = LARGE_CANDIDATES
         while True:
-            left = []
-            for e in rest:
-                a = alloc.alloc(e.card_size, e.id)
-                if a is None:
-                    left.append(e)
-                else:
-                    e.addr = a
-            rest = left
+            rest = self._fit_each(rest)
             if not rest or budget <= 0:
                 return rest
             cands = self.policy.candidates(epoch)
@@ -1061,6 +1053,18 @@ class MemoryManager:
             budget -= len(victims)
             self._evict(victims)
             self.stats.slot_evictions += len(victims)
+
+    def _fit_each(self, ents: list[_Entry]) -> list[_Entry]:
+        """Best fit for each, in the given order (its address set); those that fit no hole."""
+        alloc = self.alloc
+        left = []
+        for e in ents:
+            a = alloc.alloc(e.card_size, e.id)
+            if a is None:
+                left.append(e)
+            else:
+                e.addr = a
+        return left
 
     def _prefetch_candidates(self, missing: list[_Entry]) -> tuple[list[_Entry], int]:
         """Small written tensors of the next `prefetch_calls` scheduled calls, and the bytes of
@@ -1211,13 +1215,7 @@ class MemoryManager:
             for e, a in zip(order, addrs, strict=True):
                 e.addr = a
             return []
-        rest = []
-        for e in sorted(missing, key=lambda e: -e.card_size):
-            a = self.alloc.alloc(e.card_size, e.id)
-            if a is None:
-                rest.append(e)
-            else:
-                e.addr = a
+        rest = self._fit_each(sorted(missing, key=lambda e: -e.card_size))
         if not rest:
             return []
         entries = self._entries

@@ -610,7 +610,6 @@ class LirsPolicy(EvictionPolicy):
     ghost_factor = 1.0
 
     def __init__(self) -> None:
-        self._cap = 0
         self._lir_limit = INF                                # LIR bytes allowed (capacity)
         self._ghost_limit = INF                              # ghost bytes kept (capacity)
         self._s: OrderedDict[int, None] = OrderedDict()      # recency stack, bottom first
@@ -725,31 +724,26 @@ class LirsPolicy(EvictionPolicy):
         st = self._status.get(i)
         if st is None:
             return
-        self._res.pop(i, None)                               # _leave_card, inlined
-        self._inserted.pop(i, None)
-        if st == _LIR:
-            self._lir_bytes -= self._size[i]
-        elif st == _HIR:
-            self._q.pop(i, None)
+        self._leave_card(i, st)
         s = self._s
         if i not in s:
             del self._status[i], self._size[i]
             return
-        # history stays, as a ghost (the newest), within the ghost bytes kept
-        n, limit, ghosts = self._size[i], self._ghost_limit, self._ghosts
-        if next(iter(s)) == i:
-            # at the bottom of S its ghost would be pruned at once: only the older ghosts it
-            # would have pushed over the limit go, and it leaves S as the prune would take it
-            while self._ghost_bytes + n > limit and ghosts:
-                self._drop_ghost(next(iter(ghosts)))
-            del s[i]
-            del self._status[i], self._size[i]
-        else:
+        # History stays, as the newest ghost, within the ghost bytes kept. At the bottom of S
+        # its ghost would be pruned at once: it leaves S as the prune would take it, and only
+        # the older ghosts it would have pushed over the limit go.
+        n, ghosts = self._size[i], self._ghosts
+        bottom = next(iter(s)) == i
+        if not bottom:
             self._status[i] = _GHOST
             ghosts[i] = n
             self._ghost_bytes += n
-            while self._ghost_bytes > limit and ghosts:
-                self._drop_ghost(next(iter(ghosts)))
+        pending = n if bottom else 0
+        while self._ghost_bytes + pending > self._ghost_limit and ghosts:
+            self._drop_ghost(next(iter(ghosts)))
+        if bottom:
+            del s[i]
+            del self._status[i], self._size[i]
         self._prune()
 
     def _leave_card(self, i: int, st: int) -> None:
@@ -840,7 +834,7 @@ class ShadowCache:
         """A need call with these tensors; `sampled`: `ents` is `sample(ents)` already."""
         p, res = self.policy, self.res
         self.cost *= self.decay
-        if self._sampling and not sampled:
+        if not sampled:
             ents = self.sample(ents)
         if not ents:
             return
@@ -881,7 +875,7 @@ class ShadowCache:
 
     def event(self, kind: str, e: Resident, sampled: bool = False) -> None:
         """Tensor e was written, read, updated or freed (`sampled`: it is in the sample)."""
-        if self._sampling and not sampled and not self.sampled(e.id):
+        if not sampled and not self.sampled(e.id):
             return
         s = self.res.get(e.id)
         if kind in ("updated", "write"):
@@ -954,7 +948,6 @@ class AutoPolicy(EvictionPolicy):
         self.planner = PlannedPolicy()
         self.planning = False            # set by the manager (a hint, or a learned repetition)
         self._shadows: dict[str, ShadowCache] = {}
-        self._cap = 0
 
     @property
     def online(self) -> EvictionPolicy:
@@ -1054,11 +1047,8 @@ class AutoPolicy(EvictionPolicy):
             self._flush()
 
     def observe_one(self, kind: str, e: Resident, epoch: int) -> None:
-        # observe without a list for a tensor outside the sample (ShadowCache.sample)
-        if not self._shadows:
-            return
-        sh = self._pair[0]
-        if not sh._sampling or (e.id * 2654435761) & 0xFFFFFFFF < sh._cut:
+        # observe without a list for a tensor outside the shadows' sample
+        if self._shadows and self._pair[0].sampled(e.id):
             self.observe(kind, [e], epoch)
 
     def _choose(self, a: float, b: float) -> None:
@@ -1118,10 +1108,8 @@ class AutoPolicy(EvictionPolicy):
                     planner_touch(e, now)
 
     def recost(self, e: Resident, now: int) -> None:
-        # the recency experts do not look at cost (EvictionPolicy.recost), nor does the
-        # planning half while lazy (PlannedPolicy.recost)
-        if not self.planner._lazy:
-            self.planner.recost(e, now)
+        # the recency experts do not look at cost (EvictionPolicy.recost)
+        self.planner.recost(e, now)
 
     def remove(self, e: Resident) -> None:
         for p in self._parts():

@@ -239,8 +239,10 @@ class RepeatDetector:
             t = kprev[t % w]
         return out
 
-    def _search(self, ids: tuple[int, ...], key: tuple[int, ...], now: int,
-                ul: list[int] | None = None, kl: int = -1) -> None:
+    def _search(self, ids: tuple[int, ...], key: tuple[int, ...], now: int, ul: list[int],
+                kl: int) -> None:
+        """Probe the lags this call may repeat at; `ul` the last use of each of its tensors,
+        `kl` the last call with its key (-1: none)."""
         alive = []
         for c in self._cands:
             if self._match(c, ids, now):
@@ -251,9 +253,6 @@ class RepeatDetector:
         # is one repetition ago), and the last calls with the same sizes
         # (each with the place in this call of the tensor whose use it is, -1 for a size match)
         tries: list[tuple[int, int]] = []
-        if ul is None:
-            ul = [self._last.get(i, -1) for i in ids]
-            kl = self._klast.get(key, -1)
         for k, (i, t) in enumerate(zip(ids, ul, strict=True)):
             if t >= 0:
                 tries += [(u, k) for u in self._uses_of(i, t, 3)]
@@ -327,14 +326,12 @@ class RepeatDetector:
             if h is not None and x not in self.role:
                 self.role[x] = self.role.get(h, h)
 
-    def _record(self, ids: tuple[int, ...], key: tuple[int, ...], now: int,
-                ul: list[int] | None = None, kl: int = -1) -> None:
+    def _record(self, ids: tuple[int, ...], key: tuple[int, ...], now: int, ul: list[int],
+                kl: int) -> None:
         last = self._last
         if self._end == self._first or now != self._end:   # first call, or a gap: restart
             self._reset_ring(now)
-            ul = None                                        # the lookups are stale
-        if ul is None:
-            ul = [last.get(i, -1) for i in ids]
+            ul = [last.get(i, -1) for i in ids]              # the lookups were stale
             kl = self._klast.get(key, -1)
         for i in ids:
             last[i] = now

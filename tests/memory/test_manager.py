@@ -453,10 +453,10 @@ def test_large_map_evicts_in_policy_order_without_compaction(
 
 
 def test_a_full_card_takes_no_guesses_that_went_unused(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Deferred writes ride along with a need only into free card space; once the card is full
-    (under DEFER_MIN_FREE free) and such guesses have gone unused (random needs), the holes the
-    evictions leave are not refilled with guesses at every call: each would be evicted for by
-    the next calls, and the wrong ones moved their bytes for nothing. (A large map, as with
+    """Deferred writes ride along with a need only into free card space; once the card has had
+    to evict and fewer than DEFER_FULL_USED of such guesses were used (random needs), the holes
+    the evictions leave are not refilled with guesses at every call: each would be evicted for
+    by the next calls, and the wrong ones moved their bytes for nothing. (A large map, as with
     100k small tensors: there placement evicts on in the policy's order, leaving holes.)"""
     from pyhost.memory import allocator
     monkeypatch.setattr(allocator, "LARGE", 32)

@@ -58,6 +58,25 @@ def _lirs_invariants(p: LirsPolicy, resident: dict[int, R]) -> None:
         assert p._lir_bytes <= (1 - p.hir_fraction) * p.capacity
 
 
+def _need(p: LirsPolicy | LruPolicy, resident: dict[int, R], e: R, step: int) -> bool:
+    """A need of e on a card simulated for policy p (`resident`, in p's capacity): a miss
+    evicts what p picks. Whether it was a hit."""
+    e.pin = step
+    if e.id in resident:
+        p.touch_all([e], step)
+        return True
+    used = sum(x.card_size for x in resident.values())
+    if used + e.card_size > p.capacity:
+        for v in p.pick(used + e.card_size - p.capacity, step, step):
+            assert v.pin != step and v.id in resident
+            p.evicted(v)
+            del resident[v.id]
+    resident[e.id] = e
+    p.insert(e, step)
+    p.touch_all([e], step)
+    return False
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.integers(2, 12).flatmap(lambda k: st.tuples(
     st.just(k), st.lists(st.tuples(st.integers(0, 3 * k), st.integers(0, 9)), max_size=160))))
@@ -71,7 +90,6 @@ def test_lirs_keeps_its_structures_consistent(case: tuple[int, list[tuple[int, i
     p.capacity = k * 100
     objs: dict[int, R] = {}
     resident: dict[int, R] = {}
-    used = 0
     for step, (i, action) in enumerate(ops):
         n = 100 * (1 + i % 3) if i % 3 < k else 100
         if action == 0:                               # freed
@@ -79,26 +97,11 @@ def test_lirs_keeps_its_structures_consistent(case: tuple[int, list[tuple[int, i
             if e is not None:
                 if i in resident:
                     p.remove(resident.pop(i))
-                    used -= e.card_size
                 else:
                     p.forget(e)
-        elif i in resident:
-            resident[i].pin = step
-            p.touch_all([resident[i]], step)
         else:
-            e = objs.setdefault(i, R(i, n))
-            e.pin = step
-            if used + e.card_size > p.capacity:
-                for v in p.pick(used + e.card_size - p.capacity, step, step):
-                    assert v.pin != step and v.id in resident
-                    p.evicted(v)
-                    del resident[v.id]
-                    used -= v.card_size
-            resident[i] = e
-            used += e.card_size
-            p.insert(e, step)
-            p.touch_all([e], step)
-        assert used <= p.capacity
+            _need(p, resident, objs.setdefault(i, R(i, n)), step)
+        assert sum(x.card_size for x in resident.values()) <= p.capacity
         _lirs_invariants(p, resident)
 
 
@@ -112,31 +115,16 @@ def test_lirs_keeps_a_loop_a_scan_cannot_displace() -> None:
     res: dict[LirsPolicy | LruPolicy, dict[int, R]] = {p: {}, lru: {}}
     hits = {p: 0, lru: 0}
     step = 0
-
-    def need(q: LirsPolicy | LruPolicy, e: R) -> None:
-        e.pin = step
-        r = res[q]
-        if e.id in r:
-            hits[q] += 1
-            q.touch_all([e], step)
-            return
-        if sum(x.card_size for x in r.values()) + e.card_size > q.capacity:
-            for v in q.pick(e.card_size, step, step):
-                q.evicted(v)
-                del r[v.id]
-        r[e.id] = e
-        q.insert(e, step)
-        q.touch_all([e], step)
     for _ in range(10):
         for e in loop:
             step += 1
             for q in (p, lru):
-                need(q, e)
+                hits[q] += _need(q, res[q], e, step)
     assert hits[lru] == 0 and hits[p] > 60
     lir = {i for i, s_ in p._status.items() if s_ == _LIR}
     for j in range(100, 130):                         # a scan: each tensor once
         step += 1
-        need(p, R(j, 100))
+        _need(p, res[p], R(j, 100), step)
         _lirs_invariants(p, res[p])
     assert lir <= set(res[p]), "the scan displaced a LIR tensor"
 

@@ -213,6 +213,7 @@ class LargeMapMachine(ManagerMachine):
 
     def teardown(self) -> None:
         allocator.LARGE = self._large
+        super().teardown()
 
 
 LargeMapMachine.TestCase.settings = settings(
