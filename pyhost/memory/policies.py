@@ -461,6 +461,7 @@ class PlannedPolicy(BeladyPolicy):
         self.drops: set[tuple[Hashable, int]] = set()
         self._since: dict[int, int] = {}      # tensor id -> position of its last need
         self._res: dict[int, Resident] = {}   # resident tensors (for a rekey of its own)
+        self._own_res = True                  # False: the owner keeps _res (share_residents)
         #: how a reuse interval is named in `drops`: (tensor key, position of the need that
         #: starts it); the manager's repeat detector names them by role and phase instead
         self.plan_key: Callable[[Resident, int], tuple[Hashable, int]] = \
@@ -482,7 +483,9 @@ class PlannedPolicy(BeladyPolicy):
         anyway. A pick before such a rekey ranks the residents itself. Lazy, the touches are
         not recorded either (`touch`): while lazy there is no schedule, so a need's position
         is its call number, the resident's `pin`, which gives `_since` back when planning
-        starts (the lazy period's inserts are recorded)."""
+        starts. Nor are the lazy period's inserts at a need of the tensor (a miss: its pin is
+        the insert's position, which the pin gives back too); only the others' (a deferred
+        write uploaded with another tensor's need)."""
         return self._lazy
 
     @lazy.setter
@@ -499,6 +502,13 @@ class PlannedPolicy(BeladyPolicy):
                     if e.pin > s:
                         since[i] = e.pin
         self._lazy = on
+
+    def share_residents(self, res: dict[int, Resident]) -> None:
+        """The residents (id -> tensor) are `res`, kept by the owner, which inserts into and
+        removes from it exactly as this policy's own map would be (AutoPolicy: its LRU
+        expert's order): one map for both instead of two updated at every miss and eviction."""
+        self._res = res
+        self._own_res = False
 
     def set_plan(self, drops: set[tuple[Hashable, int]]) -> None:
         self.drops = drops
@@ -539,19 +549,24 @@ class PlannedPolicy(BeladyPolicy):
             self._put(e, now)
 
     def insert(self, e: Resident, now: int) -> None:
-        self._since[e.id] = now
-        self._res[e.id] = e
+        if self._own_res:
+            self._res[e.id] = e
         if not self._lazy:
+            self._since[e.id] = now
             self._put(e, now)
+        elif e.pin != now:                      # lazy: a miss's pin stands in (see lazy)
+            self._since[e.id] = now
 
     def remove(self, e: Resident) -> None:
         if not self._lazy:
             super().remove(e)
         self._since.pop(e.id, None)
-        self._res.pop(e.id, None)
+        if self._own_res:
+            self._res.pop(e.id, None)
 
     def state_size(self) -> int:
-        return super().state_size() + len(self._since) + len(self._res) + len(self.drops)
+        return (super().state_size() + len(self._since) + len(self.drops)
+                + (len(self._res) if self._own_res else 0))
 
     def window_cost(self, e: Resident) -> float | None:
         # Out of order only tensors the plan drops anyway or that have no next use (and, for
@@ -908,10 +923,18 @@ class ShadowCache:
 SHADOW_LOG = 256
 #: Once a shadow cache holds more than this many tensors, or so many live tensors with data
 #: that a SHADOW_RATE sample of them holds more (the cache will fill with them), AutoPolicy's
-#: shadows simulate a SHADOW_RATE sample of the tensors instead (ShadowCache's rate): 100k
-#: small tensors cost the shadows 1/8 of the work. None of the benchmark's traces comes near.
+#: shadows simulate a sample of the tensors instead (ShadowCache's rate): SHADOW_RATE, or
+#: half of it, a quarter, ... until the sample's live tensors with data are at most
+#: SHADOW_SAMPLE_SIZE (a fixed-size sample, as SHARDS's s_max variant; halved again when the
+#: live tensors grow past twice that). 100k small tensors cost the shadows 1/32 of the work.
+#: None of the benchmark's traces comes near.
 SHADOW_SAMPLE_ABOVE = 8192
 SHADOW_RATE = 1 / 8
+SHADOW_SAMPLE_SIZE = 4096
+#: Need calls a shadow's cost remembers (its exponential decay) at rate SHADOW_RATE and above;
+#: below, 1/rate times more in proportion, so that as many sampled tensors' bytes count in it
+#: (a 1/32 sample forgetting over 512 calls was off by up to 20 %, over 2048 calls by 3 %).
+SHADOW_MEMORY = 512
 
 
 class AutoPolicy(EvictionPolicy):
@@ -946,6 +969,7 @@ class AutoPolicy(EvictionPolicy):
         self._online: EvictionPolicy = self.lru
         self._log: list[tuple[str, list[Resident], int]] = []   # shadow events not yet fed
         self.planner = PlannedPolicy()
+        self.planner.share_residents(self.lru._order)    # the same residents, one map
         self.planning = False            # set by the manager (a hint, or a learned repetition)
         self._shadows: dict[str, ShadowCache] = {}
 
@@ -978,8 +1002,9 @@ class AutoPolicy(EvictionPolicy):
         self._log = []
 
     def _make_shadows(self, rate: float) -> None:
-        self._shadows = {"lirs": ShadowCache(LirsPolicy(), self._cap, rate=rate),
-                         "lru": ShadowCache(SizedLruPolicy(), self._cap, rate=rate)}
+        memory = round(SHADOW_MEMORY * max(1.0, SHADOW_RATE / rate))
+        self._shadows = {"lirs": ShadowCache(LirsPolicy(), self._cap, memory, rate),
+                         "lru": ShadowCache(SizedLruPolicy(), self._cap, memory, rate)}
         self._pair = (self._shadows["lirs"], self._shadows["lru"])
 
     @property                            # type: ignore[override]
@@ -1071,25 +1096,37 @@ class AutoPolicy(EvictionPolicy):
                 for e in ents:
                     a_sh.event(kind, e, True)
                     b_sh.event(kind, e, True)
-        if a_sh.rate == 1 and (max(len(a_sh.res), len(b_sh.res)) > SHADOW_SAMPLE_ABOVE
-                               or len(a_sh._content) * SHADOW_RATE > SHADOW_SAMPLE_ABOVE):
-            self._sample()
+        content = len(a_sh._content)
+        if a_sh.rate == 1:
+            if (max(len(a_sh.res), len(b_sh.res)) > SHADOW_SAMPLE_ABOVE
+                    or content * SHADOW_RATE > SHADOW_SAMPLE_ABOVE):
+                rate = SHADOW_RATE
+                while content * rate > SHADOW_SAMPLE_SIZE:
+                    rate /= 2
+                self._sample(rate)
+        elif content > 2 * SHADOW_SAMPLE_SIZE:
+            self._sample(a_sh.rate / 2)
 
-    def _sample(self) -> None:
-        """Start simulating a SHADOW_RATE sample (see SHADOW_SAMPLE_ABOVE): new shadows, cold,
-        their cost (which chooses the expert) from zero, the expert kept; `moved` carries on
-        from the old ones' totals (the manager takes differences of it), and the live written
-        tensors of the sample stay known (a reload of one counts)."""
+    def _sample(self, rate: float) -> None:
+        """Start simulating a `rate` sample (see SHADOW_SAMPLE_ABOVE): new shadows, cold, their
+        cost (which chooses the expert) from zero, the expert kept; `moved` carries on from
+        the old ones' totals (the manager takes differences of it), and the live written
+        tensors of the sample stay known (a reload of one counts: the new sample is within
+        the old one)."""
         old = self._shadows
-        self._make_shadows(SHADOW_RATE)
+        self._make_shadows(rate)
         for name, new in self._shadows.items():
             new.moved = old[name].moved
             new._content = {i for i in old[name]._content if new.sampled(i)}
 
     def insert(self, e: Resident, now: int) -> None:
         self.lirs.insert(e, now)
-        self.lru._order[e.id] = e                 # LruPolicy.insert
-        self.planner.insert(e, now)
+        self.lru._order[e.id] = e                 # LruPolicy.insert (the planner's residents)
+        pl = self.planner
+        if not pl._lazy:
+            pl.insert(e, now)
+        elif e.pin != now:                        # PlannedPolicy.insert while lazy
+            pl._since[e.id] = now
 
     def touch(self, e: Resident, now: int) -> None:
         self.touch_all((e,), now)
@@ -1119,8 +1156,12 @@ class AutoPolicy(EvictionPolicy):
         # LIRS keeps a ghost; for the LRU expert and the planning half an eviction is a
         # removal (EvictionPolicy.evicted)
         self.lirs.evicted(e)
-        del self.lru._order[e.id]                 # LruPolicy.remove
-        self.planner.remove(e)
+        del self.lru._order[e.id]                 # LruPolicy.remove (the planner's residents)
+        pl = self.planner
+        if not pl._lazy:
+            pl.remove(e)
+        elif pl._since:                           # PlannedPolicy.remove while lazy
+            pl._since.pop(e.id, None)
 
     def forget(self, e: Resident) -> None:
         for p in self._parts():

@@ -15,6 +15,7 @@ from pyhost.memory.policies import (
     _HIR,
     _LIR,
     INF,
+    SHADOW_MEMORY,
     SHADOW_RATE,
     SHADOW_SAMPLE_ABOVE,
     AutoPolicy,
@@ -305,18 +306,61 @@ def _shadow_session(shadow: ShadowCache, seed: int, tensors: int, calls: int) ->
 
 
 @pytest.mark.parametrize("policy", [LirsPolicy, SizedLruPolicy])
-def test_a_sampled_shadow_estimates_the_bytes_of_the_whole_one(policy: type) -> None:
-    """A shadow that simulates an eighth of the tensors on an eighth of the card (each byte
-    counted eight times) moves about what the whole simulation moves (the expert choice and
-    the online arm's estimate read these bytes), for an eighth of the residents."""
+@pytest.mark.parametrize("rate", [1 / 8, 1 / 32])
+def test_a_sampled_shadow_estimates_the_bytes_of_the_whole_one(policy: type, rate: float
+                                                              ) -> None:
+    """A shadow that simulates an eighth (a 32nd) of the tensors on an eighth (a 32nd) of the
+    card, each byte counted 8 (32) times, moves about what the whole simulation moves (the
+    expert choice and the online arm's estimate read these bytes), for that share of the
+    residents; its recent cost (AutoPolicy's memory for the rate, per call remembered) too."""
     tensors, cap = 40_000, 8 << 20           # the card holds about 10 % of the bytes
-    whole, sample = ShadowCache(policy(), cap), ShadowCache(policy(), cap, rate=1 / 8)
+    memory = round(SHADOW_MEMORY * max(1.0, SHADOW_RATE / rate))
+    whole = ShadowCache(policy(), cap, SHADOW_MEMORY)
+    sample = ShadowCache(policy(), cap, memory, rate)
     for sh in (whole, sample):
         _shadow_session(sh, 3, tensors, 30_000)
     assert whole.moved > 50 << 20
     assert abs(sample.moved / whole.moved - 1) < 0.1, (sample.moved, whole.moved)
-    assert abs(sample.cost / whole.cost - 1) < 0.15, (sample.cost, whole.cost)
-    assert len(sample.res) < len(whole.res) / 6
+    per_call = (sample.cost / memory) / (whole.cost / SHADOW_MEMORY)
+    assert abs(per_call - 1) < 0.15, (sample.cost, whole.cost)
+    assert len(sample.res) < len(whole.res) * rate * 1.5
+
+
+def test_the_default_samples_fewer_tensors_the_more_are_live(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shadows' sample stays near SHADOW_SAMPLE_SIZE live tensors with data: the rate
+    halves from SHADOW_RATE until the sample is that small, and halves again once the live
+    tensors grow past twice that; the cost remembers proportionally more calls, the byte
+    totals carry on, and each new sample is within the old one."""
+    from pyhost.memory import policies
+    monkeypatch.setattr(policies, "SHADOW_SAMPLE_ABOVE", 256)
+    monkeypatch.setattr(policies, "SHADOW_SAMPLE_SIZE", 256)
+    m = MemoryManager.dry_run(16 << 20)
+    pol = m.policy
+    assert isinstance(pol, AutoPolicy)
+
+    def grow(n: int) -> None:
+        ts = [m.allocate_tensor(64) for _ in range(n)]
+        for t in ts:
+            m.write_tensor(t, t.size, None)
+        for a, b in zip(ts[::2], ts[1::2], strict=False):
+            m.need_in_device(a, b)
+        pol.shadow_moved()                            # (feeds the shadows what they have not seen)
+
+    grow(int(256 * 8) + 100)                          # 2148 with data: 268 in an 1/8 sample
+    assert {sh.rate for sh in pol._shadows.values()} == {1 / 16}
+    assert {round(1 / (1 - sh.decay)) for sh in pol._shadows.values()} == {2 * SHADOW_MEMORY}
+    _, before = pol.shadow_moved()
+    first = set(pol._shadows["lru"]._content)
+    grow(8000)                                        # 10148: > 512 in the 1/16 sample
+    assert {sh.rate for sh in pol._shadows.values()} == {1 / 32}
+    assert {round(1 / (1 - sh.decay)) for sh in pol._shadows.values()} == {4 * SHADOW_MEMORY}
+    _, after = pol.shadow_moved()
+    assert all(after[k] >= before[k] > 0 for k in before), (before, after)
+    sh = pol._shadows["lru"]
+    assert first and {i for i in first if sh.sampled(i)} <= sh._content
+    assert 100 < len(sh._content) <= 2 * 256
+    m.check()
 
 
 def test_the_default_samples_its_shadows_when_they_hold_many_tensors() -> None:
