@@ -30,6 +30,7 @@ import time
 from _thread import get_ident
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -106,6 +107,8 @@ SIM_COPIES = 6
 
 HostData = HostBuffer | np.ndarray | bytes | bytearray | memoryview
 _F = TypeVar("_F", bound=Callable[..., Any])
+_ADDR = attrgetter("addr")
+_CARD_SIZE = attrgetter("card_size")
 
 
 def _exclusive(fn: _F) -> _F:
@@ -399,6 +402,7 @@ class MemoryManager:
                 "it; the addresses answer the arguments in order, so pass tensors without gaps")
         distinct: dict[int, _Entry] = {}
         arg_ents = []
+        sizes = []
         entries, token = self._entries, self._token
         total = 0
         for t in args:
@@ -408,6 +412,7 @@ class MemoryManager:
             arg_ents.append(e)
             if e.id not in distinct:
                 distinct[e.id] = e
+                sizes.append(e.card_size)
                 total += e.card_size
                 if e.discarded:
                     raise ScheduleError(
@@ -423,7 +428,7 @@ class MemoryManager:
         self._epoch += 1
         epoch = self._epoch
         if self.detector is not None:
-            self._learn(ents, tuple(distinct), epoch)
+            self._learn(tuple(distinct), tuple(sizes), epoch)
         if self._observes:
             self.policy.observe("need", ents, epoch)
         if self._sched is None:
@@ -451,7 +456,7 @@ class MemoryManager:
         self.policy.touch_all(ents, self._now)
         if self._record is not None:
             self._rec({"op": "need", "ts": [t.id for t in args]})
-        out = tuple([e.addr for e in arg_ents])
+        out = tuple(map(_ADDR, arg_ents))
         self._account("need", t0, d0, need=True)
         return out  # type: ignore[return-value]
 
@@ -710,13 +715,13 @@ class MemoryManager:
             self.policy.planning = self._sched is not None or (     # type: ignore[attr-defined]
                 det is not None and det.lock is not None and self._arm != "online")
 
-    def _learn(self, ents: list[_Entry], ids: tuple[int, ...], epoch: int) -> None:
-        """Report the call to the repeat detector; on a new lock, plan the repetition."""
+    def _learn(self, ids: tuple[int, ...], sizes: tuple[int, ...], epoch: int) -> None:
+        """Report the call (its distinct tensors and their card bytes) to the repeat detector;
+        on a new lock, plan the repetition."""
         det = self.detector
         assert det is not None
         had = det.lock
-        det.observe(epoch, ids, tuple([e.card_size for e in ents]),
-                    sized=det is self._own_detector)
+        det.observe(epoch, ids, sizes, sized=det is self._own_detector)
         lock = det.lock
         if lock is not had:
             if had is not None:
@@ -969,7 +974,10 @@ class MemoryManager:
     # --- placement, eviction, transfers -------------------------------------------------------
 
     def _bring_in(self, missing: list[_Entry], epoch: int) -> None:
-        placing = {e.id for e in missing}
+        # (loops, not comprehensions, on this path: each comprehension is a function call)
+        placing = set()
+        for e in missing:
+            placing.add(e.id)
         # Prefetch only when this call uploads anyway: one batch then covers the next calls,
         # instead of every call topping up the window by one tensor.
         pre, horizon_bytes = [], 0
@@ -978,7 +986,9 @@ class MemoryManager:
         unplaced = missing
         if self.alloc.large and not pre:         # evicts in the policy's order as it places
             unplaced = self._place_in_victims(missing, epoch)
-        need = sum(e.card_size for e in unplaced)
+        need = 0
+        for e in unplaced:
+            need += e.card_size
         must = need - self.alloc.free            # bytes this call cannot do without
         short = max(must, horizon_bytes - (self.alloc.free - need)) if pre else must
         if short > 0:
@@ -1005,8 +1015,11 @@ class MemoryManager:
                     placing.add(e.id)
                     self.policy.insert(e, self._now)
                     self.stats.prefetched += 1
-        deferred = [self._pending.pop(e.id, None) for e in missing]
-        if not pre and any(x is not None for x in deferred):
+        pending, deferred = self._pending, False
+        for e in missing:
+            if pending.pop(e.id, None) is not None:
+                deferred = True
+        if not pre and deferred:
             # a deferred write is needed: upload the other deferred writes with it
             comp = self._deferred_companions(placing)
             comp.sort(key=lambda e: (e.home.chunk, e.home.address))  # type: ignore[union-attr]
@@ -1024,10 +1037,16 @@ class MemoryManager:
         if moves:
             self.stats.compactions += 1
             self.transport.move([(m.src, m.size, m.dst) for m in moves if m.copy])
+        insert, now = self.policy.insert, self._now
         for e in missing:
-            self.policy.insert(e, self._now)
+            insert(e, now)
         entries = self._entries
-        self._upload([e for i in placing if (e := entries[i]).written and e.host_valid])
+        up = []
+        for i in placing:
+            e = entries[i]
+            if e.written and e.host_valid:
+                up.append(e)
+        self._upload(up)
 
     def _place_in_victims(self, missing: list[_Entry], epoch: int) -> list[_Entry]:
         """Placement on a large map (allocator.LARGE blocks: many small tensors on a full
@@ -1038,7 +1057,7 @@ class MemoryManager:
         again), so over many calls the card evicts in the policy's order what it places, with
         no search of the map and no compaction. The tensors still unplaced are returned, for
         the general rule (window or compaction)."""
-        rest = sorted(missing, key=lambda e: -e.card_size)
+        rest = sorted(missing, key=_CARD_SIZE, reverse=True)   # (stable: ties keep order)
         budget = LARGE_CANDIDATES
         while True:
             rest = self._fit_each(rest)
@@ -1047,7 +1066,10 @@ class MemoryManager:
             cands = self.policy.candidates(epoch)
             if cands is None:
                 return rest
-            victims = take_in_order(cands, sum(e.card_size for e in rest), budget)
+            short = 0
+            for e in rest:
+                short += e.card_size
+            victims = take_in_order(cands, short, budget)
             if not victims:
                 return rest
             budget -= len(victims)
@@ -1239,7 +1261,10 @@ class MemoryManager:
         return moves
 
     def _evict(self, victims: list[_Entry], in_order: bool = True) -> None:
-        dirty = [v for v in victims if v.dirty]
+        dirty = []
+        for v in victims:
+            if v.dirty:
+                dirty.append(v)
         if dirty and self._complete_hint and self._sched is not None:
             # The whole future is known: bytes that are never needed nor read again need no
             # write-back (a later read would contradict the schedule; see read_tensor).

@@ -715,15 +715,18 @@ class LirsPolicy(EvictionPolicy):
             self._q.move_to_end(i)
 
     def touch_all(self, ents: Iterable[Resident], now: int) -> None:
-        # touch's common case inline: a LIR tensor, not the stack's bottom, moves to the top
-        inserted, status, s, touch = self._inserted, self._status, self._s, self.touch
+        # touch's common cases inline: the miss of this very call (nothing), a LIR tensor
+        # not at the stack's bottom (to the top)
+        inserted, status, s = self._inserted, self._status, self._s
         for e in ents:
             if e.card_size:
                 i = e.id
-                if not inserted and status[i] == _LIR and next(iter(s)) != i:
+                if inserted and inserted.pop(i, None) == e.pin:
+                    continue
+                if status[i] == _LIR and next(iter(s)) != i:
                     s.move_to_end(i)
                 else:
-                    touch(e, now)
+                    self.touch(e, now)            # (its pop of _inserted finds nothing now)
 
     def pick(self, nbytes: int, epoch: int, now: int) -> list[Resident]:
         lir = (self._res[i] for i in self._s if self._status[i] == _LIR)
@@ -843,7 +846,11 @@ class ShadowCache:
         if not self._sampling:
             return ents
         cut = self._cut
-        return [e for e in ents if (e.id * 2654435761) & 0xFFFFFFFF < cut]   # as sampled
+        out = []                              # (a loop: a comprehension is a call)
+        for e in ents:
+            if (e.id * 2654435761) & 0xFFFFFFFF < cut:                     # as sampled
+                out.append(e)
+        return out
 
     def need(self, ents: list[Resident], epoch: int, sampled: bool = False) -> None:
         """A need call with these tensors; `sampled`: `ents` is `sample(ents)` already."""

@@ -151,7 +151,9 @@ class RepeatDetector:
         # the tensors' last uses and the last call of the same sizes, looked up once for the
         # search and the record (big dicts: each lookup is a cache miss)
         last = self._last
-        ul = [last.get(i, -1) for i in ids]
+        ul = []                                  # (a loop: a comprehension is a call)
+        for i in ids:
+            ul.append(last.get(i, -1))
         kl = self._klast.get(key, -1)
         if self.lock is None:
             if self._cands or self._skip <= 0:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Protocol
 
 from pyhost.driver import (
@@ -120,6 +121,7 @@ class DryRunDriver:
 assert regs.DESC_SIZE == 32   # the pool arithmetic above assumes PcieDriver's descriptor size
 
 # the channels' names, looked up once (an enum member's .name is a descriptor call)
+_CHUNK_FIRST = itemgetter(3, 0)       # (a, size, b, chunk) by chunk, then a
 _H2C, _C2H, _C2C = Channel.H2C.name, Channel.C2H.name, Channel.C2C.name
 
 
@@ -150,26 +152,28 @@ class Transport:
     @staticmethod
     def _coalesce(items: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int]]:
         """(a, size, b, chunk) sorted by a; merge runs contiguous in a and b within one chunk."""
-        out: list[list[int]] = []
+        out: list[tuple[int, int, int]] = []
         last_chunk = None
         for a, n, b, chunk in items:
-            if out and chunk == last_chunk and out[-1][0] + out[-1][1] == a \
-                    and out[-1][2] + out[-1][1] == b:
-                out[-1][1] += n
-            else:
-                out.append([a, n, b])
+            if out and chunk == last_chunk:
+                pa, pn, pb = out[-1]
+                if pa + pn == a and pb + pn == b:
+                    out[-1] = (pa, pn + n, pb)
+                    continue
+            out.append((a, n, b))
             last_chunk = chunk
-        return [(a, n, b) for a, n, b in out]
+        return out
 
     def upload(self, items: list[tuple[int, int, int, int]]) -> None:
         """(host, size, card, host chunk) transfers host -> card."""
         if not items:
             return
         st = self.stats
-        st.bytes_h2c += sum(n for _, n, _, _ in items)
+        for it in items:
+            st.bytes_h2c += it[1]
         st.transfers_h2c += len(items)
         if self.batching:
-            merged = self._coalesce(sorted(items, key=lambda x: (x[3], x[0])))
+            merged = self._coalesce(sorted(items, key=_CHUNK_FIRST))
             st.descriptors_saved += len(items) - len(merged)
             self._call(_H2C, self.driver.write_batch, merged)
         else:
@@ -181,11 +185,14 @@ class Transport:
         if not items:
             return
         st = self.stats
-        st.bytes_c2h += sum(n for _, n, _, _ in items)
+        flipped = []
+        for c, n, h, k in items:
+            st.bytes_c2h += n
+            flipped.append((h, n, c, k))
         st.transfers_c2h += len(items)
         if self.batching:
             # coalesce on the host side (sorted by host address), keeping card adjacency
-            flipped = sorted(((h, n, c, k) for c, n, h, k in items), key=lambda x: (x[3], x[0]))
+            flipped.sort(key=_CHUNK_FIRST)
             merged = [(c, n, h) for h, n, c in self._coalesce(flipped)]
             st.descriptors_saved += len(items) - len(merged)
             self._call(_C2H, self.driver.read_batch, merged)
