@@ -715,18 +715,27 @@ class LirsPolicy(EvictionPolicy):
             self._q.move_to_end(i)
 
     def touch_all(self, ents: Iterable[Resident], now: int) -> None:
-        # touch's common cases inline: the miss of this very call (nothing), a LIR tensor
-        # not at the stack's bottom (to the top)
+        # touch's common cases inline: the miss of this very call (nothing), a LIR tensor (to
+        # the top; S is pruned once, before any other touch and at the end: a prune stops at
+        # the first LIR tensor, so moving LIR tensors first and pruning then leaves S as
+        # pruning after each)
         inserted, status, s = self._inserted, self._status, self._s
+        moved = False
         for e in ents:
             if e.card_size:
                 i = e.id
                 if inserted and inserted.pop(i, None) == e.pin:
                     continue
-                if status[i] == _LIR and next(iter(s)) != i:
+                if status[i] == _LIR:
                     s.move_to_end(i)
+                    moved = True
                 else:
+                    if moved:
+                        self._prune()
+                        moved = False
                     self.touch(e, now)            # (its pop of _inserted finds nothing now)
+        if moved:
+            self._prune()
 
     def pick(self, nbytes: int, epoch: int, now: int) -> list[Resident]:
         lir = (self._res[i] for i in self._s if self._status[i] == _LIR)
