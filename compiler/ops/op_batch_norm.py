@@ -32,6 +32,20 @@ class BatchNormalization(OpDef):
             if p.shape != (x.shape[1],):
                 raise ShapeInferenceError(f"{describe(op)}: parameter #{i} has shape {p.shape},"
                                           f" expected ({x.shape[1]},)")
+        var = vals[4] if len(vals) > 4 else None
+        if var is not None:
+            # BN divides by sqrt(var + epsilon): a negative, zero or NaN one is a corrupt model
+            # (onnxruntime would compute NaN or inf for the whole channel), not a value to fold
+            eps = float(op.attrs.get("epsilon", 1e-5))
+            bad = np.flatnonzero(~(np.asarray(var, np.float64) + eps > 0))
+            if bad.size:
+                c = int(bad[0])
+                raise ShapeInferenceError(
+                    f"{describe(op)}: input_var + epsilon must be positive (the normalisation "
+                    f"divides by its square root), but channel {c} has variance "
+                    f"{float(np.asarray(var).reshape(-1)[c])!r} with epsilon {eps!r} "
+                    f"({bad.size} of {np.asarray(var).size} channels like it); the model's "
+                    "running variance is corrupt")
         return TensorType(x.shape, x.dtype)
 
     def run(self, op: Op, x: np.ndarray | None, *params: np.ndarray | None) -> np.ndarray:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -227,6 +228,26 @@ def test_plugins_returning_non_strings_are_refused_at_compile_time(kw: dict[str,
     with pytest.raises(PartitionError) as e:
         partition_graph(g, [BadPlugin(**kw)])  # type: ignore[arg-type]
     assert words in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("var", [-0.5, -2e-5, float("nan")])
+def test_a_batch_norm_variance_below_minus_epsilon_is_refused(var: float) -> None:
+    """BatchNormalization divides by sqrt(var + epsilon): a corrupt running variance (negative
+    beyond epsilon, or NaN) is a clear error naming the channel, not a NaN folded into the
+    weights (a byte mutation found it: numpy's 'invalid value in sqrt' warning and a NaN
+    model); a variance of zero is valid."""
+    m = conv_net()
+    init = next(i for i in m.graph.initializer if i.name == "bn_v")
+    v = onnx.numpy_helper.to_array(init).copy()
+    v[3] = var
+    init.CopyFrom(onnx.numpy_helper.from_array(v, "bn_v"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)       # refused before any sqrt
+        with pytest.raises(ShapeInferenceError, match=r"bn1.*channel 3 has variance"):
+            compile_model(m, {"plugin": "softmax_ip"})
+    v[3] = 0.0
+    init.CopyFrom(onnx.numpy_helper.from_array(v, "bn_v"))
+    compile_model(m, {"plugin": "softmax_ip"})
 
 
 # --- random ONNX bytes ----------------------------------------------------------------------------
