@@ -34,6 +34,14 @@ class Move:
 #: A map of more blocks than this is "large": compaction then looks at windows around its
 #: LOCAL_HOLES largest holes only (see CardAllocator._slide), and cheapest_window likewise.
 LARGE = 4096
+#: ... and so is a map of more than MANY_SMALL blocks of SMALL_BLOCK bytes or less on average:
+#: many small tensors. The whole-map searches cost some 4 us per block and miss-heavy call
+#: (1-7 ms a call with 1k-20k live tensors of 64 B-4 KiB, whose compactions also copied
+#: megabytes), while an 8 KiB tensor crosses PCIe in under 1 us: on such a map no search
+#: saves the time it costs. (The benchmark's DNN traces never come near: their maps of more
+#: than 128 blocks average 14 KiB and more.)
+MANY_SMALL = 128
+SMALL_BLOCK = 8 << 10
 LOCAL_HOLES = 8
 #: ... and follows windows over at most this many blocks in all; cheapest_window tries runs
 #: at the first LOCAL_NEAR of the blocks it is given.
@@ -224,8 +232,10 @@ class CardAllocator:
 
     @property
     def large(self) -> bool:
-        """More than LARGE blocks: the searches below stay local (O(window), not O(map))."""
-        return len(self._blocks) > LARGE
+        """More than LARGE blocks, or more than MANY_SMALL small ones (SMALL_BLOCK bytes on
+        average): the searches below stay local (O(window), not O(map))."""
+        n = len(self._blocks)
+        return n > LARGE or (n > MANY_SMALL and self.used <= SMALL_BLOCK * n)
 
     def compaction_cost(self, size: int, loaded: Callable[[Hashable], bool],
                         limit: int | None = None) -> int:
@@ -259,7 +269,7 @@ class CardAllocator:
         `near` (the starts of the blocks that have a cost, best first), only runs starting at
         one of the first LOCAL_NEAR of them or at the hole just below it are tried (O(run)
         each, not O(map))."""
-        if near is not None and len(self._blocks) > LARGE:
+        if near is not None and self.large:
             return self._window_near(size, cost, near)
         segs = sorted([(s, self._holes[s], None) for s in self._hstarts]
                       + [(s, ln, key) for s, (ln, key) in self._blocks.items()],
@@ -359,7 +369,7 @@ class CardAllocator:
         elsewhere, if it copies fewer than `limit` bytes."""
         best: tuple[int, int, list[tuple[int, int, Hashable]]] | None = None
         best_cost = limit
-        large = len(self._blocks) > LARGE
+        large = self.large
         starts = self._hstarts if not large else [h for _, h in self._bysize[-LOCAL_HOLES:]]
         for hstart in starts:
             hend = hstart + self._holes[hstart]
@@ -424,7 +434,7 @@ class CardAllocator:
         blocks in all (so a compaction costs O(window), not O(map), with 100k tensors on the
         card). When those make no room: the whole map if `exact`, else (0, None). With `limit`
         (large map, not `exact`), windows that copy `limit` bytes or more are not followed."""
-        if len(self._blocks) <= LARGE:
+        if not self.large:
             cost, (j, k, segs) = self._best_slide(size, loaded)
             return cost, (segs[j][0], segs[k][0] + segs[k][1],
                           [(s, ln, key) for s, ln, key in segs[j:k + 1] if key is not None])

@@ -1088,8 +1088,8 @@ class AutoPolicy(EvictionPolicy):
             self._flush()
 
     def observe_one(self, kind: str, e: Resident, epoch: int) -> None:
-        # observe without a list for a tensor outside the shadows' sample
-        if self._shadows and self._pair[0].sampled(e.id):
+        # observe without a list for a tensor outside the shadows' sample (ShadowCache.sampled)
+        if self._shadows and (e.id * 2654435761) & 0xFFFFFFFF < self._pair[0]._cut:
             self.observe(kind, [e], epoch)
 
     def _choose(self, a: float, b: float) -> None:
@@ -1161,8 +1161,10 @@ class AutoPolicy(EvictionPolicy):
                     planner_touch(e, now)
 
     def recost(self, e: Resident, now: int) -> None:
-        # the recency experts do not look at cost (EvictionPolicy.recost)
-        self.planner.recost(e, now)
+        # the recency experts do not look at cost (EvictionPolicy.recost); the planning half
+        # only when not lazy (PlannedPolicy.recost)
+        if not self.planner._lazy:
+            self.planner.recost(e, now)
 
     def remove(self, e: Resident) -> None:
         for p in self._parts():

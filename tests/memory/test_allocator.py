@@ -153,3 +153,21 @@ def test_large_map_window_near_the_candidates() -> None:
     moves = a.compact_for(a.free, lambda k: True)
     assert moves and before < a.free == a.largest_hole()
     a.check()
+
+
+def test_a_map_is_large_with_many_blocks_or_many_small_ones() -> None:
+    """`large` (local searches, placement in the policy's order): more than LARGE blocks, or
+    more than MANY_SMALL blocks of SMALL_BLOCK bytes or less on average; a few hundred
+    activations of a DNN stay on the whole-map searches."""
+    small = CardAllocator(1 << 20)
+    for k in range(allocator.MANY_SMALL + 1):
+        assert not small.large
+        assert small.alloc(1024, k) is not None
+    assert small.large                                   # 129 blocks of 1 KiB
+    big = CardAllocator(1 << 30)
+    for k in range(allocator.MANY_SMALL + 1):
+        assert big.alloc(allocator.SMALL_BLOCK + 64, k) is not None
+    assert not big.large                                 # 129 blocks over SMALL_BLOCK
+    for k in range(allocator.MANY_SMALL + 1, 2 * allocator.MANY_SMALL):
+        assert big.alloc(64, k) is not None
+    assert big.large                                     # now small on average

@@ -452,6 +452,29 @@ def test_large_map_evicts_in_policy_order_without_compaction(
             assert np.array_equal(out[:t.size], want[t.id]), f"{t!r} lost its bytes"
 
 
+@pytest.mark.parametrize("policy", ["lru", "auto"])
+def test_many_small_tensors_are_placed_without_whole_map_searches(policy: str) -> None:
+    """1,000 tensors of 64 B - 4 KiB, a card for a fifth of them, random calls: the card map
+    (some 200 blocks of ~2 KiB) counts as large (allocator.MANY_SMALL), so misses are placed by
+    evicting in the policy's order, without compaction or windows. (Before, with the large-map
+    rule only above 4,096 blocks, these calls compacted with card copies of megabytes and
+    cost about 1 ms each with auto.)"""
+    rng = np.random.default_rng(0)
+    sizes = (rng.integers(1, 65, 1000) * 64).tolist()
+    cap = int(sum(sizes) * 0.2) // (64 << 10) * (64 << 10) + (64 << 10)
+    mgr = MemoryManager.dry_run(cap, policy=policy)
+    ts = [mgr.allocate_tensor(n) for n in sizes]
+    for t in ts:
+        mgr.write_tensor(t, t.size, None)
+    for k, (a, b, c) in enumerate(rng.integers(0, len(ts), (600, 3)).tolist()):
+        mgr.need_in_device(ts[a], ts[b], ts[c])
+        mgr.tensor_updated(ts[c])
+        assert mgr.alloc.large or k < 10
+    mgr.check()
+    assert mgr.stats.compactions == 0 and mgr.stats.window_evictions == 0
+    assert mgr.transport.stats.bytes_c2c == 0 and mgr.stats.slot_evictions > 0
+
+
 def test_a_full_card_takes_no_guesses_that_went_unused(monkeypatch: pytest.MonkeyPatch) -> None:
     """Deferred writes ride along with a need only into free card space; once the card has had
     to evict and fewer than DEFER_FULL_USED of such guesses were used (random needs), the holes
