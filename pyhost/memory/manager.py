@@ -120,7 +120,7 @@ def _exclusive(fn: _F) -> _F:
     @functools.wraps(fn)
     def call(self: MemoryManager, *args: Any, **kwargs: Any) -> Any:
         busy = self._busy
-        if not busy.acquire(blocking=False):
+        if not busy.acquire(False):              # (positional: the keyword costs ~0.1 us)
             ident, inside = self._busy_in
             holder = (next((t.name for t in threading.enumerate() if t.ident == ident),
                            str(ident)), inside)
