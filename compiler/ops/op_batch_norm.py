@@ -9,10 +9,14 @@ from compiler.ops.base import OpDef, TensorType, Types, Values, describe, need
 from compiler.xir import Op
 
 
+def _epsilon(op: Op) -> float:
+    return float(op.attrs.get("epsilon", 1e-5))
+
+
 def bn_scale_shift(op: Op, scale: np.ndarray, bias: np.ndarray, mean: np.ndarray,
                    var: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-channel (a, b) with BN(x) = a * x + b; float64, for folding and for the kernel."""
-    eps = float(op.attrs.get("epsilon", 1e-5))
+    eps = _epsilon(op)
     a = scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + eps)
     return a, bias.astype(np.float64) - mean.astype(np.float64) * a
 
@@ -36,16 +40,16 @@ class BatchNormalization(OpDef):
         if var is not None:
             # BN divides by sqrt(var + epsilon): a negative, zero or NaN one is a corrupt model
             # (onnxruntime would compute NaN or inf for the whole channel), not a value to fold
-            eps = float(op.attrs.get("epsilon", 1e-5))
-            bad = np.flatnonzero(~(np.asarray(var, np.float64) + eps > 0))
+            eps = _epsilon(op)
+            v = np.asarray(var, np.float64).reshape(-1)
+            bad = np.flatnonzero(~(v + eps > 0))
             if bad.size:
                 c = int(bad[0])
                 raise ShapeInferenceError(
                     f"{describe(op)}: input_var + epsilon must be positive (the normalisation "
                     f"divides by its square root), but channel {c} has variance "
-                    f"{float(np.asarray(var).reshape(-1)[c])!r} with epsilon {eps!r} "
-                    f"({bad.size} of {np.asarray(var).size} channels like it); the model's "
-                    "running variance is corrupt")
+                    f"{float(v[c])!r} with epsilon {eps!r} ({bad.size} of {v.size} channels "
+                    "like it); the model's running variance is corrupt")
         return TensorType(x.shape, x.dtype)
 
     def run(self, op: Op, x: np.ndarray | None, *params: np.ndarray | None) -> np.ndarray:

@@ -1237,7 +1237,7 @@ class MemoryManager:
             for e, a in zip(order, addrs, strict=True):
                 e.addr = a
             return []
-        rest = self._fit_each(sorted(missing, key=lambda e: -e.card_size))
+        rest = self._fit_each(sorted(missing, key=_CARD_SIZE, reverse=True))
         if not rest:
             return []
         entries = self._entries

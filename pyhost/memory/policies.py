@@ -814,6 +814,10 @@ class _Stub:
         self.id, self.key, self.card_size, self.dirty, self.pin = i, "", size, False, -1
 
 
+#: Knuth's multiplicative hash constant: a shadow simulates the ids it maps below its cut
+_HASH = 2654435761
+
+
 class ShadowCache:
     """A policy run on simulated residency of a card of the same capacity: the bytes it would
     move (reloads and write-backs, ignoring fragmentation), exponentially forgotten over
@@ -848,7 +852,7 @@ class ShadowCache:
 
     def sampled(self, i: int) -> bool:
         """Whether tensor `i` is simulated (always, at rate 1)."""
-        return (i * 2654435761) & 0xFFFFFFFF < self._cut     # Knuth's multiplicative hash
+        return (i * _HASH) & 0xFFFFFFFF < self._cut     # Knuth's multiplicative hash
 
     def sample(self, ents: list[Resident]) -> list[Resident]:
         """The simulated ones of `ents` (all, at rate 1)."""
@@ -857,7 +861,7 @@ class ShadowCache:
         cut = self._cut
         out = []                              # (a loop: a comprehension is a call)
         for e in ents:
-            if (e.id * 2654435761) & 0xFFFFFFFF < cut:                     # as sampled
+            if (e.id * _HASH) & 0xFFFFFFFF < cut:                          # as sampled
                 out.append(e)
         return out
 
@@ -1088,8 +1092,8 @@ class AutoPolicy(EvictionPolicy):
             self._flush()
 
     def observe_one(self, kind: str, e: Resident, epoch: int) -> None:
-        # observe without a list for a tensor outside the shadows' sample (ShadowCache.sampled)
-        if self._shadows and (e.id * 2654435761) & 0xFFFFFFFF < self._pair[0]._cut:
+        # observe without a list for a tensor outside the shadows' sample
+        if self._shadows and self._pair[0].sampled(e.id):
             self.observe(kind, [e], epoch)
 
     def _choose(self, a: float, b: float) -> None:
@@ -1139,10 +1143,8 @@ class AutoPolicy(EvictionPolicy):
         self.lirs.insert(e, now)
         self.lru._order[e.id] = e                 # LruPolicy.insert (the planner's residents)
         pl = self.planner
-        if not pl._lazy:
+        if not pl._lazy or e.pin != now:          # (lazy, a miss records nothing: see lazy)
             pl.insert(e, now)
-        elif e.pin != now:                        # PlannedPolicy.insert while lazy
-            pl._since[e.id] = now
 
     def touch(self, e: Resident, now: int) -> None:
         self.touch_all((e,), now)
@@ -1161,10 +1163,8 @@ class AutoPolicy(EvictionPolicy):
                     planner_touch(e, now)
 
     def recost(self, e: Resident, now: int) -> None:
-        # the recency experts do not look at cost (EvictionPolicy.recost); the planning half
-        # only when not lazy (PlannedPolicy.recost)
-        if not self.planner._lazy:
-            self.planner.recost(e, now)
+        # the recency experts do not look at cost (EvictionPolicy.recost)
+        self.planner.recost(e, now)
 
     def remove(self, e: Resident) -> None:
         for p in self._parts():
@@ -1176,10 +1176,8 @@ class AutoPolicy(EvictionPolicy):
         self.lirs.evicted(e)
         del self.lru._order[e.id]                 # LruPolicy.remove (the planner's residents)
         pl = self.planner
-        if not pl._lazy:
+        if not pl._lazy or pl._since:             # (lazy, only a recorded need time goes)
             pl.remove(e)
-        elif pl._since:                           # PlannedPolicy.remove while lazy
-            pl._since.pop(e.id, None)
 
     def forget(self, e: Resident) -> None:
         for p in self._parts():

@@ -121,8 +121,8 @@ class DryRunDriver:
 assert regs.DESC_SIZE == 32   # the pool arithmetic above assumes PcieDriver's descriptor size
 
 # the channels' names, looked up once (an enum member's .name is a descriptor call)
-_CHUNK_FIRST = itemgetter(3, 0)       # (a, size, b, chunk) by chunk, then a
 _H2C, _C2H, _C2C = Channel.H2C.name, Channel.C2H.name, Channel.C2C.name
+_CHUNK_FIRST = itemgetter(3, 0)       # (a, size, b, chunk) by chunk, then a
 
 
 @dataclass
@@ -185,14 +185,12 @@ class Transport:
         if not items:
             return
         st = self.stats
-        flipped = []
-        for c, n, h, k in items:
-            st.bytes_c2h += n
-            flipped.append((h, n, c, k))
+        for it in items:
+            st.bytes_c2h += it[1]
         st.transfers_c2h += len(items)
         if self.batching:
             # coalesce on the host side (sorted by host address), keeping card adjacency
-            flipped.sort(key=_CHUNK_FIRST)
+            flipped = sorted([(h, n, c, k) for c, n, h, k in items], key=_CHUNK_FIRST)
             merged = [(c, n, h) for h, n, c in self._coalesce(flipped)]
             st.descriptors_saved += len(items) - len(merged)
             self._call(_C2H, self.driver.read_batch, merged)
