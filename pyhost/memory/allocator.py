@@ -143,6 +143,19 @@ class CardAllocator:
         length, start = bs[i]
         at = -(-start // self.align) * self.align      # the first candidate (_fit), inlined
         if at + size <= start + length:
+            if at == start and length > size:
+                # _take's common case inlined, with the hole's place in _bysize known: the
+                # block at the hole's start, the rest keeps the hole's place in _hstarts
+                hs = self._hstarts
+                hs[bisect.bisect_left(hs, start)] = start + size
+                holes = self._holes
+                del holes[start]
+                holes[start + size] = length - size
+                del bs[i]
+                bisect.insort(bs, (length - size, start + size))
+                self._blocks[start] = (size, key)
+                self.used += size
+                return start
             self._take(start, at, size, key)
             return at
         fallback = None
@@ -182,19 +195,30 @@ class CardAllocator:
         return start
 
     def free_block(self, start: int) -> None:
-        """Return a block to the holes, merging with its neighbours."""
+        """Return a block to the holes, merging with its neighbours. (_del_hole and _add_hole
+        inlined: the merged hole takes a neighbour's place in _hstarts, whose index is known.)"""
         size, _ = self._blocks.pop(start)
         self.used -= size
         end = start + size
-        i = bisect.bisect_left(self._hstarts, start)
-        if i < len(self._hstarts) and self._hstarts[i] == end:
-            end += self._del_hole(end)
-        if i > 0:
-            prev = self._hstarts[i - 1]
-            if prev + self._holes[prev] == start:
-                start = prev
-                self._del_hole(prev)
-        self._add_hole(start, end - start)
+        hs, holes, bs = self._hstarts, self._holes, self._bysize
+        i = bisect.bisect_left(hs, start)
+        after = i < len(hs) and hs[i] == end              # a hole right after the block
+        if after:
+            n = holes.pop(end)
+            del bs[bisect.bisect_left(bs, (n, end))]
+            end += n
+        prev = hs[i - 1] if i > 0 else -1
+        if prev >= 0 and prev + holes[prev] == start:    # ... and one right before
+            del bs[bisect.bisect_left(bs, (holes[prev], prev))]
+            if after:
+                del hs[i]
+            start = prev
+        elif after:
+            hs[i] = start
+        else:
+            hs.insert(i, start)
+        holes[start] = end - start
+        bisect.insort(bs, (end - start, start))
 
     # --- compaction ---------------------------------------------------------------------------
 

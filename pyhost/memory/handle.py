@@ -7,7 +7,8 @@ manager may evict and move tensors freely; `need_in_device` gives the current ad
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from pyhost.memory.codec import Codec, PrecisionReport
 from pyhost.memory.hoststore import HostHome
@@ -21,6 +22,9 @@ class TensorHandle:
     size: int                 # bytes on the host (the allocation)
     name: str | None
     _owner: object            # the manager's token: a handle works only with its manager
+    #: the manager's record of the tensor (_Entry) while it lives, None once freed: a call
+    #: finds it without a lookup in the manager's map (with 100k tensors, a cache miss or two)
+    _entry: Any = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         label = f" {self.name!r}" if self.name else ""

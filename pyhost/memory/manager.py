@@ -31,7 +31,7 @@ from _thread import get_ident
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import IO, TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import numpy as np
 
@@ -108,29 +108,23 @@ SIM_COPIES = 6
 HostData = HostBuffer | np.ndarray | bytes | bytearray | memoryview
 _F = TypeVar("_F", bound=Callable[..., Any])
 _ADDR = attrgetter("addr")
+_perf_counter = time.perf_counter
 _CARD_SIZE = attrgetter("card_size")
 
 
 def _exclusive(fn: _F) -> _F:
     """One thread at a time: a call that starts while another thread is inside a call of the
     same manager raises ConcurrentUseError before touching anything. The same thread may nest
-    calls (the seed's aliases call the API)."""
+    calls (the seed's aliases call the API). (need_in_device and tensor_updated, the calls of
+    every operation, hold the same guard inline: this wrapper's frame and argument packing
+    cost them about 0.2 us each.)"""
     name = fn.__name__
 
     @functools.wraps(fn)
     def call(self: MemoryManager, *args: Any, **kwargs: Any) -> Any:
         busy = self._busy
         if not busy.acquire(False):              # (positional: the keyword costs ~0.1 us)
-            ident, inside = self._busy_in
-            holder = (next((t.name for t in threading.enumerate() if t.ident == ident),
-                           str(ident)), inside)
-            raise ConcurrentUseError(
-                f"MemoryManager.{name} was called from thread "
-                f"{threading.current_thread().name!r} while thread {holder[0]!r} is inside "
-                f"{holder[1]}: the memory manager is not thread-safe (the addresses "
-                "need_in_device returns hold only until the next call); serialize the calls "
-                "and the use of those addresses with one lock, or give each thread its own "
-                "manager")
+            self._refuse(name)
         try:
             if self._busy_depth == 0:
                 self._busy_in = (get_ident(), name)   # the thread's name only for the error
@@ -140,6 +134,23 @@ def _exclusive(fn: _F) -> _F:
             self._busy_depth -= 1
             busy.release()
     return call  # type: ignore[return-value]
+
+
+def _need_args(t1: Any, t2: Any, t3: Any, more: tuple[Any, ...]) -> tuple[Any, ...]:
+    """need_in_device's tensors: its arguments without the unused optional ones (trailing
+    Nones); a None before a tensor is an error."""
+    given = (t1, t2, t3, *more)
+    n = len(given)
+    while n and given[n - 1] is None:
+        n -= 1
+    args = given[:n]
+    if not args:
+        raise TypeError("need_in_device needs at least one tensor")
+    if None in args:
+        raise TypeError(
+            f"need_in_device argument {args.index(None) + 1} is None but a tensor follows "
+            "it; the addresses answer the arguments in order, so pass tensors without gaps")
+    return args
 
 
 @dataclass
@@ -290,6 +301,7 @@ class MemoryManager:
         self._next_id += 1
         key = name if name is not None else f"#{handle.id}"
         e = _Entry(handle, key, card_size, home, precision)
+        object.__setattr__(handle, "_entry", e)   # (frozen: set once here, cleared when freed)
         self._entries[handle.id] = e
         self._by_key[key] = e
         if self.detector is not None:
@@ -378,7 +390,6 @@ class MemoryManager:
             self._rec({"op": "read", "t": e.id, "size": size})
         self._account("read", t0, d0)
 
-    @_exclusive
     def need_in_device(self, t1: TensorHandle, t2: TensorHandle | None = None,
                        t3: TensorHandle | None = None, *more: TensorHandle | None
                        ) -> tuple[int, ...]:
@@ -388,105 +399,119 @@ class MemoryManager:
         other. Raises CardCapacityError only if the distinct tensors exceed the card.
         A zero-size tensor gets address 0 (it has no bytes).
         """
-        t0, d0 = time.perf_counter(), self.transport.stats.driver_time_s
-        given = (t1, t2, t3, *more)
-        n = len(given)
-        while n and given[n - 1] is None:      # trailing Nones: the optional arguments unused
-            n -= 1
-        args = given[:n]
-        if not args:
-            raise TypeError("need_in_device needs at least one tensor")
-        if None in args:
-            raise TypeError(
-                f"need_in_device argument {args.index(None) + 1} is None but a tensor follows "
-                "it; the addresses answer the arguments in order, so pass tensors without gaps")
-        distinct: dict[int, _Entry] = {}
-        arg_ents = []
-        sizes = []
-        entries, token = self._entries, self._token
-        total = 0
-        for t in args:
-            e = entries.get(t.id) if type(t) is TensorHandle and t._owner is token else None
-            if e is None:
-                e = self._entry(t)                # raises the error that says why
-            arg_ents.append(e)
-            if e.id not in distinct:
-                distinct[e.id] = e
-                sizes.append(e.card_size)
-                total += e.card_size
-                if e.discarded:
-                    raise ScheduleError(
-                        f"{t!r} was dropped from the card without a write-back because the "
-                        "schedule given to set_schedule_trace never needs it again; pass the "
-                        "complete upcoming trace")
-        ents = list(distinct.values())
-        if total > self.capacity:
-            raise CardCapacityError(
-                f"the {len(ents)} distinct tensors of this call need {total} bytes on the card "
-                f"together, more than its {self.capacity}-byte capacity; split the operation "
-                "into smaller tensors")
-        self._epoch += 1
-        epoch = self._epoch
-        if self.detector is not None:
-            self._learn(tuple(distinct), tuple(sizes), epoch)
-        if self._observes:
-            self.policy.observe("need", ents, epoch)
-        if self._sched is None:
-            self._now = epoch                    # _advance_schedule without a schedule
-        else:
-            self._advance_schedule(ents)
-        missing = []
-        for e in ents:
-            e.pin = epoch
-            if e.spec:
-                e.spec = False                    # a deferred upload that paid off
-                self._spec_used += 1
-            if e.addr is None:
-                if e.card_size:
-                    missing.append(e)
-                else:
-                    e.addr = 0
-        if not self.policy.keeps_resident:      # (this call's tensors are pinned: they stay)
-            self._evict([e for e in self._entries.values()
-                         if e.addr is not None and e.pin != epoch and e.card_size])
-        self.stats.need_hits += len(ents) - len(missing)
-        self.stats.need_misses += len(missing)
-        if missing:
-            self._bring_in(missing, epoch)
-        self.policy.touch_all(ents, self._now)
-        if self._record is not None:
-            self._rec({"op": "need", "ts": [t.id for t in args]})
-        out = tuple(map(_ADDR, arg_ents))
-        self._account("need", t0, d0, need=True)
-        return out  # type: ignore[return-value]
+        busy = self._busy                         # _exclusive, inlined
+        if not busy.acquire(False):
+            self._refuse("need_in_device")
+        try:
+            if self._busy_depth == 0:
+                self._busy_in = (get_ident(), "need_in_device")
+            self._busy_depth += 1
+            t0, d0 = _perf_counter(), self.transport.stats.driver_time_s
+            if more or t3 is None or t2 is None or t1 is None:
+                args = _need_args(t1, t2, t3, more)
+            else:
+                args = (t1, t2, t3)               # the common call: three tensors
+            distinct: dict[int, _Entry] = {}
+            arg_ents = []
+            sizes = []
+            token = self._token
+            total = 0
+            for t in args:
+                e = t._entry if type(t) is TensorHandle and t._owner is token else None
+                if e is None or e.handle is not t:
+                    e = self._entry(t)                # the rules, and the error that says why
+                arg_ents.append(e)
+                if e.id not in distinct:
+                    distinct[e.id] = e
+                    n = e.card_size
+                    sizes.append(n)
+                    total += n
+                    if e.discarded:
+                        raise ScheduleError(
+                            f"{t!r} was dropped from the card without a write-back because "
+                            "the schedule given to set_schedule_trace never needs it again; "
+                            "pass the complete upcoming trace")
+            ents = list(distinct.values())
+            if total > self.capacity:
+                raise CardCapacityError(
+                    f"the {len(ents)} distinct tensors of this call need {total} bytes on the "
+                    f"card together, more than its {self.capacity}-byte capacity; split the "
+                    "operation into smaller tensors")
+            self._epoch += 1
+            epoch = self._epoch
+            if self.detector is not None:
+                self._learn(tuple(distinct), tuple(sizes), epoch)
+            if self._observes:
+                self.policy.observe("need", ents, epoch)
+            if self._sched is None:
+                self._now = epoch                    # _advance_schedule without a schedule
+            else:
+                self._advance_schedule(ents)
+            missing = []
+            for e in ents:
+                e.pin = epoch
+                if e.spec:
+                    e.spec = False                    # a deferred upload that paid off
+                    self._spec_used += 1
+                if e.addr is None:
+                    if e.card_size:
+                        missing.append(e)
+                    else:
+                        e.addr = 0
+            if not self.policy.keeps_resident:      # (this call's tensors are pinned: they stay)
+                self._evict([e for e in self._entries.values()
+                             if e.addr is not None and e.pin != epoch and e.card_size])
+            st = self.stats
+            st.need_hits += len(ents) - len(missing)
+            if missing:
+                st.need_misses += len(missing)
+                self._bring_in(missing, epoch)
+            self.policy.touch_all(ents, self._now)
+            if self._record is not None:
+                self._rec({"op": "need", "ts": [t.id for t in args]})
+            out = tuple(map(_ADDR, arg_ents))
+            self._account("need", t0, d0, need=True)
+            return out  # type: ignore[return-value]
+        finally:
+            self._busy_depth -= 1
+            busy.release()
 
-    @_exclusive
     def tensor_updated(self, tensor: TensorHandle) -> None:
         """The card changed the tensor: its card copy is now the only current one."""
-        t0, d0 = time.perf_counter(), self.transport.stats.driver_time_s
-        e = self._entry(tensor)
-        if e.addr is None:
-            raise NotOnCardError(
-                f"{tensor!r} is not on the card (never needed, evicted by a later call, or "
-                "overwritten by write_tensor); call need_in_device for it, run the operation, "
-                "then tensor_updated before the next need_in_device")
-        e.written, e.discarded = True, False
-        if e.card_size:
-            e.dirty, e.host_valid = True, False
-            self.policy.recost(e, self._now)
-            if e.gathered:
-                self._ungather(e)
-            if e.card_size <= DEFER_MAX:
-                self._log_update(e)
-        else:
-            e.host_valid = True         # no bytes: the host copy is trivially current
-        if self.detector is not None:
-            self.detector.op("updated", e.id, None, self._epoch)
-        if self._observes:
-            self.policy.observe_one("updated", e, self._epoch)
-        if self._record is not None:
-            self._rec({"op": "updated", "t": e.id})
-        self._account("updated", t0, d0)
+        busy = self._busy                         # _exclusive, inlined
+        if not busy.acquire(False):
+            self._refuse("tensor_updated")
+        try:
+            if self._busy_depth == 0:
+                self._busy_in = (get_ident(), "tensor_updated")
+            self._busy_depth += 1
+            t0, d0 = _perf_counter(), self.transport.stats.driver_time_s
+            e = self._entry(tensor)
+            if e.addr is None:
+                raise NotOnCardError(
+                    f"{tensor!r} is not on the card (never needed, evicted by a later call, or "
+                    "overwritten by write_tensor); call need_in_device for it, run the "
+                    "operation, then tensor_updated before the next need_in_device")
+            e.written, e.discarded = True, False
+            if e.card_size:
+                e.dirty, e.host_valid = True, False
+                self.policy.recost(e, self._now)
+                if e.gathered:
+                    self._ungather(e)
+                if e.card_size <= DEFER_MAX:
+                    self._log_update(e)
+            else:
+                e.host_valid = True         # no bytes: the host copy is trivially current
+            if self.detector is not None:
+                self.detector.op("updated", e.id, None, self._epoch)
+            if self._observes:
+                self.policy.observe_one("updated", e, self._epoch)
+            if self._record is not None:
+                self._rec({"op": "updated", "t": e.id})
+            self._account("updated", t0, d0)
+        finally:
+            self._busy_depth -= 1
+            busy.release()
 
     @_exclusive
     def free_tensor(self, tensor: TensorHandle) -> None:
@@ -506,6 +531,7 @@ class MemoryManager:
         if e.home is not None:
             self.arena.free(e.home)
         del self._entries[e.id]
+        object.__setattr__(e.handle, "_entry", None)
         if self.detector is not None:
             self.detector.freed(e.id, self._epoch)
         if self._observes:
@@ -1004,6 +1030,7 @@ class MemoryManager:
                     "although the call fits the card; please report with a recorded trace")
             self._evict(victims)
         moves = self._place(unplaced, placing, epoch) if unplaced else []
+        pending, deferred = self._pending, False
         if pre:
             order = sorted(pre, key=lambda e: (e.home.chunk, e.home.address))  # type: ignore
             addrs = self.alloc.alloc_run([e.card_size for e in order], [e.id for e in order])
@@ -1013,9 +1040,9 @@ class MemoryManager:
                 if a is not None:
                     e.addr = a
                     placing.add(e.id)
+                    pending.pop(e.id, None)       # (uploaded below, if written)
                     self.policy.insert(e, self._now)
                     self.stats.prefetched += 1
-        pending, deferred = self._pending, False
         for e in missing:
             if pending.pop(e.id, None) is not None:
                 deferred = True
@@ -1032,6 +1059,7 @@ class MemoryManager:
                     e.addr = a
                     e.spec = True
                     placing.add(e.id)
+                    del pending[e.id]
                     self.policy.insert(e, self._now)
                     self.stats.deferred_uploads += 1
         if moves:
@@ -1330,10 +1358,10 @@ class MemoryManager:
         self.stats.writebacks += len(ents)
 
     def _upload(self, ents: list[_Entry]) -> None:
+        """Host -> card copy of placed tensors, as one batch (the caller has taken them out of
+        the deferred writes)."""
         items, staged = [], []
-        pending = self._pending
         for e in ents:
-            pending.pop(e.id, None)
             assert e.addr is not None and e.home is not None
             if e.codec is None:
                 items.append((e.home.address, e.card_size, e.addr, e.home.chunk))
@@ -1354,7 +1382,23 @@ class MemoryManager:
 
     # --- helpers ------------------------------------------------------------------------------
 
+    def _refuse(self, name: str) -> NoReturn:
+        """The error of a call (`name`) that another thread's call overlaps (_exclusive)."""
+        ident, inside = self._busy_in
+        holder = next((t.name for t in threading.enumerate() if t.ident == ident), str(ident))
+        raise ConcurrentUseError(
+            f"MemoryManager.{name} was called from thread "
+            f"{threading.current_thread().name!r} while thread {holder!r} is inside "
+            f"{inside}: the memory manager is not thread-safe (the addresses "
+            "need_in_device returns hold only until the next call); serialize the calls "
+            "and the use of those addresses with one lock, or give each thread its own "
+            "manager")
+
     def _entry(self, t: object) -> _Entry:
+        if type(t) is TensorHandle and t._owner is self._token:
+            e = t._entry
+            if e is not None and e.handle is t:   # (a copy of the handle: by its id, below)
+                return e
         if not isinstance(t, TensorHandle) or t._owner is not self._token:
             raise UnknownTensorError(
                 f"{t!r} is not a tensor handle of this memory manager; pass what its "
@@ -1426,7 +1470,7 @@ class MemoryManager:
         self._record.write(json.dumps(obj, separators=(",", ":")) + "\n")
 
     def _account(self, op: str, t0: float, d0: float, need: bool = False) -> None:
-        dt = time.perf_counter() - t0 - (self.transport.stats.driver_time_s - d0)
+        dt = _perf_counter() - t0 - (self.transport.stats.driver_time_s - d0)
         st = self.stats
         calls, times = st.calls, st.time_s
         calls[op] = calls.get(op, 0) + 1
@@ -1481,5 +1525,7 @@ class MemoryManager:
     def close(self) -> None:
         """Release every host copy the manager allocated."""
         self.arena.close()
+        for e in self._entries.values():
+            object.__setattr__(e.handle, "_entry", None)
         self._entries.clear()
         self._by_key.clear()

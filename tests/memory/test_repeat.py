@@ -356,5 +356,7 @@ def test_predictions_follow_the_recorded_uses_as_the_ring_wraps(window: int) -> 
     repetitions(loop[::-1], 4 * window // len(loop) + 3)
     assert det.lock is not None and det.lag == len(loop) and det.locks == locks + 1
     assert checked > 200 and state["checked"] > checked + 100
-    # bounded by the window, whatever the calls: no more after ten windows than after two
-    assert max(sizes[len(sizes) // 2:]) <= max(sizes[:len(sizes) // 2]) + 16, sizes
+    # bounded by the window and the live tensors, whatever the calls: no more after ten
+    # windows than after two, but for the last use kept for each live tensor of the random
+    # phase after it leaves the window (RepeatDetector._forget_oldest)
+    assert max(sizes[len(sizes) // 2:]) <= max(sizes[:len(sizes) // 2]) + 16 + len(pool), sizes
