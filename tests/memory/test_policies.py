@@ -43,15 +43,18 @@ class R:
 
 def _lirs_invariants(p: LirsPolicy, resident: dict[int, R]) -> None:
     """LIRS's structures agree with what is on the card."""
-    status, size = p._status, p._size
+    status = {i: r[0] for i, r in p._rec.items()}
+    size = {i: r[1] for i, r in p._rec.items()}
     stack = list(p._s)
     lir = {i for i, st_ in status.items() if st_ == _LIR}
     hir = {i for i, st_ in status.items() if st_ == _HIR}
     ghosts = {i for i, st_ in status.items() if st_ == _GHOST}
     assert lir | hir == set(resident) and not (lir | hir) & ghosts
-    assert set(p._q) == hir and set(p._res) == set(resident)
+    assert set(p._q) == hir
+    assert all((r[2] is resident.get(i)) for i, r in p._rec.items()), "resident in the record"
+    assert all(p._rec[i][3] is None for i in ghosts), "a ghost was inserted by no call"
     assert set(p._ghosts) == ghosts and ghosts <= set(stack)
-    assert set(stack) <= lir | hir | ghosts and set(size) == set(status)
+    assert set(stack) <= lir | hir | ghosts
     assert p._lir_bytes == sum(size[i] for i in lir)
     assert p._ghost_bytes == sum(p._ghosts.values()) == sum(size[i] for i in ghosts)
     assert p._ghost_bytes <= p.ghost_factor * p.capacity
@@ -122,7 +125,7 @@ def test_lirs_keeps_a_loop_a_scan_cannot_displace() -> None:
             for q in (p, lru):
                 hits[q] += _need(q, res[q], e, step)
     assert hits[lru] == 0 and hits[p] > 60
-    lir = {i for i, s_ in p._status.items() if s_ == _LIR}
+    lir = {i for i, r in p._rec.items() if r[0] == _LIR}
     for j in range(100, 130):                         # a scan: each tensor once
         step += 1
         _need(p, res[p], R(j, 100), step)
