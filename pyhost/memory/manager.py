@@ -1001,9 +1001,10 @@ class MemoryManager:
 
     def _bring_in(self, missing: list[_Entry], epoch: int) -> None:
         # (loops, not comprehensions, on this path: each comprehension is a function call)
-        placing = set()
+        placing = set()                          # ids, for the window rules
         for e in missing:
             placing.add(e.id)
+        placed = missing.copy()                   # ... and the entries, for the upload
         # Prefetch only when this call uploads anyway: one batch then covers the next calls,
         # instead of every call topping up the window by one tensor.
         pre, horizon_bytes = [], 0
@@ -1040,6 +1041,7 @@ class MemoryManager:
                 if a is not None:
                     e.addr = a
                     placing.add(e.id)
+                    placed.append(e)
                     pending.pop(e.id, None)       # (uploaded below, if written)
                     self.policy.insert(e, self._now)
                     self.stats.prefetched += 1
@@ -1059,6 +1061,7 @@ class MemoryManager:
                     e.addr = a
                     e.spec = True
                     placing.add(e.id)
+                    placed.append(e)
                     del pending[e.id]
                     self.policy.insert(e, self._now)
                     self.stats.deferred_uploads += 1
@@ -1068,10 +1071,8 @@ class MemoryManager:
         insert, now = self.policy.insert, self._now
         for e in missing:
             insert(e, now)
-        entries = self._entries
         up = []
-        for i in placing:
-            e = entries[i]
+        for e in placed:
             if e.written and e.host_valid:
                 up.append(e)
         self._upload(up)
@@ -1313,16 +1314,19 @@ class MemoryManager:
         """_release of each (one loop: the miss path evicts a few tensors per call)."""
         free_block = self.alloc.free_block
         gone = self.policy.evicted if evicted else self.policy.remove
+        unused = 0
         for e in ents:
             if e.spec:
                 e.spec = False                    # uploaded for nothing
-                self._spec_unused += 1
-                self.stats.deferred_unused += 1
+                unused += 1
             if e.card_size:
                 free_block(e.addr)  # type: ignore[arg-type]
                 gone(e)
             e.addr = None
             e.dirty = False
+        if unused:
+            self._spec_unused += unused
+            self.stats.deferred_unused += unused
 
     def _stage(self, size: int) -> tuple[Any, int]:
         self._staging -= 1
