@@ -1002,6 +1002,7 @@ class AutoPolicy(EvictionPolicy):
         self.lru = SizedLruPolicy()
         self._online: EvictionPolicy = self.lru
         self._log: list[tuple[str, list[Resident], int]] = []   # shadow events not yet fed
+        self._decays = 0                 # need calls before the log that only decay (observe)
         self.planner = PlannedPolicy()
         self.planner.share_residents(self.lru._order)    # the same residents, one map
         self.planning = False            # set by the manager (a hint, or a learned repetition)
@@ -1040,6 +1041,7 @@ class AutoPolicy(EvictionPolicy):
         self._shadows = {"lirs": ShadowCache(LirsPolicy(), self._cap, memory, rate),
                          "lru": ShadowCache(SizedLruPolicy(), self._cap, memory, rate)}
         self._pair = (self._shadows["lirs"], self._shadows["lru"])
+        self._decays = 0                 # (costs from zero)
 
     @property                            # type: ignore[override]
     def next_use(self) -> Callable[[Resident], float]:   # type: ignore[override]
@@ -1095,11 +1097,11 @@ class AutoPolicy(EvictionPolicy):
         if not ents:
             if kind != "need":
                 return
-            if not log:                  # nothing waits: the decay alone, now (as _flush)
-                a_sh, b_sh = self._pair
-                a_sh.cost *= a_sh.decay
-                b_sh.cost *= b_sh.decay
-                self._choose(a_sh.cost, b_sh.cost)
+            if not log:
+                # Nothing waits: the call only decays both shadows' costs, alike, which
+                # leaves the choice between them as it is; counted, applied by _flush before
+                # the events that come after it.
+                self._decays += 1
                 return
         log.append((kind, ents, epoch))
         if len(log) >= SHADOW_LOG:
@@ -1121,6 +1123,11 @@ class AutoPolicy(EvictionPolicy):
     def _flush(self) -> None:
         log, self._log = self._log, []
         a_sh, b_sh = self._pair
+        if self._decays:                 # the need calls before the log without a sampled one
+            f = a_sh.decay ** self._decays          # (both shadows decay alike)
+            a_sh.cost *= f
+            b_sh.cost *= f
+            self._decays = 0
         for kind, ents, epoch in log:
             if kind == "need":
                 a_sh.need(ents, epoch, True)
@@ -1177,8 +1184,11 @@ class AutoPolicy(EvictionPolicy):
                     planner_touch(e, now)
 
     def recost(self, e: Resident, now: int) -> None:
-        # the recency experts do not look at cost (EvictionPolicy.recost)
-        self.planner.recost(e, now)
+        # the recency experts do not look at cost (EvictionPolicy.recost); the planning half
+        # does not while lazy
+        pl = self.planner
+        if not pl._lazy:
+            pl.recost(e, now)
 
     def remove(self, e: Resident) -> None:
         for p in self._parts():

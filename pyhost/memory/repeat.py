@@ -247,21 +247,27 @@ class RepeatDetector:
                 kl: int) -> None:
         """Probe the lags this call may repeat at; `ul` the last use of each of its tensors,
         `kl` the last call with its key (-1: none)."""
+        # (loops, not comprehensions: a search runs on every call it does not back off from)
         alive = []
+        lags = set()
         for c in self._cands:
             if self._match(c, ids, now):
                 c.matches += 1
                 alive.append(c)
-        lags = {c.lag for c in alive}
+                lags.add(c.lag)
         # earlier calls this one may repeat: the last uses of its tensors (a weight's last use
         # is one repetition ago), and the last calls with the same sizes
         # (each with the place in this call of the tensor whose use it is, -1 for a size match)
         tries: list[tuple[int, int]] = []
-        for k, (i, t) in enumerate(zip(ids, ul, strict=True)):
+        k = 0
+        for t in ul:
             if t >= 0:
-                tries += [(u, k) for u in self._uses_of(i, t, 3)]
+                for u in self._uses_of(ids[k], t, 3):
+                    tries.append((u, k))
+            k += 1
         if kl >= 0:
-            tries += [(t, -1) for t in self._times_of_key(kl, self.max_candidates)]
+            for t in self._times_of_key(kl, self.max_candidates):
+                tries.append((t, -1))
         empty: dict[int, int] = {}
         births = None
         calls, w, first, end, n = self._calls, self.window, self._first, self._end, len(ids)
@@ -292,7 +298,8 @@ class RepeatDetector:
                     c = _Candidate(lag, matches=1, exact=same, fwd=dict(new),
                                    inv={h: x for x, h in new})
                 alive.append(c)
-        alive.sort(key=lambda c: -c.matches)
+        if len(alive) > 1:
+            alive.sort(key=lambda c: -c.matches)
         self._cands = alive[:self.max_candidates]
         if self._cands and self._cands[0].matches >= self.confirm \
                 and self._cands[0].exact >= self.evidence:
