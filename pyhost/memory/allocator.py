@@ -49,6 +49,13 @@ LOCAL_WALK = 256
 LOCAL_NEAR = 32
 
 
+#: The size index holds each hole as one int, length << _SHIFT | start: the order of (length,
+#: start) pairs, but a bisect compares ints (a tuple per probe was two more objects to reach,
+#: cache misses with thousands of holes). Capacities stay below 2 ** _SHIFT bytes.
+_SHIFT = 48
+_MASK = (1 << _SHIFT) - 1
+
+
 class AllocatorInvariantError(AssertionError):
     """The block / hole map is inconsistent (a bug in the allocator; see `check`)."""
 
@@ -61,6 +68,9 @@ class CardAllocator:
             raise ValueError(f"card capacity must be positive, got {capacity}")
         if align <= 0 or align & (align - 1):
             raise ValueError(f"alignment must be a power of two, got {align}")
+        if capacity > _MASK:
+            raise ValueError(f"card capacity {capacity} is above the allocator's 2**{_SHIFT} "
+                             "bytes")
         self.capacity = capacity
         self.align = align
         self.used = 0
@@ -70,7 +80,7 @@ class CardAllocator:
         self._blocks: dict[int, tuple[int, Hashable]] = {}
         self._hstarts: list[int] = [0]                   # hole starts, sorted
         self._holes: dict[int, int] = {0: capacity}      # start -> length
-        self._bysize: list[tuple[int, int]] = [(capacity, 0)]   # (length, start), sorted
+        self._bysize: list[int] = [capacity << _SHIFT]   # length << _SHIFT | start, sorted
 
     # --- queries ------------------------------------------------------------------------------
 
@@ -79,7 +89,7 @@ class CardAllocator:
         return self.capacity - self.used
 
     def largest_hole(self) -> int:
-        return self._bysize[-1][0] if self._bysize else 0
+        return self._bysize[-1] >> _SHIFT if self._bysize else 0
 
     def blocks(self) -> list[tuple[int, int, Hashable]]:
         """(start, size, key) of every block, in address order."""
@@ -95,12 +105,12 @@ class CardAllocator:
             return
         bisect.insort(self._hstarts, start)
         self._holes[start] = length
-        bisect.insort(self._bysize, (length, start))
+        bisect.insort(self._bysize, length << _SHIFT | start)
 
     def _del_hole(self, start: int) -> int:
         length = self._holes.pop(start)
         del self._hstarts[bisect.bisect_left(self._hstarts, start)]
-        del self._bysize[bisect.bisect_left(self._bysize, (length, start))]
+        del self._bysize[bisect.bisect_left(self._bysize, length << _SHIFT | start)]
         return length
 
     def _fit(self, start: int, length: int, size: int) -> int | None:
@@ -121,8 +131,8 @@ class CardAllocator:
             del self._holes[hole]
             self._holes[at + size] = rest
             bs = self._bysize
-            del bs[bisect.bisect_left(bs, (length, hole))]
-            bisect.insort(bs, (rest, at + size))
+            del bs[bisect.bisect_left(bs, length << _SHIFT | hole)]
+            bisect.insort(bs, rest << _SHIFT | (at + size))
         else:
             self._del_hole(hole)
             self._add_hole(hole, at - hole)
@@ -137,10 +147,11 @@ class CardAllocator:
         if size <= 0:
             raise ValueError(f"block size must be positive, got {size}")
         bs = self._bysize
-        i = bisect.bisect_left(bs, (size, -1))
+        i = bisect.bisect_left(bs, size << _SHIFT)
         if i == len(bs):
             return None
-        length, start = bs[i]
+        k = bs[i]
+        length, start = k >> _SHIFT, k & _MASK
         at = -(-start // self.align) * self.align      # the first candidate (_fit), inlined
         if at + size <= start + length:
             if at == start and length > size:
@@ -152,14 +163,15 @@ class CardAllocator:
                 del holes[start]
                 holes[start + size] = length - size
                 del bs[i]
-                bisect.insort(bs, (length - size, start + size))
+                bisect.insort(bs, (length - size) << _SHIFT | (start + size))
                 self._blocks[start] = (size, key)
                 self.used += size
                 return start
             self._take(start, at, size, key)
             return at
         fallback = None
-        for length, start in bs[i:i + 8]:             # a few candidates for an aligned fit
+        for k in bs[i:i + 8]:                         # a few candidates for an aligned fit
+            length, start = k >> _SHIFT, k & _MASK
             at = self._fit(start, length, size)
             if at is not None and at % self.align == 0:
                 self._take(start, at, size, key)
@@ -174,10 +186,11 @@ class CardAllocator:
     def alloc_run(self, sizes: Sequence[int], keys: Sequence[Hashable]) -> list[int] | None:
         """Place blocks back to back in one hole (so one transfer can move them all), or None."""
         total = sum(sizes)
-        i = bisect.bisect_left(self._bysize, (total, -1))
+        i = bisect.bisect_left(self._bysize, total << _SHIFT)
         if i == len(self._bysize):
             return None
-        length, start = self._bysize[i]
+        k = self._bysize[i]
+        length, start = k >> _SHIFT, k & _MASK
         at = self._fit(start, length, total)
         assert at is not None
         out = []
@@ -205,11 +218,11 @@ class CardAllocator:
         after = i < len(hs) and hs[i] == end              # a hole right after the block
         if after:
             n = holes.pop(end)
-            del bs[bisect.bisect_left(bs, (n, end))]
+            del bs[bisect.bisect_left(bs, n << _SHIFT | end)]
             end += n
         prev = hs[i - 1] if i > 0 else -1
         if prev >= 0 and prev + holes[prev] == start:    # ... and one right before
-            del bs[bisect.bisect_left(bs, (holes[prev], prev))]
+            del bs[bisect.bisect_left(bs, holes[prev] << _SHIFT | prev)]
             if after:
                 del hs[i]
             start = prev
@@ -218,7 +231,7 @@ class CardAllocator:
         else:
             hs.insert(i, start)
         holes[start] = end - start
-        bisect.insort(bs, (end - start, start))
+        bisect.insort(bs, (end - start) << _SHIFT | start)
 
     # --- compaction ---------------------------------------------------------------------------
 
@@ -362,8 +375,9 @@ class CardAllocator:
     def _alloc_avoiding(self, size: int, key: Hashable, lo: int, hi: int) -> int:
         """Best fit for `size` in a hole wholly outside [lo, hi) (the rule _fits_elsewhere
         simulates)."""
-        i = bisect.bisect_left(self._bysize, (size, -1))
-        for length, start in self._bysize[i:]:
+        i = bisect.bisect_left(self._bysize, size << _SHIFT)
+        for k in self._bysize[i:]:
+            length, start = k >> _SHIFT, k & _MASK
             if start < hi and lo < start + length:
                 continue
             at = self._fit(start, length, size)
@@ -394,7 +408,7 @@ class CardAllocator:
         best: tuple[int, int, list[tuple[int, int, Hashable]]] | None = None
         best_cost = limit
         large = self.large
-        starts = self._hstarts if not large else [h for _, h in self._bysize[-LOCAL_HOLES:]]
+        starts = self._hstarts if not large else [k & _MASK for k in self._bysize[-LOCAL_HOLES:]]
         for hstart in starts:
             hend = hstart + self._holes[hstart]
             for lo in (hstart, hend - size):          # window from the hole's start or to its end
@@ -421,7 +435,11 @@ class CardAllocator:
     def _fits_elsewhere(self, sizes: list[int], lo: int, hi: int) -> bool:
         """Whether the blocks, largest first, fit holes wholly outside [lo, hi) by the rule of
         _alloc_avoiding (simulated on a copy of the holes)."""
-        avail = [(ln, s) for ln, s in self._bysize if s + ln <= lo or s >= hi]
+        avail = []                                # (length, start), sorted
+        for k in self._bysize:
+            ln, s = k >> _SHIFT, k & _MASK
+            if s + ln <= lo or s >= hi:
+                avail.append((ln, s))
         for n in sorted(sizes, reverse=True):
             j = bisect.bisect_left(avail, (n, -1))
             if j == len(avail):
@@ -440,8 +458,9 @@ class CardAllocator:
         reverse), found by bisect instead of copying the hole index."""
         used: set[int] = set()
         for n in sorted(sizes, reverse=True):
-            i = bisect.bisect_left(self._bysize, (n, -1))
-            for ln, st in self._bysize[i:i + 64]:
+            i = bisect.bisect_left(self._bysize, n << _SHIFT)
+            for k in self._bysize[i:i + 64]:
+                ln, st = k >> _SHIFT, k & _MASK
                 if st in used or (st < hi and lo < st + ln) or self._fit(st, ln, n) is None:
                     continue
                 used.add(st)
@@ -465,7 +484,8 @@ class CardAllocator:
         best: tuple[int, tuple[int, int, list[tuple[int, int, Hashable]]]] | None = None
         holes, blocks = self._holes, self._blocks
         budget = LOCAL_WALK
-        for _, h in reversed(self._bysize[-LOCAL_HOLES:]):
+        for k in reversed(self._bysize[-LOCAL_HOLES:]):
+            h = k & _MASK
             at, free, cost = h, 0, 0
             inside: list[tuple[int, int, Hashable]] = []
             while free < size and at < self.capacity and len(inside) < budget:
@@ -562,7 +582,7 @@ class CardAllocator:
             cur, prev_hole = s + ln, is_hole
         if cur != self.capacity:
             raise AllocatorInvariantError(f"segments end at {cur:#x}, capacity {self.capacity:#x}")
-        if sorted(self._bysize) != self._bysize or len(self._bysize) != len(self._holes):
+        if self._bysize != sorted(ln << _SHIFT | s for s, ln in self._holes.items()):
             raise AllocatorInvariantError("size index out of step with the holes")
         if self.used != sum(ln for ln, _ in self._blocks.values()):
             raise AllocatorInvariantError("used bytes out of step with the blocks")
