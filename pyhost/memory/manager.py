@@ -486,7 +486,10 @@ class MemoryManager:
                 self._busy_in = (get_ident(), "tensor_updated")
             self._busy_depth += 1
             t0, d0 = _perf_counter(), self.transport.stats.driver_time_s
-            e = self._entry(tensor)
+            e = tensor._entry if type(tensor) is TensorHandle and tensor._owner is self._token \
+                else None
+            if e is None or e.handle is not tensor:
+                e = self._entry(tensor)               # the rules, and the error that says why
             if e.addr is None:
                 raise NotOnCardError(
                     f"{tensor!r} is not on the card (never needed, evicted by a later call, or "
@@ -747,7 +750,7 @@ class MemoryManager:
         det = self.detector
         assert det is not None
         had = det.lock
-        det.observe(epoch, ids, sizes, sized=det is self._own_detector)
+        det.observe(epoch, ids, sizes, det is self._own_detector)   # (sized; positional)
         lock = det.lock
         if lock is not had:
             if had is not None:
@@ -1051,9 +1054,11 @@ class MemoryManager:
         if not pre and deferred:
             # a deferred write is needed: upload the other deferred writes with it
             comp = self._deferred_companions(placing)
+        else:
+            comp = []
+        if comp:                                 # (none once the card evicts, mostly)
             comp.sort(key=lambda e: (e.home.chunk, e.home.address))  # type: ignore[union-attr]
-            addrs = self.alloc.alloc_run([e.card_size for e in comp], [e.id for e in comp]) \
-                if comp else []
+            addrs = self.alloc.alloc_run([e.card_size for e in comp], [e.id for e in comp])
             if addrs is None:
                 addrs = [self.alloc.alloc(e.card_size, e.id) for e in comp]
             for e, a in zip(comp, addrs, strict=True):

@@ -762,13 +762,19 @@ class LirsPolicy(EvictionPolicy):
 
     def evicted(self, e: Resident) -> None:
         i = e.id
-        r = self._rec.get(i)
+        rec = self._rec
+        r = rec.get(i)
         if r is None:
             return
-        self._leave_card(i, r)
+        st = r[_ST]                                          # _leave_card, inlined
+        r[_RES] = r[_INS] = None
+        if st == _LIR:
+            self._lir_bytes -= r[_SZ]
+        elif st == _HIR:
+            self._q.pop(i, None)
         s = self._s
         if i not in s:
-            del self._rec[i]
+            del rec[i]
             return
         # History stays, as the newest ghost, within the ghost bytes kept. At the bottom of S
         # its ghost would be pruned at once: it leaves S as the prune would take it, and only
@@ -784,8 +790,9 @@ class LirsPolicy(EvictionPolicy):
             self._drop_ghost(next(iter(ghosts)))
         if bottom:
             del s[i]
-            del self._rec[i]
-        self._prune()
+            del rec[i]
+        if s and rec[next(iter(s))][_ST] != _LIR:            # (else _prune does nothing)
+            self._prune()
 
     def _leave_card(self, i: int, r: list[Any]) -> None:
         """Tensor ``i`` (record ``r``) is no longer resident: no resident in its record, its

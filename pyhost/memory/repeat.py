@@ -169,7 +169,23 @@ class RepeatDetector:
             else:
                 self._skip -= 1
                 self._skipped += 1
-        self._record(ids, key, now, ul, kl)
+        # the record (inlined: once per need call)
+        if self._end == self._first or now != self._end:   # first call, or a gap: restart
+            self._reset_ring(now)
+            ul = [last.get(i, -1) for i in ids]              # the lookups were stale
+            kl = self._klast.get(key, -1)
+        for i in ids:
+            last[i] = now
+        self._klast[key] = now
+        w = self.window
+        if self._end - self._first == w:                     # full: forget the oldest call
+            self._forget_oldest()
+        j = now % w
+        self._calls[j] = ids
+        self._keys[j] = key
+        self._prevs[j] = tuple(ul)
+        self._kprev[j] = kl
+        self._end = now + 1
 
     # --- matching -----------------------------------------------------------------------------
 
@@ -336,26 +352,6 @@ class RepeatDetector:
             h = c.fwd.get(x)
             if h is not None and x not in self.role:
                 self.role[x] = self.role.get(h, h)
-
-    def _record(self, ids: tuple[int, ...], key: tuple[int, ...], now: int, ul: list[int],
-                kl: int) -> None:
-        last = self._last
-        if self._end == self._first or now != self._end:   # first call, or a gap: restart
-            self._reset_ring(now)
-            ul = [last.get(i, -1) for i in ids]              # the lookups were stale
-            kl = self._klast.get(key, -1)
-        for i in ids:
-            last[i] = now
-        self._klast[key] = now
-        w = self.window
-        if self._end - self._first == w:                     # full: forget the oldest call
-            self._forget_oldest()
-        j = now % w
-        self._calls[j] = ids
-        self._keys[j] = key
-        self._prevs[j] = tuple(ul)
-        self._kprev[j] = kl
-        self._end = now + 1
 
     def _reset_ring(self, now: int) -> None:
         while self._first < self._end:
