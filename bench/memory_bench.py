@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import json
 import statistics
 import time
@@ -175,6 +176,9 @@ def latency(live: int, miss_heavy: bool, calls: int = 20_000, seed: int = 0
     on the hit path (the card holds them all) or miss-heavy (the card holds a fifth of them,
     random triples, one output updated per call). Exact quantiles of every call's time (the
     manager's own histogram rounds to its 10 % buckets)."""
+    # the previous runs' managers are garbage in cycles: collected now, not by a full
+    # collection (200-600 ms with them) in the middle of this run's calls
+    gc.collect()
     rng = np.random.default_rng(seed)
     sizes = (rng.integers(1, 65, live) * 64).tolist()
     total = sum(sizes)
