@@ -112,6 +112,13 @@ _perf_counter = time.perf_counter
 _CARD_SIZE = attrgetter("card_size")
 
 
+def _host_order(e: _Entry) -> tuple[int, int]:
+    """Sort key: host chunk, then host address (a run placed in this order on the card moves
+    in one transfer when the host copies are adjacent too)."""
+    h = e.home
+    return (h.chunk, h.address) if h is not None else (0, 0)
+
+
 def _exclusive(fn: _F) -> _F:
     """One thread at a time: a call that starts while another thread is inside a call of the
     same manager raises ConcurrentUseError before touching anything. The same thread may nest
@@ -486,10 +493,7 @@ class MemoryManager:
                 self._busy_in = (get_ident(), "tensor_updated")
             self._busy_depth += 1
             t0, d0 = _perf_counter(), self.transport.stats.driver_time_s
-            e = tensor._entry if type(tensor) is TensorHandle and tensor._owner is self._token \
-                else None
-            if e is None or e.handle is not tensor:
-                e = self._entry(tensor)               # the rules, and the error that says why
+            e = self._entry(tensor)
             if e.addr is None:
                 raise NotOnCardError(
                     f"{tensor!r} is not on the card (never needed, evicted by a later call, or "
@@ -1036,7 +1040,7 @@ class MemoryManager:
         moves = self._place(unplaced, placing, epoch) if unplaced else []
         pending, deferred = self._pending, False
         if pre:
-            order = sorted(pre, key=lambda e: (e.home.chunk, e.home.address))  # type: ignore
+            order = sorted(pre, key=_host_order)
             addrs = self.alloc.alloc_run([e.card_size for e in order], [e.id for e in order])
             if addrs is None:                    # no room in one piece: each where it fits
                 addrs = [self.alloc.alloc(e.card_size, e.id) for e in order]
@@ -1057,7 +1061,7 @@ class MemoryManager:
         else:
             comp = []
         if comp:                                 # (none once the card evicts, mostly)
-            comp.sort(key=lambda e: (e.home.chunk, e.home.address))  # type: ignore[union-attr]
+            comp.sort(key=_host_order)
             addrs = self.alloc.alloc_run([e.card_size for e in comp], [e.id for e in comp])
             if addrs is None:
                 addrs = [self.alloc.alloc(e.card_size, e.id) for e in comp]
@@ -1073,9 +1077,9 @@ class MemoryManager:
         if moves:
             self.stats.compactions += 1
             self.transport.move([(m.src, m.size, m.dst) for m in moves if m.copy])
-        insert, now = self.policy.insert, self._now
+        admit, now = self.policy.admit, self._now
         for e in missing:
-            insert(e, now)
+            admit(e, now)
         up = []
         for e in placed:
             if e.written and e.host_valid:
@@ -1264,9 +1268,12 @@ class MemoryManager:
         return True
 
     def _place(self, missing: list[_Entry], placing: set[int], epoch: int) -> list:
-        order = sorted(missing, key=lambda e: (e.home.chunk, e.home.address)  # type: ignore
-                       if e.home is not None else (0, 0))
-        addrs = self.alloc.alloc_run([e.card_size for e in order], [e.id for e in order])
+        order = sorted(missing, key=_host_order) if len(missing) > 1 else missing
+        sizes, keys = [], []                      # (loops: a comprehension is a call)
+        for e in order:
+            sizes.append(e.card_size)
+            keys.append(e.id)
+        addrs = self.alloc.alloc_run(sizes, keys)
         if addrs is not None:
             for e, a in zip(order, addrs, strict=True):
                 e.addr = a
@@ -1286,8 +1293,7 @@ class MemoryManager:
             moves = []
         for m in moves:
             entries[m.key].addr = m.dst  # type: ignore[index]
-        rest.sort(key=lambda e: (e.home.chunk, e.home.address)  # type: ignore[union-attr]
-                  if e.home is not None else (0, 0))
+        rest.sort(key=_host_order)
         addrs = self.alloc.alloc_run([e.card_size for e in rest], [e.id for e in rest])
         assert addrs is not None, "compaction made no hole for the remaining tensors"
         for e, a in zip(rest, addrs, strict=True):

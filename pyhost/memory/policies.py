@@ -78,7 +78,13 @@ class EvictionPolicy(abc.ABC):
 
     @abc.abstractmethod
     def insert(self, e: Resident, now: int) -> None:
-        """`e` became resident (it is also touched in the same call)."""
+        """`e` became resident: uploaded with need call `now` without being one of its tensors
+        (a deferred write, a prefetch), or, through `admit`, one of them."""
+
+    def admit(self, e: Resident, now: int) -> None:
+        """`e`, a tensor of need call `now`, became resident; `touch_all` of the call's tensors
+        follows in the same call."""
+        self.insert(e, now)
 
     @abc.abstractmethod
     def touch(self, e: Resident, now: int) -> None:
@@ -1010,6 +1016,7 @@ class AutoPolicy(EvictionPolicy):
         self._online: EvictionPolicy = self.lru
         self._log: list[tuple[str, list[Resident], int]] = []   # shadow events not yet fed
         self._decays = 0                 # need calls before the log that only decay (observe)
+        self._owed = False               # a cost changed after the last choice (observe)
         self.planner = PlannedPolicy()
         self.planner.share_residents(self.lru._order)    # the same residents, one map
         self.planning = False            # set by the manager (a hint, or a learned repetition)
@@ -1049,6 +1056,7 @@ class AutoPolicy(EvictionPolicy):
                          "lru": ShadowCache(SizedLruPolicy(), self._cap, memory, rate)}
         self._pair = (self._shadows["lirs"], self._shadows["lru"])
         self._decays = 0                 # (costs from zero)
+        self._owed = False
 
     @property                            # type: ignore[override]
     def next_use(self) -> Callable[[Resident], float]:   # type: ignore[override]
@@ -1105,10 +1113,18 @@ class AutoPolicy(EvictionPolicy):
             if kind != "need":
                 return
             if not log:
-                # Nothing waits: the call only decays both shadows' costs, alike, which
-                # leaves the choice between them as it is; counted, applied by _flush before
-                # the events that come after it.
-                self._decays += 1
+                # Nothing waits: the call decays both shadows' costs, alike, and chooses. That
+                # choice is the last one unless a cost changed since (a replayed read after the
+                # last replayed need): then now, else only counted, the decays applied by
+                # _flush before the events that come after them.
+                a_sh, b_sh = self._pair
+                if self._owed:
+                    a_sh.cost *= a_sh.decay
+                    b_sh.cost *= b_sh.decay
+                    self._choose(a_sh.cost, b_sh.cost)
+                    self._owed = False
+                else:
+                    self._decays += 1
                 return
         log.append((kind, ents, epoch))
         if len(log) >= SHADOW_LOG:
@@ -1130,20 +1146,24 @@ class AutoPolicy(EvictionPolicy):
     def _flush(self) -> None:
         log, self._log = self._log, []
         a_sh, b_sh = self._pair
-        if self._decays:                 # the need calls before the log without a sampled one
-            f = a_sh.decay ** self._decays          # (both shadows decay alike)
-            a_sh.cost *= f
-            b_sh.cost *= f
-            self._decays = 0
+        for _ in range(self._decays):    # the need calls before the log without a sampled one
+            a_sh.cost *= a_sh.decay      # (one multiplication per call, as they would have)
+            b_sh.cost *= b_sh.decay
+        self._decays = 0
+        owed = self._owed
         for kind, ents, epoch in log:
             if kind == "need":
                 a_sh.need(ents, epoch, True)
                 b_sh.need(ents, epoch, True)
                 self._choose(a_sh.cost, b_sh.cost)
+                owed = False
             else:
                 for e in ents:
                     a_sh.event(kind, e, True)
                     b_sh.event(kind, e, True)
+                if kind == "read":       # (the only event but a need that adds a cost)
+                    owed = True
+        self._owed = owed
         content = len(a_sh._content)
         if a_sh.rate == 1:
             if (max(len(a_sh.res), len(b_sh.res)) > SHADOW_SAMPLE_ABOVE
@@ -1173,6 +1193,14 @@ class AutoPolicy(EvictionPolicy):
         pl = self.planner
         if not pl._lazy or e.pin != now:          # (lazy, a miss records nothing: see lazy)
             pl.insert(e, now)
+
+    def admit(self, e: Resident, now: int) -> None:
+        # The planning half is not told: the call's touch_all, right after, records the need
+        # and ranks the tensor in its heaps (its insert would rank it once more, a next-use
+        # prediction and a heap push, overwritten there; the pops' order is the same, by
+        # rank, then by the order of the last rankings) and, lazy, records nothing for it.
+        self.lirs.insert(e, now)
+        self.lru._order[e.id] = e                 # LruPolicy.insert (the planner's residents)
 
     def touch(self, e: Resident, now: int) -> None:
         self.touch_all((e,), now)

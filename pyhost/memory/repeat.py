@@ -216,15 +216,17 @@ class RepeatDetector:
         rec = self._calls[ref % self.window]
         if len(rec) != len(ids):
             return None
+        # (loops, not comprehensions: a locked detector probes every need call)
         new: list[tuple[int, int]] = []
         same = 0
-        size = self._size
-        if births is None:
-            births = [self._born.get(x, -1) for x in ids]
-        for x, h, b in zip(ids, rec, births, strict=False):  # lengths checked
+        size, born = self._size, self._born
+        k = -1
+        for x, h in zip(ids, rec, strict=True):  # lengths checked
+            k += 1
             if x == h:
                 same += 1
                 continue
+            b = births[k] if births is not None else born.get(x, -1)
             if b < ref:                           # existed then, but was not used there
                 return None
             m = fwd.get(x)
@@ -234,8 +236,9 @@ class RepeatDetector:
                 continue
             if h in inv or size.get(h) != size.get(x):
                 return None
-            if any(h == hh or x == xx for xx, hh in new):
-                return None
+            for xx, hh in new:
+                if h == hh or x == xx:
+                    return None
             new.append((x, h))
         return new, same
 
@@ -356,6 +359,10 @@ class RepeatDetector:
     def _reset_ring(self, now: int) -> None:
         while self._first < self._end:
             self._forget_oldest()
+        # No call is recorded now: the last uses kept for live tensors (_forget_oldest) go
+        # too, or one at or after `now` (need numbers that went back: another counter) would
+        # pass for a use in the new window and lead next_use's walk into overwritten slots.
+        self._last.clear()
         self._first = self._end = now
 
     def _forget_oldest(self) -> None:
@@ -401,14 +408,19 @@ class RepeatDetector:
         lo = now - lag
         if t <= lo or t < self._first:           # (a time before the window: none)
             return INF
-        # the first use after lo: back along the chain (the uses of one repetition)
+        # the first use after lo: back along the chain (the uses of one repetition; each step
+        # an earlier call of the window, so at most as many as it holds)
         calls, prevs, w, first = self._calls, self._prevs, self.window, self._first
-        while True:
+        steps = self._end - first
+        while steps > 0:
             j = t % w
             p = prevs[j][calls[j].index(r)]
             if p <= lo or p < first:
                 return t + lag
             t = p
+            steps -= 1
+        raise AssertionError(f"repeat detector: the uses of tensor {r} do not end within the "
+                             "window (a broken chain; please report)")
 
     def role_of(self, tid: int) -> int:
         return self.role.get(tid, tid)

@@ -276,6 +276,24 @@ def test_the_search_backs_off_while_nothing_repeats() -> None:
     assert 2000 / 4 <= searched <= 2000 / 4 + 8, f"{searched} searches in 2000 calls"
 
 
+@pytest.mark.parametrize("back", [3, 20, 39])
+def test_need_numbers_that_go_back_restart_the_window(back: int) -> None:
+    """A need number below the last one (a caller with another counter) starts the window
+    afresh, like a gap: the last uses recorded before it do not count, and next_use answers at
+    once (last uses kept past the window once led its walk round overwritten ring slots)."""
+    det = RepeatDetector(window=16)
+    for i in range(1, 6):
+        det.allocated(i, 100, 0)
+    for t in range(40):                                  # a loop of four calls, locked
+        det.observe(t, (1 + t % 4,), [100], sized=True)
+    assert det.lag == 4 and det.next_use(1, 39) == 40
+    det.observe(back, (5,), [100], sized=True)
+    assert [det.next_use(i, back) for i in range(1, 5)] == [INF] * 4
+    for t in range(back + 1, back + 40):                 # and it learns from there
+        det.observe(t, (1 + t % 4,), [100], sized=True)
+    assert det.next_use(1 + (back + 40) % 4, back + 39) == back + 40
+
+
 @pytest.mark.parametrize("backoff", [2, 4, 8])
 def test_a_lock_found_after_skipped_calls_predicts_as_one_that_searched_every_call(
         backoff: int) -> None:
