@@ -120,7 +120,10 @@ class CardAllocator:
             return a
         return start if size <= length else None
 
-    def _take(self, hole: int, at: int, size: int, key: Hashable) -> None:
+    def _take(self, hole: int, at: int, size: int, key: Hashable, index: int | None = None
+              ) -> None:
+        """Block `key` of `size` bytes at `at` in the hole starting at `hole` (`index`: the
+        hole's place in _bysize, if the caller knows it)."""
         length = self._holes[hole]
         rest = hole + length - at - size
         if at == hole and rest > 0:
@@ -131,7 +134,7 @@ class CardAllocator:
             del self._holes[hole]
             self._holes[at + size] = rest
             bs = self._bysize
-            del bs[bisect.bisect_left(bs, length << _SHIFT | hole)]
+            del bs[index if index is not None else bisect.bisect_left(bs, length << _SHIFT | hole)]
             bisect.insort(bs, rest << _SHIFT | (at + size))
         else:
             self._del_hole(hole)
@@ -154,20 +157,7 @@ class CardAllocator:
         length, start = k >> _SHIFT, k & _MASK
         at = -(-start // self.align) * self.align      # the first candidate (_fit), inlined
         if at + size <= start + length:
-            if at == start and length > size:
-                # _take's common case inlined, with the hole's place in _bysize known: the
-                # block at the hole's start, the rest keeps the hole's place in _hstarts
-                hs = self._hstarts
-                hs[bisect.bisect_left(hs, start)] = start + size
-                holes = self._holes
-                del holes[start]
-                holes[start + size] = length - size
-                del bs[i]
-                bisect.insort(bs, (length - size) << _SHIFT | (start + size))
-                self._blocks[start] = (size, key)
-                self.used += size
-                return start
-            self._take(start, at, size, key)
+            self._take(start, at, size, key, i)          # (the hole's place in _bysize: i)
             return at
         fallback = None
         for k in bs[i:i + 8]:                         # a few candidates for an aligned fit

@@ -123,23 +123,17 @@ def _exclusive(fn: _F) -> _F:
     """One thread at a time: a call that starts while another thread is inside a call of the
     same manager raises ConcurrentUseError before touching anything. The same thread may nest
     calls (the seed's aliases call the API). (need_in_device and tensor_updated, the calls of
-    every operation, hold the same guard inline: this wrapper's frame and argument packing
-    cost them about 0.2 us each.)"""
+    every operation, call _enter and _leave themselves: this wrapper's frame and argument
+    packing cost them about 0.2 us each.)"""
     name = fn.__name__
 
     @functools.wraps(fn)
     def call(self: MemoryManager, *args: Any, **kwargs: Any) -> Any:
-        busy = self._busy
-        if not busy.acquire(False):              # (positional: the keyword costs ~0.1 us)
-            self._refuse(name)
+        self._enter(name)
         try:
-            if self._busy_depth == 0:
-                self._busy_in = (get_ident(), name)   # the thread's name only for the error
-            self._busy_depth += 1
             return fn(self, *args, **kwargs)
         finally:
-            self._busy_depth -= 1
-            busy.release()
+            self._leave()
     return call  # type: ignore[return-value]
 
 
@@ -277,7 +271,7 @@ class MemoryManager:
         one of the names "fp16", "bf16", "int8" (per-tensor int8); anything else is a
         PrecisionError.
         """
-        t0 = time.perf_counter()
+        t0 = _perf_counter()
         buf = host_buffer_or_size if isinstance(host_buffer_or_size, HostBuffer) else None
         if buf is not None:
             if not self.payload:
@@ -329,7 +323,7 @@ class MemoryManager:
 
         In a dry run `host_src` may be None.
         """
-        t0, d0 = time.perf_counter(), self.transport.stats.driver_time_s
+        t0, d0 = _perf_counter(), self.transport.stats.driver_time_s
         e = self._entry(tensor)
         self._check_size(e, size, "write")
         if e.codec is not None and size != e.size:
@@ -363,7 +357,7 @@ class MemoryManager:
     @_exclusive
     def read_tensor(self, tensor: TensorHandle, size: int, host_dst: HostData | None) -> None:
         """Copy the first `size` bytes of the tensor to `host_dst` (a transfer only if dirty)."""
-        t0, d0 = time.perf_counter(), self.transport.stats.driver_time_s
+        t0, d0 = _perf_counter(), self.transport.stats.driver_time_s
         e = self._entry(tensor)
         self._check_size(e, size, "read")
         if not e.written:
@@ -406,13 +400,8 @@ class MemoryManager:
         other. Raises CardCapacityError only if the distinct tensors exceed the card.
         A zero-size tensor gets address 0 (it has no bytes).
         """
-        busy = self._busy                         # _exclusive, inlined
-        if not busy.acquire(False):
-            self._refuse("need_in_device")
+        self._enter("need_in_device")                  # (as _exclusive)
         try:
-            if self._busy_depth == 0:
-                self._busy_in = (get_ident(), "need_in_device")
-            self._busy_depth += 1
             t0, d0 = _perf_counter(), self.transport.stats.driver_time_s
             if more or t3 is None or t2 is None or t1 is None:
                 args = _need_args(t1, t2, t3, more)
@@ -480,18 +469,12 @@ class MemoryManager:
             self._account("need", t0, d0, need=True)
             return out  # type: ignore[return-value]
         finally:
-            self._busy_depth -= 1
-            busy.release()
+            self._leave()
 
     def tensor_updated(self, tensor: TensorHandle) -> None:
         """The card changed the tensor: its card copy is now the only current one."""
-        busy = self._busy                         # _exclusive, inlined
-        if not busy.acquire(False):
-            self._refuse("tensor_updated")
+        self._enter("tensor_updated")                  # (as _exclusive)
         try:
-            if self._busy_depth == 0:
-                self._busy_in = (get_ident(), "tensor_updated")
-            self._busy_depth += 1
             t0, d0 = _perf_counter(), self.transport.stats.driver_time_s
             e = self._entry(tensor)
             if e.addr is None:
@@ -517,13 +500,12 @@ class MemoryManager:
                 self._rec({"op": "updated", "t": e.id})
             self._account("updated", t0, d0)
         finally:
-            self._busy_depth -= 1
-            busy.release()
+            self._leave()
 
     @_exclusive
     def free_tensor(self, tensor: TensorHandle) -> None:
         """Forget the tensor: its card space and host copy are released, nothing is written."""
-        t0, d0 = time.perf_counter(), self.transport.stats.driver_time_s
+        t0, d0 = _perf_counter(), self.transport.stats.driver_time_s
         if isinstance(tensor, TensorHandle) and tensor._owner is self._token \
                 and tensor.id not in self._entries and tensor.id < self._next_id:
             raise DoubleFreeError(f"{tensor!r} was already freed; free each tensor once")
@@ -643,7 +625,7 @@ class MemoryManager:
             planner.plan_key = lambda e, since: (e.key, since)
             planner.hold = not complete
         if set_plan is not None:
-            t0 = time.perf_counter()
+            t0 = _perf_counter()
             if plan is None:
                 # scipy (the MILP) is loaded only when a planning policy needs it
                 from pyhost.memory.bound import BoundError, solve_plan
@@ -662,7 +644,7 @@ class MemoryManager:
                     if with_plan is None or without is None or with_plan >= without:
                         plan = set()
             set_plan({(key_of(t), s) for t, s in plan})
-            self.stats.plan_s += time.perf_counter() - t0
+            self.stats.plan_s += _perf_counter() - t0
             self.policy.rekey([e for e in self._entries.values() if e.addr is not None
                                and e.card_size], self._now)
 
@@ -791,7 +773,7 @@ class MemoryManager:
             return
         from pyhost.memory.bound import BoundError, plan_drops  # scipy: only when needed
 
-        t0 = time.perf_counter()
+        t0 = _perf_counter()
         tr = det.plan_trace()
         drops: set[tuple[Any, int]] = set()
         self._arms = {}
@@ -833,7 +815,7 @@ class MemoryManager:
         self._period_mark = (self._epoch, self._moved())
         self._online_mark = self.policy.shadow_moved()[1]       # type: ignore[attr-defined]
         self.stats.planned_repeats += bool(drops)
-        self.stats.plan_s += time.perf_counter() - t0
+        self.stats.plan_s += _perf_counter() - t0
 
     def _use_arm(self, arm: str) -> None:
         self._arm = arm
@@ -1008,10 +990,10 @@ class MemoryManager:
 
     def _bring_in(self, missing: list[_Entry], epoch: int) -> None:
         # (loops, not comprehensions, on this path: each comprehension is a function call)
-        placing = set()                          # ids, for the window rules
+        placing = set()                          # ids, for the window rules and companions
         for e in missing:
             placing.add(e.id)
-        placed = missing.copy()                   # ... and the entries, for the upload
+        placed = missing.copy()                   # the entries placed, for the upload
         # Prefetch only when this call uploads anyway: one batch then covers the next calls,
         # instead of every call topping up the window by one tensor.
         pre, horizon_bytes = [], 0
@@ -1038,42 +1020,17 @@ class MemoryManager:
                     "although the call fits the card; please report with a recorded trace")
             self._evict(victims)
         moves = self._place(unplaced, placing, epoch) if unplaced else []
-        pending, deferred = self._pending, False
         if pre:
-            order = sorted(pre, key=_host_order)
-            addrs = self.alloc.alloc_run([e.card_size for e in order], [e.id for e in order])
-            if addrs is None:                    # no room in one piece: each where it fits
-                addrs = [self.alloc.alloc(e.card_size, e.id) for e in order]
-            for e, a in zip(order, addrs, strict=True):
-                if a is not None:
-                    e.addr = a
-                    placing.add(e.id)
-                    placed.append(e)
-                    pending.pop(e.id, None)       # (uploaded below, if written)
-                    self.policy.insert(e, self._now)
-                    self.stats.prefetched += 1
+            self.stats.prefetched += self._place_along(pre, placed, spec=False)
+        pending, deferred = self._pending, False
         for e in missing:
             if pending.pop(e.id, None) is not None:
                 deferred = True
         if not pre and deferred:
             # a deferred write is needed: upload the other deferred writes with it
             comp = self._deferred_companions(placing)
-        else:
-            comp = []
-        if comp:                                 # (none once the card evicts, mostly)
-            comp.sort(key=_host_order)
-            addrs = self.alloc.alloc_run([e.card_size for e in comp], [e.id for e in comp])
-            if addrs is None:
-                addrs = [self.alloc.alloc(e.card_size, e.id) for e in comp]
-            for e, a in zip(comp, addrs, strict=True):
-                if a is not None:
-                    e.addr = a
-                    e.spec = True
-                    placing.add(e.id)
-                    placed.append(e)
-                    del pending[e.id]
-                    self.policy.insert(e, self._now)
-                    self.stats.deferred_uploads += 1
+            if comp:                             # (none once the card evicts, mostly)
+                self.stats.deferred_uploads += self._place_along(comp, placed, spec=True)
         if moves:
             self.stats.compactions += 1
             self.transport.move([(m.src, m.size, m.dst) for m in moves if m.copy])
@@ -1085,6 +1042,37 @@ class MemoryManager:
             if e.written and e.host_valid:
                 up.append(e)
         self._upload(up)
+
+    def _place_along(self, ents: list[_Entry], placed: list[_Entry], spec: bool) -> int:
+        """Place tensors this call uploads unasked (prefetches, or deferred writes: `spec`):
+        back to back in host order if one hole holds them, else each where it fits. Each one
+        placed joins `placed`, leaves the deferred writes and is inserted into the policy. How
+        many were placed."""
+        order = sorted(ents, key=_host_order)
+        addrs = self._run(order)
+        if addrs is None:                        # no room in one piece: each where it fits
+            addrs = [self.alloc.alloc(e.card_size, e.id) for e in order]
+        pending, insert, now = self._pending, self.policy.insert, self._now
+        n = 0
+        for e, a in zip(order, addrs, strict=True):
+            if a is not None:
+                e.addr = a
+                if spec:
+                    e.spec = True
+                placed.append(e)
+                pending.pop(e.id, None)          # (uploaded by the caller, if written)
+                insert(e, now)
+                n += 1
+        return n
+
+    def _run(self, ents: list[_Entry]) -> list[int] | None:
+        """CardAllocator.alloc_run for the entries, in their order (their addresses, or None
+        if no hole holds them all). (A loop: a comprehension is a call.)"""
+        sizes, keys = [], []
+        for e in ents:
+            sizes.append(e.card_size)
+            keys.append(e.id)
+        return self.alloc.alloc_run(sizes, keys)
 
     def _place_in_victims(self, missing: list[_Entry], epoch: int) -> list[_Entry]:
         """Placement on a large map (allocator.LARGE blocks: many small tensors on a full
@@ -1269,11 +1257,7 @@ class MemoryManager:
 
     def _place(self, missing: list[_Entry], placing: set[int], epoch: int) -> list:
         order = sorted(missing, key=_host_order) if len(missing) > 1 else missing
-        sizes, keys = [], []                      # (loops: a comprehension is a call)
-        for e in order:
-            sizes.append(e.card_size)
-            keys.append(e.id)
-        addrs = self.alloc.alloc_run(sizes, keys)
+        addrs = self._run(order)
         if addrs is not None:
             for e, a in zip(order, addrs, strict=True):
                 e.addr = a
@@ -1294,7 +1278,7 @@ class MemoryManager:
         for m in moves:
             entries[m.key].addr = m.dst  # type: ignore[index]
         rest.sort(key=_host_order)
-        addrs = self.alloc.alloc_run([e.card_size for e in rest], [e.id for e in rest])
+        addrs = self._run(rest)
         assert addrs is not None, "compaction made no hole for the remaining tensors"
         for e, a in zip(rest, addrs, strict=True):
             e.addr = a
@@ -1396,6 +1380,18 @@ class MemoryManager:
                 self.host.free(buf)
 
     # --- helpers ------------------------------------------------------------------------------
+
+    def _enter(self, name: str) -> None:
+        """The start of a call `name`: this thread holds the manager, or ConcurrentUseError."""
+        if not self._busy.acquire(False):        # (positional: the keyword costs ~0.1 us)
+            self._refuse(name)
+        if self._busy_depth == 0:
+            self._busy_in = (get_ident(), name)  # the thread's name only for the error
+        self._busy_depth += 1
+
+    def _leave(self) -> None:
+        self._busy_depth -= 1
+        self._busy.release()
 
     def _refuse(self, name: str) -> NoReturn:
         """The error of a call (`name`) that another thread's call overlaps (_exclusive)."""

@@ -772,12 +772,7 @@ class LirsPolicy(EvictionPolicy):
         r = rec.get(i)
         if r is None:
             return
-        st = r[_ST]                                          # _leave_card, inlined
-        r[_RES] = r[_INS] = None
-        if st == _LIR:
-            self._lir_bytes -= r[_SZ]
-        elif st == _HIR:
-            self._q.pop(i, None)
+        self._leave_card(i, r)
         s = self._s
         if i not in s:
             del rec[i]
@@ -797,8 +792,7 @@ class LirsPolicy(EvictionPolicy):
         if bottom:
             del s[i]
             del rec[i]
-        if s and rec[next(iter(s))][_ST] != _LIR:            # (else _prune does nothing)
-            self._prune()
+        self._prune()
 
     def _leave_card(self, i: int, r: list[Any]) -> None:
         """Tensor ``i`` (record ``r``) is no longer resident: no resident in its record, its
